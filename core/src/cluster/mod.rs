@@ -1,0 +1,12 @@
+//! Cluster resolution with TensorFlow's semantics (`tf.train.ClusterSpec`,
+//! `tf.distribute.cluster_resolver.*`, `multi_worker_util`), as pure functions of their inputs.
+
+pub mod error;
+pub mod resolver;
+pub mod spec;
+
+pub use error::{ClusterError, TfException};
+pub use resolver::{
+    Accelerators, ClusterResolver, Device, DeviceMatch, count_accelerators, format_master_url,
+};
+pub use spec::{ClusterSpec, JobDef, TaskIndex, Tasks};

@@ -1,0 +1,139 @@
+//! Strict JSON decoding shared by every surface that accepts JSON.
+//!
+//! `serde_json` silently keeps the last of two equal keys in one object; a TF_CONFIG or request
+//! body with a repeated key is almost always a mistake (two `"cluster"` blocks, a job listed
+//! twice), so Shardwise refuses it. Object key order is preserved (it is the order of
+//! `ClusterSpec.jobs`, as in TensorFlow).
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// A JSON document that could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct JsonError {
+    /// What went wrong, with the line and column where `serde_json` knows them.
+    pub message: String,
+}
+
+impl JsonError {
+    fn from_serde(err: &serde_json::Error) -> Self {
+        JsonError { message: err.to_string() }
+    }
+}
+
+/// Parses `text` into a [`Value`], refusing duplicate keys in any object.
+pub fn parse_strict(text: &str) -> Result<Value, JsonError> {
+    let strict: Strict = serde_json::from_str(text).map_err(|e| JsonError::from_serde(&e))?;
+    Ok(strict.0)
+}
+
+/// Parses `text` strictly (see [`parse_strict`]) and then decodes it into `T`.
+pub fn from_str_strict<T: DeserializeOwned>(text: &str) -> Result<T, JsonError> {
+    let value = parse_strict(text)?;
+    serde_json::from_value(value).map_err(|e| JsonError::from_serde(&e))
+}
+
+/// Parses bytes strictly; invalid UTF-8 is reported like any other decoding error.
+pub fn from_slice_strict<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, JsonError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| JsonError {
+        message: format!("request body is not valid UTF-8: {e}"),
+    })?;
+    from_str_strict(text)
+}
+
+/// A [`Value`] whose decoding rejects duplicate object keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Strict(pub Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Strict::deserialize(d).map(|s| s.0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(Strict(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "duplicate key {key:?} in a JSON object"
+                )));
+            }
+            let Strict(v) = map.next_value()?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth() {
+        let err = parse_strict(r#"{"a": {"b": 1, "b": 2}}"#).unwrap_err();
+        assert!(err.message.contains("duplicate key \"b\""), "{}", err.message);
+        assert!(parse_strict(r#"{"a": 1, "a": 1}"#).is_err());
+        assert!(parse_strict(r#"[{"x": 1}, {"x": 2}]"#).is_ok());
+    }
+
+    #[test]
+    fn key_order_is_preserved() {
+        let v = parse_strict(r#"{"worker": [], "ps": [], "chief": []}"#).unwrap();
+        let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys, ["worker", "ps", "chief"]);
+    }
+
+    #[test]
+    fn trailing_garbage_and_bad_utf8_are_errors() {
+        assert!(parse_strict("{} x").is_err());
+        assert!(from_slice_strict::<Value>(b"\xff").is_err());
+    }
+}

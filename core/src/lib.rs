@@ -1,0 +1,19 @@
+//! # shardwise-core
+//!
+//! The sans-IO heart of Shardwise: cluster resolution ([`cluster`]) as pure functions and
+//! state machines. Nothing in this crate spawns a task, sleeps, reads a clock, opens a file or a
+//! socket, or reads the process environment: every input (a TF_CONFIG string, the `SLURM_*`
+//! variables, the pods a Kubernetes API returned, the current time) is passed in as a value, and
+//! every output (a [`cluster::ClusterSpec`], a reply, an error) comes back as a value. The
+//! `shardwise-gateway` crate does the waiting: it reads the environment, talks to Kubernetes and
+//! serves HTTP.
+//!
+//! Where something must be fetched (the pods behind a label selector), core defines an async
+//! port ([`cluster::kubernetes::PodLister`]) and a runtime-agnostic driver written with
+//! `futures` only; the gateway implements the port.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cluster;
+pub mod json;
+pub mod pyrepr;
