@@ -39,9 +39,8 @@ pub fn from_str_strict<T: DeserializeOwned>(text: &str) -> Result<T, JsonError> 
 
 /// Parses bytes strictly; invalid UTF-8 is reported like any other decoding error.
 pub fn from_slice_strict<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, JsonError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| JsonError {
-        message: format!("request body is not valid UTF-8: {e}"),
-    })?;
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| JsonError { message: format!("request body is not valid UTF-8: {e}") })?;
     from_str_strict(text)
 }
 

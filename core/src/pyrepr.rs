@@ -164,10 +164,7 @@ mod tests {
         assert_eq!(python_int("007"), Ok(Some(7)));
         assert_eq!(python_int("1_000"), Ok(Some(1000)));
         assert_eq!(python_int("99999999999999999999999"), Ok(None));
-        assert_eq!(
-            python_int("a").unwrap_err(),
-            "invalid literal for int() with base 10: 'a'"
-        );
+        assert_eq!(python_int("a").unwrap_err(), "invalid literal for int() with base 10: 'a'");
         for bad in ["", " ", "1.5", "_1", "1_", "1__0", "+-1", "0x1"] {
             assert!(python_int(bad).is_err(), "{bad:?}");
         }

@@ -10,3 +10,13 @@ pub use resolver::{
     Accelerators, ClusterResolver, Device, DeviceMatch, count_accelerators, format_master_url,
 };
 pub use spec::{ClusterSpec, JobDef, TaskIndex, Tasks};
+
+pub mod multi_worker;
+pub mod simple;
+pub mod tfconfig;
+pub mod union;
+
+pub use multi_worker::Role;
+pub use simple::SimpleResolver;
+pub use tfconfig::{TfConfigResolver, render_tf_config};
+pub use union::{UnionResolver, merge_clusters};

@@ -190,7 +190,10 @@ impl ClusterSpec {
             }
             jobs[i] = Some(JobDef { name: (*name).to_owned(), tasks: out });
         }
-        Ok(ClusterSpec { jobs: jobs.into_iter().flatten().collect(), def_order: DefOrder::SortedByName })
+        Ok(ClusterSpec {
+            jobs: jobs.into_iter().flatten().collect(),
+            def_order: DefOrder::SortedByName,
+        })
     }
 
     /// `multi_worker_util.normalize_cluster_spec` for a JSON value: only an object is a
@@ -229,7 +232,11 @@ impl ClusterSpec {
 
     /// The tasks of `job`, by index.
     pub fn tasks(&self, job: &str) -> Result<&BTreeMap<TaskIndex, String>, ClusterError> {
-        self.jobs.iter().find(|j| j.name == job).map(|j| &j.tasks).ok_or_else(|| no_such_job(Some(job)))
+        self.jobs
+            .iter()
+            .find(|j| j.name == job)
+            .map(|j| &j.tasks)
+            .ok_or_else(|| no_such_job(Some(job)))
     }
 
     /// Number of defined tasks in `job` (sparse-aware).
@@ -293,7 +300,9 @@ impl ClusterSpec {
     pub fn job_tasks_len(&self, job: &str) -> Result<usize, ClusterError> {
         let tasks = self.tasks(job)?;
         Ok(match tasks.last_key_value() {
-            Some((&max, _)) if max >= 0 => usize::try_from(max).unwrap_or(usize::MAX).saturating_add(1),
+            Some((&max, _)) if max >= 0 => {
+                usize::try_from(max).unwrap_or(usize::MAX).saturating_add(1)
+            }
             _ => 0,
         })
     }
@@ -322,7 +331,9 @@ impl ClusterSpec {
         if Self::is_dense(tasks) {
             Value::Array(tasks.values().cloned().map(Value::String).collect())
         } else {
-            Value::Object(tasks.iter().map(|(i, a)| (i.to_string(), Value::String(a.clone()))).collect())
+            Value::Object(
+                tasks.iter().map(|(i, a)| (i.to_string(), Value::String(a.clone()))).collect(),
+            )
         }
     }
 
@@ -368,7 +379,10 @@ impl PartialEq for ClusterSpec {
     /// spelling do not matter.
     fn eq(&self, other: &Self) -> bool {
         self.jobs.len() == other.jobs.len()
-            && self.jobs.iter().all(|j| other.jobs.iter().any(|o| o.name == j.name && o.tasks == j.tasks))
+            && self
+                .jobs
+                .iter()
+                .all(|j| other.jobs.iter().any(|o| o.name == j.name && o.tasks == j.tasks))
     }
 }
 
@@ -405,8 +419,10 @@ mod index_map {
         map: &BTreeMap<TaskIndex, String>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
-        let as_strings: serde_json::Map<String, serde_json::Value> =
-            map.iter().map(|(i, a)| (i.to_string(), serde_json::Value::String(a.clone()))).collect();
+        let as_strings: serde_json::Map<String, serde_json::Value> = map
+            .iter()
+            .map(|(i, a)| (i.to_string(), serde_json::Value::String(a.clone())))
+            .collect();
         as_strings.serialize(s)
     }
 
@@ -454,7 +470,10 @@ mod tests {
     fn errors_follow_tensorflow_order_and_text() {
         // A container error in a later job wins over an address error in an earlier one.
         let e = ClusterSpec::from_json(&json!({"a": [1], "b": "x"})).unwrap_err();
-        assert_eq!(e.detail(), "The tasks for job 'b' must be a list or a dictionary from integers to strings.");
+        assert_eq!(
+            e.detail(),
+            "The tasks for job 'b' must be a list or a dictionary from integers to strings."
+        );
         assert_eq!(e.tf_exception(), Some(TfException::TypeError));
         // Address errors are found in sorted job order.
         let e = ClusterSpec::from_json(&json!({"z": [null], "a": [123]})).unwrap_err();

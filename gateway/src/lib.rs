@@ -1,0 +1,1 @@
+//! The IO side of Shardwise.
