@@ -1,1 +1,6 @@
-//! The IO side of Shardwise.
+//! The IO side of Shardwise: the `shardwise` command and everything that reads the host.
+#![forbid(unsafe_code)]
+
+pub mod host;
+pub mod problem;
+pub mod resolve;

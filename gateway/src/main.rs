@@ -1,1 +1,27 @@
-fn main() {}
+//! `shardwise`: the command-line entry point.
+
+use clap::{Parser, Subcommand};
+use shardwise_gateway::resolve::{self, ResolveArgs};
+
+/// Shardwise: cluster resolution and data-split coordination for distributed training.
+#[derive(Debug, Parser)]
+#[command(name = "shardwise", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Resolve a cluster (TF_CONFIG, Slurm, Kubernetes, a static list, or a union) from a JSON
+    /// request on stdin or --input, and print the answer as JSON.
+    Resolve(ResolveArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Resolve(args) => resolve::run(&args),
+    };
+    std::process::exit(code);
+}

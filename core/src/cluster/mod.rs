@@ -20,3 +20,13 @@ pub use multi_worker::Role;
 pub use simple::SimpleResolver;
 pub use tfconfig::{TfConfigResolver, render_tf_config};
 pub use union::{UnionResolver, merge_clusters};
+pub mod kubernetes;
+pub mod pods;
+pub mod request;
+pub mod selector;
+pub mod slurm;
+
+pub use kubernetes::{AddressSource, KubernetesConfig, KubernetesResolver, Membership, PodLister};
+pub use request::{ResolveReply, ResolveRequest, Resolver};
+pub use selector::LabelSelector;
+pub use slurm::SlurmResolver;

@@ -50,7 +50,7 @@ pub fn validate_cluster_spec(
     }
     if let Some(t) = task_type.filter(|t| spec.has_job(t)) {
         let len = job_len(spec, t);
-        if usize::try_from(task_id).map_or(false, |id| id >= len) {
+        if usize::try_from(task_id).is_ok_and(|id| id >= len) {
             return Err(value_error(format!(
                 "The `task_id` {task_id} exceeds the maximum id of {t}."
             )));

@@ -111,3 +111,10 @@ impl ClusterResolver for SimpleResolver {
         self.rpc_layer = rpc_layer;
     }
 }
+
+impl SimpleResolver {
+    /// Whether accelerator counts were given.
+    pub fn has_num_accelerators(&self) -> bool {
+        self.num_accelerators.is_some()
+    }
+}

@@ -1,6 +1,6 @@
 //! `ClusterSpec`: job name -> task index -> address, with TensorFlow's semantics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -74,6 +74,26 @@ fn check_index(index: TaskIndex) -> Result<(), ClusterError> {
     }
 }
 
+/// Checks indices and merges repeated job names (a later job replaces the earlier one's
+/// tasks in the earlier one's position, as a Python dict does), in linear time.
+fn dedup_jobs(jobs: impl IntoIterator<Item = JobDef>) -> Result<Vec<JobDef>, ClusterError> {
+    let mut out: Vec<JobDef> = Vec::new();
+    let mut position: HashMap<String, usize> = HashMap::new();
+    for job in jobs {
+        for &i in job.tasks.keys() {
+            check_index(i)?;
+        }
+        match position.get(&job.name) {
+            Some(&p) => out[p].tasks = job.tasks,
+            None => {
+                position.insert(job.name.clone(), out.len());
+                out.push(job);
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl ClusterSpec {
     /// An empty cluster (`ClusterSpec({})`).
     pub fn new() -> Self {
@@ -86,38 +106,20 @@ impl ClusterSpec {
         I: IntoIterator<Item = (S, Tasks)>,
         S: Into<String>,
     {
-        let mut out: Vec<JobDef> = Vec::new();
-        for (name, tasks) in jobs {
-            let name = name.into();
+        let jobs = jobs.into_iter().map(|(name, tasks)| {
             let tasks: BTreeMap<TaskIndex, String> = match tasks {
                 Tasks::Dense(list) => (0..).zip(list).collect(),
                 Tasks::Sparse(pairs) => pairs.into_iter().collect(),
             };
-            for &i in tasks.keys() {
-                check_index(i)?;
-            }
-            match out.iter_mut().find(|j| j.name == name) {
-                Some(existing) => existing.tasks = tasks,
-                None => out.push(JobDef { name, tasks }),
-            }
-        }
-        Ok(ClusterSpec { jobs: out, def_order: DefOrder::SortedByName })
+            JobDef { name: name.into(), tasks }
+        });
+        Ok(ClusterSpec { jobs: dedup_jobs(jobs)?, def_order: DefOrder::SortedByName })
     }
 
     /// `ClusterSpec(cluster_def)`: the definition's job order is kept everywhere. A job name
     /// that repeats replaces the earlier job's tasks in its original position.
     pub fn from_cluster_def(def: Vec<JobDef>) -> Result<Self, ClusterError> {
-        let mut out: Vec<JobDef> = Vec::with_capacity(def.len());
-        for job in def {
-            for &i in job.tasks.keys() {
-                check_index(i)?;
-            }
-            match out.iter_mut().find(|j| j.name == job.name) {
-                Some(existing) => existing.tasks = job.tasks,
-                None => out.push(job),
-            }
-        }
-        Ok(ClusterSpec { jobs: out, def_order: DefOrder::AsJobs })
+        Ok(ClusterSpec { jobs: dedup_jobs(def)?, def_order: DefOrder::AsJobs })
     }
 
     /// `ClusterSpec(other)`: a copy built from `other.as_cluster_def()`, so its jobs follow
