@@ -11,6 +11,19 @@
 //! Where something must be fetched (the pods behind a label selector), core defines an async
 //! port ([`cluster::kubernetes::PodLister`]) and a runtime-agnostic driver written with
 //! `futures` only; the gateway implements the port.
+//!
+//! ```
+//! use shardwise_core::cluster::{ClusterResolver, TfConfigResolver, multi_worker};
+//!
+//! // The caller reads TF_CONFIG from wherever it lives and hands the text in.
+//! let tf_config = r#"{"cluster": {"chief": ["c:2222"], "worker": ["w0:2222", "w1:2222"]},
+//!                     "task": {"type": "worker", "index": 1}}"#;
+//! let resolver = TfConfigResolver::new(Some(tf_config));
+//! let cluster = resolver.cluster_spec()?;
+//! assert_eq!(resolver.master(None, None, Some("grpc"))?, "grpc://w1:2222");
+//! assert_eq!(multi_worker::id_in_cluster(&cluster, Some("worker"), 1)?, 2);
+//! # Ok::<(), shardwise_core::cluster::ClusterError>(())
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

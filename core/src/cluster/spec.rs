@@ -217,6 +217,11 @@ impl ClusterSpec {
         self.jobs.iter().map(|j| j.name.as_str())
     }
 
+    /// Jobs with their tasks, in this spec's order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &BTreeMap<TaskIndex, String>)> + '_ {
+        self.jobs.iter().map(|j| (j.name.as_str(), &j.tasks))
+    }
+
     /// Whether the cluster has a job named `job`.
     pub fn has_job(&self, job: &str) -> bool {
         self.jobs.iter().any(|j| j.name == job)
@@ -310,7 +315,7 @@ impl ClusterSpec {
     }
 
     /// Whether `job`'s indices are exactly `0..n` with `n > 0` (it renders as a JSON array).
-    fn is_dense(tasks: &BTreeMap<TaskIndex, String>) -> bool {
+    pub(crate) fn is_dense(tasks: &BTreeMap<TaskIndex, String>) -> bool {
         match (tasks.first_key_value(), tasks.last_key_value()) {
             (Some((&first, _)), Some((&last, _))) => {
                 first >= 0 && usize::try_from(last).is_ok_and(|l| l + 1 == tasks.len())

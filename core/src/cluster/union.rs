@@ -66,9 +66,8 @@ pub fn merge_clusters(specs: &[ClusterSpec]) -> Result<ClusterSpec, ClusterError
     let mut order: Vec<&str> = Vec::new();
     let mut as_list: BTreeMap<&str, bool> = BTreeMap::new();
     for spec in specs {
-        for job in spec.jobs() {
-            let tasks = spec.tasks(job)?;
-            let is_list = is_dense(tasks);
+        for (job, tasks) in spec.iter() {
+            let is_list = ClusterSpec::is_dense(tasks);
             match as_list.get_mut(job) {
                 None => {
                     order.push(job);
@@ -88,8 +87,7 @@ pub fn merge_clusters(specs: &[ClusterSpec]) -> Result<ClusterSpec, ClusterError
         })
         .collect();
     for spec in specs {
-        for job in spec.jobs() {
-            let tasks = spec.tasks(job)?;
+        for (job, tasks) in spec.iter() {
             match merged.get_mut(job) {
                 Some(Merged::List(list)) => list.extend(tasks.values().cloned()),
                 Some(Merged::Dict(dict)) => {
@@ -119,15 +117,6 @@ pub fn merge_clusters(specs: &[ClusterSpec]) -> Result<ClusterSpec, ClusterError
         };
         (job.to_owned(), tasks)
     }))
-}
-
-fn is_dense(tasks: &BTreeMap<TaskIndex, String>) -> bool {
-    match (tasks.first_key_value(), tasks.last_key_value()) {
-        (Some((&0, _)), Some((&last, _))) => {
-            usize::try_from(last).is_ok_and(|l| l + 1 == tasks.len())
-        }
-        _ => false,
-    }
 }
 
 impl<R: ClusterResolver> ClusterResolver for UnionResolver<R> {
