@@ -188,10 +188,17 @@ impl KubernetesConfig {
         out
     }
 
-    /// Checks what the type system cannot: `expected` names mapped jobs, ports are in range.
+    /// Checks what the type system cannot: `expected` names mapped jobs, ports are in range, a
+    /// namespace is not empty.
     pub fn validate(&self) -> Result<(), ClusterError> {
         if self.tf_server_port == 0 {
             return Err(ClusterError::invalid_input("tf_server_port must be in 1..=65535, not 0"));
+        }
+        if self.namespace.as_deref() == Some("") {
+            // It would list `/api/v1/namespaces//pods` and keep no namespaced pod.
+            return Err(ClusterError::invalid_input(
+                "namespace must not be empty (omit it to list pods in all namespaces)",
+            ));
         }
         for job in self.expected.keys() {
             if !self.job_to_label_mapping.iter().any(|(j, _)| j == job) {
@@ -427,21 +434,26 @@ impl ClusterResolver for KubernetesResolver {
 /// Identity of a task slot: which selector of the job matched which pod.
 type SlotKey = (usize, Option<String>, String);
 
+/// A held task slot: its identity and the address the pod had when last seen.
+type Slot = (SlotKey, String);
+
 /// An incrementally maintained membership, fed by list results and watch events, that keeps
 /// task indices stable.
 ///
 /// Every staying pod keeps its index; a pod that stops qualifying (deleted, no longer running,
 /// not ready) frees its index, leaving a hole (the job becomes sparse); a new qualifying pod
 /// takes the lowest free index, in TensorFlow's order. Starting from nothing, the indices are
-/// exactly TensorFlow's. Pods that do not qualify are never an error here: a watch is long
-/// lived, and a starting pod is normal.
+/// exactly TensorFlow's, whatever order the lists arrive in: a job's indices are assigned once
+/// every selector of the job has a list (from [`Membership::reset`], or events of its watch),
+/// and until then [`Membership::cluster_spec`] is `FAILED_PRECONDITION`. Pods that do not
+/// qualify are never an error here: a watch is long lived, and a starting pod is normal.
 #[derive(Debug, Clone)]
 pub struct Membership {
     config: KubernetesConfig,
     /// Per selector text: (namespace, name) -> pod.
     pods: BTreeMap<String, BTreeMap<(Option<String>, String), Pod>>,
     /// Per job: index -> slot.
-    slots: BTreeMap<String, BTreeMap<TaskIndex, SlotKey>>,
+    slots: BTreeMap<String, BTreeMap<TaskIndex, Slot>>,
     /// Per selector text: the last resource version seen (where to resume a watch).
     resource_versions: BTreeMap<String, String>,
 }
@@ -475,9 +487,12 @@ impl Membership {
         let pods =
             list.items.iter().map(|p| ((p.namespace.clone(), p.name.clone()), p.clone())).collect();
         self.pods.insert(selector.to_owned(), pods);
-        if let Some(rv) = &list.resource_version {
-            self.resource_versions.insert(selector.to_owned(), rv.clone());
-        }
+        // The list replaces everything known, the version to resume from included: a version
+        // from before the list would replay events the list already reflects.
+        match &list.resource_version {
+            Some(rv) => self.resource_versions.insert(selector.to_owned(), rv.clone()),
+            None => self.resource_versions.remove(selector),
+        };
         self.reassign()
     }
 
@@ -485,11 +500,11 @@ impl Membership {
     /// changed. An `ERROR` event (such as `410 Gone`) is returned as an error for the caller
     /// to re-list; nothing is changed.
     pub fn apply(&mut self, selector: &str, event: &WatchEvent) -> Result<bool, ClusterError> {
-        if let Some(rv) = &event.resource_version {
-            self.resource_versions.insert(selector.to_owned(), rv.clone());
-        }
         match event.kind {
-            WatchEventType::Bookmark => Ok(false),
+            WatchEventType::Bookmark => {
+                self.record_version(selector, event);
+                Ok(false)
+            }
             WatchEventType::Error => Err(ClusterError::Unavailable {
                 detail: format!(
                     "the watch for selector {selector:?} failed: {}",
@@ -501,6 +516,7 @@ impl Membership {
                 let Some(pod) = &event.pod else {
                     return Err(ClusterError::invalid_input("a pod watch event carries no pod"));
                 };
+                self.record_version(selector, event);
                 let key = (pod.namespace.clone(), pod.name.clone());
                 let pods = self.pods.entry(selector.to_owned()).or_default();
                 if event.kind == WatchEventType::Deleted {
@@ -513,63 +529,98 @@ impl Membership {
         }
     }
 
+    fn record_version(&mut self, selector: &str, event: &WatchEvent) {
+        if let Some(rv) = &event.resource_version {
+            self.resource_versions.insert(selector.to_owned(), rv.clone());
+        }
+    }
+
+    /// The first selector of the mapping that has no list yet.
+    fn unlisted<'a>(&self, selectors: &'a [LabelSelector]) -> Option<&'a LabelSelector> {
+        selectors.iter().find(|s| !self.pods.contains_key(s.as_str()))
+    }
+
     fn reassign(&mut self) -> bool {
         let mut changed = false;
         for (job, selectors) in &self.config.job_to_label_mapping {
+            // Assigning before every selector of the job is listed would make the indices
+            // depend on the order the lists arrive in.
+            if self.unlisted(selectors).is_some() {
+                continue;
+            }
             // Qualifying pods in TensorFlow order, with their addresses.
-            let mut wanted: Vec<SlotKey> = Vec::new();
+            let mut wanted: Vec<Slot> = Vec::new();
             for (si, selector) in selectors.iter().enumerate() {
                 let Some(pods) = self.pods.get(selector.as_str()) else { continue };
                 let mut pods: Vec<&Pod> =
                     pods.values().filter(|p| self.config.in_namespace(p)).collect();
                 pods.sort_by(|a, b| a.name.cmp(&b.name));
                 for p in pods {
-                    if self.config.qualify(p).is_ok() && self.config.address_of(p).is_ok() {
-                        wanted.push((si, p.namespace.clone(), p.name.clone()));
+                    if self.config.qualify(p).is_err() {
+                        continue;
+                    }
+                    if let Ok(address) = self.config.address_of(p) {
+                        wanted.push(((si, p.namespace.clone(), p.name.clone()), address));
                     }
                 }
             }
             let slots = self.slots.entry(job.clone()).or_default();
-            let wanted_set: BTreeSet<&SlotKey> = wanted.iter().collect();
-            let before = slots.len();
-            slots.retain(|_, key| wanted_set.contains(key));
-            changed |= slots.len() != before;
-            let held: BTreeSet<SlotKey> = slots.values().cloned().collect();
+            let wanted_by_key: BTreeMap<&SlotKey, &String> =
+                wanted.iter().map(|(key, address)| (key, address)).collect();
+            // Staying pods keep their index (and take their current address); leaving pods
+            // free theirs.
+            slots.retain(|_, (key, address)| match wanted_by_key.get(key) {
+                None => {
+                    changed = true;
+                    false
+                }
+                Some(&now) => {
+                    if now != address {
+                        address.clone_from(now);
+                        changed = true;
+                    }
+                    true
+                }
+            });
+            let held: BTreeSet<SlotKey> = slots.values().map(|(key, _)| key.clone()).collect();
             let mut next: TaskIndex = 0;
-            for key in wanted {
+            for (key, address) in wanted {
                 if held.contains(&key) {
                     continue;
                 }
                 while slots.contains_key(&next) {
                     next += 1;
                 }
-                slots.insert(next, key);
+                slots.insert(next, (key, address));
                 changed = true;
             }
         }
         changed
     }
 
-    fn pod(&self, job: &str, key: &SlotKey) -> Option<&Pod> {
-        let selectors = &self.config.job_to_label_mapping.iter().find(|(j, _)| j == job)?.1;
-        let selector = selectors.get(key.0)?;
-        self.pods.get(selector.as_str())?.get(&(key.1.clone(), key.2.clone()))
-    }
-
-    /// The current cluster (sparse where pods left). `Unavailable` while a job has fewer
-    /// members than `expected`.
+    /// The current cluster (sparse where pods left). `FAILED_PRECONDITION` while a selector
+    /// has no list yet, `Unavailable` while a job has fewer members than `expected`.
     pub fn cluster_spec(&self) -> Result<ClusterSpec, ClusterError> {
+        for (_, selectors) in &self.config.job_to_label_mapping {
+            if let Some(selector) = self.unlisted(selectors) {
+                return Err(ClusterError::precondition(
+                    None,
+                    format!(
+                        "no pod list for label selector {:?} yet: the membership needs its list \
+                         (or its watch's events) first",
+                        selector.as_str()
+                    ),
+                ));
+            }
+        }
         let mut jobs = Vec::new();
         let mut counts = BTreeMap::new();
         for (job, _) in &self.config.job_to_label_mapping {
-            let mut tasks = Vec::new();
-            if let Some(slots) = self.slots.get(job) {
-                for (&i, key) in slots {
-                    if let Some(pod) = self.pod(job, key) {
-                        tasks.push((i, self.config.address_of(pod)?));
-                    }
-                }
-            }
+            let tasks: Vec<(TaskIndex, String)> = self
+                .slots
+                .get(job)
+                .map(|slots| slots.iter().map(|(&i, (_, address))| (i, address.clone())).collect())
+                .unwrap_or_default();
             counts.insert(job.as_str(), tasks.len());
             jobs.push((job.clone(), Tasks::Sparse(tasks)));
         }
@@ -654,5 +705,964 @@ impl KubernetesSpec {
         config.validate()?;
         let snapshot = self.pods.as_ref().map(PodSnapshot::from_json).transpose()?;
         Ok((config, snapshot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::cluster::request::{HostInputs, ResolveRequest};
+
+    // -----------------------------------------------------------------------------------------
+    // v1 API data
+
+    /// A v1 pod in namespace `ml`, labelled `job-name=tensorflow`, Ready.
+    fn pod_with(name: &str, phase: &str, pod_ip: &str, host_ip: &str) -> Value {
+        json!({
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+                         "resourceVersion": "7", "labels": {"job-name": "tensorflow"}},
+            "spec": {"containers": [{"name": "tf", "image": "tensorflow/tensorflow"}]},
+            "status": {"phase": phase, "podIP": pod_ip, "hostIP": host_ip,
+                       "conditions": [{"type": "Initialized", "status": "True"},
+                                      {"type": "Ready", "status": "True"}]}
+        })
+    }
+
+    /// A Running pod with pod IP `ip` on node `192.168.0.1`.
+    fn running(name: &str, ip: &str) -> Value {
+        pod_with(name, "Running", ip, "192.168.0.1")
+    }
+
+    fn with_phase(name: &str, phase: &str) -> Value {
+        pod_with(name, phase, "10.0.9.9", "192.168.0.1")
+    }
+
+    fn pod_list_json(items: Vec<Value>) -> Value {
+        json!({"kind": "PodList", "apiVersion": "v1",
+               "metadata": {"resourceVersion": "100"}, "items": items})
+    }
+
+    fn pod_list(items: Vec<Value>) -> PodList {
+        PodList::from_json(&pod_list_json(items)).expect("a valid PodList")
+    }
+
+    fn spec_of(v: Value) -> KubernetesSpec {
+        serde_json::from_value(v).expect("a decodable kubernetes spec")
+    }
+
+    fn build(v: Value) -> Result<(KubernetesConfig, Option<PodSnapshot>), ClusterError> {
+        spec_of(v).build()
+    }
+
+    fn config(v: Value) -> KubernetesConfig {
+        build(v).expect("a valid kubernetes spec").0
+    }
+
+    /// A resolver over a spec with inline `pods`.
+    fn resolver(v: Value) -> KubernetesResolver {
+        let (config, snapshot) = build(v).expect("a valid kubernetes spec");
+        let mut r = KubernetesResolver::new(config).expect("a valid config");
+        r.set_snapshot(snapshot.expect("inline pods"));
+        r
+    }
+
+    fn resolve(v: Value) -> Result<ClusterSpec, ClusterError> {
+        resolver(v).cluster_spec()
+    }
+
+    fn dict(v: Value) -> Value {
+        resolve(v).expect("resolves").as_dict()
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // TensorFlow's ordering and failure
+
+    #[test]
+    fn sorts_each_selectors_pods_by_name_in_code_point_order() {
+        let pods = pod_list_json(vec![
+            running("w-2", "10.0.0.2"),
+            running("w-10", "10.0.0.10"),
+            running("W-9", "10.0.0.99"),
+            running("w-1", "10.0.0.1"),
+        ]);
+        let cluster = dict(json!({"pods": {"job-name=tensorflow": pods}}));
+        // `W` (U+0057) sorts before `w`, and `w-10` before `w-2`.
+        assert_eq!(
+            cluster,
+            json!({"worker": ["10.0.0.99:8470", "10.0.0.1:8470", "10.0.0.10:8470", "10.0.0.2:8470"]})
+        );
+    }
+
+    #[test]
+    fn selectors_concatenate_in_order_without_deduplication() {
+        let cluster = dict(json!({
+            "job_to_label_mapping": {"worker": ["app=b", "tier=x"], "ps": ["app=ps"],
+                                     "chief": ["app=chief"]},
+            "pods": {
+                "app=b": pod_list_json(vec![running("s-0", "10.0.0.5"), running("b-1", "10.0.0.4")]),
+                // `a-1` sorts before both pods of the first selector, yet comes after them.
+                "tier=x": pod_list_json(vec![running("s-0", "10.0.0.5"), running("a-1", "10.0.0.3")]),
+                "app=ps": pod_list_json(vec![running("ps-0", "10.0.1.1")]),
+                "app=chief": pod_list_json(vec![]),
+            }
+        }));
+        assert_eq!(
+            cluster,
+            json!({
+                "worker": ["10.0.0.4:8470", "10.0.0.5:8470", "10.0.0.3:8470", "10.0.0.5:8470"],
+                "ps": ["10.0.1.1:8470"],
+                "chief": {}
+            })
+        );
+        // Jobs keep the mapping's order; the job with no pods exists with no tasks.
+        let r = resolver(json!({
+            "job_to_label_mapping": {"z": ["a=1"], "a": ["a=1"]},
+            "pods": {"a=1": {"items": []}}
+        }));
+        let spec = r.cluster_spec().unwrap();
+        assert_eq!(spec.jobs().collect::<Vec<_>>(), ["z", "a"]);
+        assert_eq!(spec.as_dict(), json!({"z": {}, "a": {}}));
+        assert_eq!(spec.num_tasks("z").unwrap(), 0);
+    }
+
+    #[test]
+    fn the_first_non_running_pod_in_name_order_fails_the_call() {
+        let e = resolve(json!({"pods": {"job-name=tensorflow": pod_list_json(vec![
+            with_phase("w-3", "Pending"),
+            with_phase("w-1", "Failed"),
+            running("w-0", "10.0.0.1"),
+            with_phase("w-2", "Succeeded"),
+        ])}}))
+        .unwrap_err();
+        assert_eq!(e.detail(), "Pod \"w-1\" is not running; phase: \"Failed\"");
+        assert_eq!(e.code(), "FAILED_PRECONDITION");
+        assert_eq!(e.tf_exception(), Some(TfException::RuntimeError));
+
+        // A pod without a phase reads as Python's None.
+        let e = resolve(json!({"pods": {"job-name=tensorflow": {"items": [
+            {"metadata": {"name": "w-0"}, "status": {"podIP": "10.0.0.1"}}
+        ]}}}))
+        .unwrap_err();
+        assert_eq!(e.detail(), "Pod \"w-0\" is not running; phase: \"None\"");
+
+        // Selector order comes before name order.
+        let e = resolve(json!({
+            "job_to_label_mapping": {"worker": ["app=z", "app=a"]},
+            "pods": {"app=z": pod_list_json(vec![with_phase("z-0", "Unknown")]),
+                     "app=a": pod_list_json(vec![with_phase("a-0", "Pending")])}
+        }))
+        .unwrap_err();
+        assert_eq!(e.detail(), "Pod \"z-0\" is not running; phase: \"Unknown\"");
+
+        // Phase names are case-sensitive, as in TensorFlow.
+        let e = resolve(json!({"pods": {"job-name=tensorflow": pod_list_json(vec![
+            with_phase("w-0", "running"),
+        ])}}))
+        .unwrap_err();
+        assert_eq!(e.detail(), "Pod \"w-0\" is not running; phase: \"running\"");
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Addresses
+
+    #[test]
+    fn address_is_the_pod_ip_by_default_and_the_host_ip_on_request() {
+        // Two pods on one node.
+        let pods = pod_list_json(vec![
+            pod_with("w-0", "Running", "10.0.0.1", "192.168.0.7"),
+            pod_with("w-1", "Running", "10.0.0.2", "192.168.0.7"),
+        ]);
+        let by_pod = dict(json!({"pods": {"job-name=tensorflow": pods.clone()}}));
+        assert_eq!(by_pod, json!({"worker": ["10.0.0.1:8470", "10.0.0.2:8470"]}));
+        let explicit =
+            dict(json!({"address": "pod_ip", "pods": {"job-name=tensorflow": pods.clone()}}));
+        assert_eq!(explicit, by_pod);
+        let by_host = dict(json!({"address": "host_ip", "pods": {"job-name=tensorflow": pods}}));
+        assert_eq!(by_host, json!({"worker": ["192.168.0.7:8470", "192.168.0.7:8470"]}));
+        assert_eq!(AddressSource::default(), AddressSource::PodIp);
+    }
+
+    #[test]
+    fn ipv6_addresses_are_bracketed() {
+        let pods = pod_list_json(vec![pod_with("w-0", "Running", "fd00::5", "fd00:1::7")]);
+        assert_eq!(
+            dict(json!({"pods": {"job-name=tensorflow": pods.clone()}})),
+            json!({"worker": ["[fd00::5]:8470"]})
+        );
+        assert_eq!(
+            dict(json!({"address": "host_ip", "tf_server_port": 2222,
+                        "pods": {"job-name=tensorflow": pods}})),
+            json!({"worker": ["[fd00:1::7]:2222"]})
+        );
+    }
+
+    #[test]
+    fn custom_port() {
+        let pods = pod_list_json(vec![running("w-0", "10.0.0.1")]);
+        for (port, want) in [(1, "10.0.0.1:1"), (2222, "10.0.0.1:2222"), (65535, "10.0.0.1:65535")]
+        {
+            let cluster = dict(json!({"tf_server_port": port,
+                                      "pods": {"job-name=tensorflow": pods.clone()}}));
+            assert_eq!(cluster, json!({"worker": [want]}), "port {port}");
+        }
+    }
+
+    #[test]
+    fn a_pod_without_the_address_field_in_use_is_invalid() {
+        let no_pod_ip = json!({"metadata": {"name": "w-1"},
+                               "status": {"phase": "Running", "hostIP": "192.168.0.1"}});
+        let pods = pod_list_json(vec![running("w-0", "10.0.0.1"), no_pod_ip]);
+        let e = resolve(json!({"pods": {"job-name=tensorflow": pods.clone()}})).unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert_eq!(e.detail(), "Pod \"w-1\" has no status.podIP, which address \"pod_ip\" needs");
+        // The host IP is there, so TensorFlow's mode resolves.
+        assert_eq!(
+            dict(json!({"address": "host_ip", "pods": {"job-name=tensorflow": pods}})),
+            json!({"worker": ["192.168.0.1:8470", "192.168.0.1:8470"]})
+        );
+
+        let no_host_ip = json!({"metadata": {"name": "w-0"},
+                                "status": {"phase": "Running", "podIP": "10.0.0.1", "hostIP": ""}});
+        let e = resolve(json!({"address": "host_ip",
+                               "pods": {"job-name=tensorflow": {"items": [no_host_ip]}}}))
+        .unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert_eq!(e.detail(), "Pod \"w-0\" has no status.hostIP, which address \"host_ip\" needs");
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Shardwise's options
+
+    #[test]
+    fn namespace_scopes_pods_and_queries() {
+        let mut other = running("w-1", "10.0.0.2");
+        other["metadata"]["namespace"] = json!("other");
+        let mut unscoped = running("w-2", "10.0.0.3");
+        unscoped["metadata"].as_object_mut().unwrap().remove("namespace");
+        let pods = pod_list_json(vec![running("w-0", "10.0.0.1"), other, unscoped]);
+
+        let scoped =
+            resolver(json!({"namespace": "ml", "pods": {"job-name=tensorflow": pods.clone()}}));
+        assert_eq!(
+            scoped.cluster_spec().unwrap().as_dict(),
+            json!({"worker": ["10.0.0.1:8470", "10.0.0.3:8470"]})
+        );
+        assert_eq!(
+            scoped.config().queries(),
+            vec![PodQuery {
+                namespace: Some("ml".to_owned()),
+                selector: LabelSelector::parse("job-name=tensorflow").unwrap()
+            }]
+        );
+        // Without a namespace every pod counts, as in TensorFlow.
+        let everywhere = resolver(json!({"pods": {"job-name=tensorflow": pods}}));
+        assert_eq!(
+            everywhere.cluster_spec().unwrap().as_dict(),
+            json!({"worker": ["10.0.0.1:8470", "10.0.0.2:8470", "10.0.0.3:8470"]})
+        );
+        assert_eq!(everywhere.config().queries()[0].namespace, None);
+    }
+
+    #[test]
+    fn require_ready_refuses_unready_and_terminating_pods() {
+        let mut unready = running("w-1", "10.0.0.2");
+        unready["status"]["conditions"][1]["status"] = json!("False");
+        let mut terminating = running("w-2", "10.0.0.3");
+        terminating["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let mut no_condition = running("w-3", "10.0.0.4");
+        no_condition["status"].as_object_mut().unwrap().remove("conditions");
+        let ready = running("w-0", "10.0.0.1");
+
+        for (bad, name) in [(unready, "w-1"), (terminating, "w-2"), (no_condition, "w-3")] {
+            let pods = pod_list_json(vec![ready.clone(), bad]);
+            let e = resolve(
+                json!({"require_ready": true, "pods": {"job-name=tensorflow": pods.clone()}}),
+            )
+            .unwrap_err();
+            assert_eq!(e.code(), "FAILED_PRECONDITION", "{name}");
+            assert_eq!(e.detail(), format!("Pod \"{name}\" is not ready"));
+            assert_eq!(e.tf_exception(), None);
+            // Without require_ready a Running pod is enough.
+            assert_eq!(
+                resolve(json!({"pods": {"job-name=tensorflow": pods}}))
+                    .unwrap()
+                    .num_tasks("worker")
+                    .unwrap(),
+                2
+            );
+        }
+        // Not running is reported as such, before readiness.
+        let pods = pod_list_json(vec![with_phase("w-0", "Pending")]);
+        let e = resolve(json!({"require_ready": true, "pods": {"job-name=tensorflow": pods}}))
+            .unwrap_err();
+        assert_eq!(e.detail(), "Pod \"w-0\" is not running; phase: \"Pending\"");
+    }
+
+    #[test]
+    fn expected_skips_pods_that_do_not_qualify_and_reports_the_shortfall() {
+        let mut unready = running("w-1", "10.0.0.2");
+        unready["status"]["conditions"][1]["status"] = json!("Unknown");
+        let pods = pod_list_json(vec![
+            running("w-2", "10.0.0.3"),
+            with_phase("w-0", "Pending"),
+            unready,
+            running("w-3", "10.0.0.4"),
+        ]);
+        let base = json!({
+            "job_to_label_mapping": {"worker": ["job-name=tensorflow"], "ps": ["app=ps"]},
+            "require_ready": true,
+            "pods": {"job-name=tensorflow": pods, "app=ps": pod_list_json(vec![])}
+        });
+        let with_expected = |expected: Value| {
+            let mut v = base.clone();
+            v["expected"] = expected;
+            resolve(v)
+        };
+        // Exactly enough: the two qualifying pods, in name order.
+        let spec = with_expected(json!({"worker": 2})).unwrap();
+        assert_eq!(spec.as_dict(), json!({"worker": ["10.0.0.3:8470", "10.0.0.4:8470"], "ps": {}}));
+        // More than expected: all are kept.
+        assert_eq!(with_expected(json!({"worker": 1})).unwrap(), spec);
+        assert_eq!(with_expected(json!({"worker": 0, "ps": 0})).unwrap(), spec);
+        // Fewer: Unavailable, with the shortfall of each short job.
+        let e = with_expected(json!({"worker": 4, "ps": 2})).unwrap_err();
+        assert_eq!(e.code(), "UNAVAILABLE");
+        let ClusterError::Unavailable { missing, detail } = e else { unreachable!() };
+        assert_eq!(missing, BTreeMap::from([("ps".to_owned(), 2), ("worker".to_owned(), 2)]));
+        assert_eq!(
+            detail,
+            "the cluster is not complete yet: job 'ps' has 0 of 2 expected pods, job 'worker' \
+             has 2 of 4 expected pods"
+        );
+        let e = with_expected(json!({"worker": 2, "ps": 1})).unwrap_err();
+        let ClusterError::Unavailable { missing, .. } = e else { unreachable!() };
+        assert_eq!(missing, BTreeMap::from([("ps".to_owned(), 1)]));
+        // A job without an expected count still fails on a pod that does not qualify.
+        let e = with_expected(json!({"ps": 0})).unwrap_err();
+        assert_eq!(e.detail(), "Pod \"w-0\" is not running; phase: \"Pending\"");
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Building
+
+    #[test]
+    fn the_default_mapping_applies_when_absent_or_empty() {
+        let default = KubernetesConfig::default();
+        assert_eq!(
+            default.job_to_label_mapping,
+            vec![("worker".to_owned(), vec![LabelSelector::parse("job-name=tensorflow").unwrap()])]
+        );
+        assert_eq!(default.tf_server_port, 8470);
+        assert_eq!(default.rpc_layer.as_deref(), Some("grpc"));
+        assert_eq!(config(json!({})), default);
+        assert_eq!(config(json!({"job_to_label_mapping": {}})), default);
+        assert_eq!(config(json!({"job_to_label_mapping": null})), default);
+        assert_eq!(config(json!({"rpc_layer": null})).rpc_layer, None);
+        let c = config(json!({"expected": {"worker": 2}}));
+        assert_eq!(c.expected, BTreeMap::from([("worker".to_owned(), 2)]));
+        // A job mapped to no selectors exists with no tasks.
+        let r = resolver(json!({"job_to_label_mapping": {"worker": []}, "pods": {}}));
+        assert_eq!(r.cluster_spec().unwrap().as_dict(), json!({"worker": {}}));
+        assert!(r.config().queries().is_empty());
+    }
+
+    #[test]
+    fn invalid_specs_are_refused_at_build_time() {
+        let invalid = |v: Value| build(v).expect_err("refused");
+        for port in [json!(0), json!(70000), json!(-1), json!(65536)] {
+            let e = invalid(json!({"tf_server_port": port}));
+            assert_eq!(e.code(), "INVALID_ARGUMENT");
+            assert_eq!(e.detail(), format!("tf_server_port must be in 1..=65535, not {port}"));
+        }
+        let e = invalid(json!({"namespace": ""}));
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert_eq!(
+            e.detail(),
+            "namespace must not be empty (omit it to list pods in all namespaces)"
+        );
+        let e = invalid(json!({"expected": {"ps": 1}}));
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert_eq!(
+            e.detail(),
+            "expected names job \"ps\", which job_to_label_mapping does not map"
+        );
+        let e = invalid(json!({"job_to_label_mapping": {"worker": ["app in (a"]}}));
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert!(e.detail().contains("app in (a"), "{}", e.detail());
+        let e = invalid(json!({"job_to_label_mapping": {"worker": "app=a"}}));
+        assert_eq!(
+            e.detail(),
+            "job_to_label_mapping[\"worker\"] must be a list of label selectors"
+        );
+        let e = invalid(json!({"job_to_label_mapping": {"worker": [1]}}));
+        assert_eq!(e.detail(), "job_to_label_mapping[\"worker\"] must hold strings, not 1");
+        let e = invalid(json!({"pods": []}));
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        let e = invalid(json!({"pods": {"job-name=tensorflow": {"items": [{"metadata": {}}]}}}));
+        assert_eq!(
+            e.detail(),
+            "pods for selector \"job-name=tensorflow\": pod list item 0: metadata.name is missing"
+        );
+        // Unknown fields (TensorFlow's `executable_location`) and unknown addresses.
+        assert!(
+            serde_json::from_value::<KubernetesSpec>(json!({"executable_location": null})).is_err()
+        );
+        assert!(serde_json::from_value::<KubernetesSpec>(json!({"address": "node_ip"})).is_err());
+
+        // The same checks guard configurations built in code.
+        let zero_port = KubernetesConfig { tf_server_port: 0, ..KubernetesConfig::default() };
+        let empty_namespace =
+            KubernetesConfig { namespace: Some(String::new()), ..KubernetesConfig::default() };
+        let unmapped = KubernetesConfig {
+            expected: BTreeMap::from([("chief".to_owned(), 1)]),
+            ..KubernetesConfig::default()
+        };
+        for c in [zero_port, empty_namespace, unmapped] {
+            assert_eq!(KubernetesResolver::new(c.clone()).unwrap_err().code(), "INVALID_ARGUMENT");
+            assert_eq!(Membership::new(c).unwrap_err().code(), "INVALID_ARGUMENT");
+        }
+    }
+
+    #[test]
+    fn an_invalid_selector_fails_the_request_before_any_api_call() {
+        let request = ResolveRequest::from_json(
+            r#"{"resolver": {"kubernetes": {"job_to_label_mapping": {"worker": ["a=1", "=x"]}}}}"#,
+        )
+        .unwrap();
+        let e = request.build(&HostInputs::default()).unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+    }
+
+    #[test]
+    fn a_selector_without_a_list_is_a_failed_precondition() {
+        let e = resolve(json!({
+            "job_to_label_mapping": {"worker": ["a=1", "b=2"]},
+            "pods": {"a=1": pod_list_json(vec![running("w-0", "10.0.0.1")])}
+        }))
+        .unwrap_err();
+        assert_eq!(e.code(), "FAILED_PRECONDITION");
+        assert_eq!(e.tf_exception(), None);
+        assert!(e.detail().starts_with("no pod list for label selector \"b=2\""), "{}", e.detail());
+        // Lists are keyed by the selector as written.
+        let e = resolve(json!({"pods": {"job-name == tensorflow": pod_list_json(vec![])}}))
+            .unwrap_err();
+        assert_eq!(e.code(), "FAILED_PRECONDITION");
+        // No snapshot at all.
+        let (config, _) = build(json!({})).unwrap();
+        let r = KubernetesResolver::new(config).unwrap();
+        assert!(!r.has_snapshot());
+        assert_eq!(r.cluster_spec().unwrap_err().code(), "FAILED_PRECONDITION");
+    }
+
+    #[test]
+    fn queries_are_the_distinct_selectors_in_mapping_order() {
+        let c = config(json!({
+            "namespace": "ml",
+            "job_to_label_mapping": {"ps": ["app=ps"], "worker": ["app=w", "app=ps", "app=w"],
+                                     "chief": ["app=c"], "evaluator": []}
+        }));
+        let queries = c.queries();
+        let selectors: Vec<&str> = queries.iter().map(|q| q.selector.as_str()).collect();
+        assert_eq!(selectors, ["app=ps", "app=w", "app=c"]);
+        assert!(queries.iter().all(|q| q.namespace.as_deref() == Some("ml")));
+        // Distinct by text: `a=1` and `a==1` are two calls.
+        let c = config(json!({"job_to_label_mapping": {"w": ["a=1", "a==1"]}}));
+        assert_eq!(c.queries().len(), 2);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Fetching
+
+    /// Canned lists per selector; records every call as `namespace/selector`.
+    #[derive(Debug, Default)]
+    struct FakeLister {
+        lists: BTreeMap<String, PodList>,
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl FakeLister {
+        fn with(lists: Vec<(&str, Vec<Value>)>) -> Self {
+            FakeLister {
+                lists: lists
+                    .into_iter()
+                    .map(|(s, items)| (s.to_owned(), pod_list(items)))
+                    .collect(),
+                calls: Mutex::default(),
+            }
+        }
+        fn calls(&self) -> Vec<String> {
+            let mut calls = self.calls.lock().unwrap().clone();
+            calls.sort();
+            calls
+        }
+    }
+
+    #[async_trait]
+    impl PodLister for FakeLister {
+        async fn list_pods(&self, query: &PodQuery) -> Result<PodList, ClusterError> {
+            let ns = query.namespace.as_deref().unwrap_or("*");
+            self.calls.lock().unwrap().push(format!("{ns}/{}", query.selector.as_str()));
+            self.lists.get(query.selector.as_str()).cloned().ok_or_else(|| {
+                ClusterError::precondition(None, format!("403 for {}", query.selector.as_str()))
+            })
+        }
+    }
+
+    #[test]
+    fn fetch_snapshot_asks_every_query_once() {
+        let lister = FakeLister::with(vec![
+            ("app=ps", vec![running("ps-0", "10.0.1.1")]),
+            ("app=w", vec![running("w-1", "10.0.0.2"), running("w-0", "10.0.0.1")]),
+            ("app=unused", vec![]),
+        ]);
+        let c = config(json!({
+            "namespace": "ml",
+            "job_to_label_mapping": {"ps": ["app=ps"], "worker": ["app=w", "app=ps"]}
+        }));
+        let snapshot = futures::executor::block_on(fetch_snapshot(&lister, &c.queries())).unwrap();
+        assert_eq!(lister.calls(), ["ml/app=ps", "ml/app=w"]);
+        assert_eq!(snapshot.get("app=w"), lister.lists.get("app=w"));
+        assert_eq!(snapshot.get("app=unused"), None);
+        assert_eq!(
+            c.resolve(&snapshot).unwrap().as_dict(),
+            json!({"ps": ["10.0.1.1:8470"],
+                   "worker": ["10.0.0.1:8470", "10.0.0.2:8470", "10.0.1.1:8470"]})
+        );
+    }
+
+    #[test]
+    fn a_lister_error_fails_the_fetch() {
+        let lister = FakeLister::with(vec![("app=w", vec![running("w-0", "10.0.0.1")])]);
+        let c =
+            config(json!({"job_to_label_mapping": {"worker": ["app=w"], "ps": ["app=denied"]}}));
+        let e = futures::executor::block_on(fetch_snapshot(&lister, &c.queries())).unwrap_err();
+        assert_eq!(e, ClusterError::precondition(None, "403 for app=denied"));
+        assert!(lister.calls().contains(&"*/app=denied".to_owned()));
+        // No query: an empty snapshot, no call.
+        let snapshot = futures::executor::block_on(fetch_snapshot(&lister, &[])).unwrap();
+        assert_eq!(snapshot, PodSnapshot::new());
+    }
+
+    #[test]
+    fn attach_pods_fills_every_kubernetes_resolver_of_a_union() {
+        let lister = FakeLister::with(vec![
+            ("app=w", vec![running("w-1", "10.0.0.2"), running("w-0", "10.0.0.1")]),
+            ("app=ps", vec![running("ps-0", "10.0.1.1")]),
+        ]);
+        let request = ResolveRequest::from_json(
+            r#"{"resolver": {"union": [
+                {"kubernetes": {"job_to_label_mapping": {"worker": ["app=w"]}}},
+                {"kubernetes": {"job_to_label_mapping": {"ps": ["app=ps"]}, "namespace": "ml"}},
+                {"kubernetes": {"job_to_label_mapping": {"chief": ["app=c"]},
+                                "pods": {"app=c": {"items": [{"metadata": {"name": "c-0"},
+                                    "status": {"phase": "Running", "podIP": "10.0.2.1"}}]}}}}
+            ]}, "task_type": "worker", "task_id": 1}"#,
+        )
+        .unwrap();
+        let mut r = request.build(&HostInputs::default()).unwrap();
+        assert_eq!(r.kubernetes_without_pods().len(), 2);
+        assert_eq!(r.cluster_spec().unwrap_err().code(), "FAILED_PRECONDITION");
+        futures::executor::block_on(r.attach_pods(&lister)).unwrap();
+        // The member with inline pods was not fetched.
+        assert_eq!(lister.calls(), ["*/app=w", "ml/app=ps"]);
+        assert!(r.kubernetes_without_pods().is_empty());
+        let reply = request.resolve_with(&r).unwrap();
+        assert_eq!(
+            reply.cluster,
+            json!({"worker": ["10.0.0.1:8470", "10.0.0.2:8470"], "ps": ["10.0.1.1:8470"],
+                   "chief": ["10.0.2.1:8470"]})
+        );
+        assert_eq!((reply.task_type.as_deref(), reply.task_id), (Some("worker"), Some(1)));
+        assert_eq!(
+            r.master(Some("worker"), Some(1), Some("grpc")).unwrap(),
+            "grpc://10.0.0.2:8470"
+        );
+
+        // A failing member fails the attach.
+        let mut r = request.build(&HostInputs::default()).unwrap();
+        let empty = FakeLister::default();
+        assert!(futures::executor::block_on(r.attach_pods(&empty)).is_err());
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The resolver surface
+
+    #[test]
+    fn master_is_empty_without_a_full_task_and_needs_no_snapshot() {
+        let mut r = KubernetesResolver::new(KubernetesConfig::default()).unwrap();
+        assert_eq!(r.master(None, None, None).unwrap(), "");
+        r.set_task_type(Some("worker".to_owned()));
+        assert_eq!(r.master(None, None, None).unwrap(), "");
+        assert_eq!(r.master(None, None, Some("grpc")).unwrap(), "");
+        r.set_task_type(None);
+        r.set_task_id(Some(0));
+        assert_eq!(r.master(None, None, None).unwrap(), "");
+        // With a full task the pods are needed.
+        assert_eq!(r.master(Some("worker"), None, None).unwrap_err().code(), "FAILED_PRECONDITION");
+        assert_eq!(r.environment().as_deref(), Some(""));
+    }
+
+    #[test]
+    fn master_is_the_tasks_address_with_the_rpc_layer() {
+        let mut r = resolver(json!({"pods": {"job-name=tensorflow": pod_list_json(vec![
+            running("w-0", "10.0.0.1"), running("w-1", "10.0.0.2"),
+        ])}}));
+        assert_eq!(r.rpc_layer().unwrap().as_deref(), Some("grpc"));
+        assert_eq!(
+            r.master(Some("worker"), Some(1), Some("grpc")).unwrap(),
+            "grpc://10.0.0.2:8470"
+        );
+        r.set_task_type(Some("worker".to_owned()));
+        r.set_task_id(Some(0));
+        assert_eq!(r.task_type().unwrap().as_deref(), Some("worker"));
+        assert_eq!(r.task_id().unwrap(), Some(0));
+        assert_eq!(r.master(None, None, None).unwrap(), "grpc://10.0.0.1:8470");
+        // Arguments override the resolver's task and RPC layer.
+        assert_eq!(r.master(None, Some(1), None).unwrap(), "grpc://10.0.0.2:8470");
+        assert_eq!(r.master(None, None, Some("http")).unwrap(), "http://10.0.0.1:8470");
+        // TensorFlow's `rpc_layer or self.rpc_layer`: an empty argument does not override.
+        assert_eq!(r.master(None, None, Some("")).unwrap(), "grpc://10.0.0.1:8470");
+        // A task that is not in the cluster.
+        assert_eq!(r.master(None, Some(2), None).unwrap_err().code(), "NOT_FOUND");
+        assert_eq!(r.master(Some("ps"), None, None).unwrap_err().code(), "NOT_FOUND");
+        // Removing the RPC layer removes the scheme.
+        r.set_rpc_layer(None);
+        assert_eq!(r.rpc_layer().unwrap(), None);
+        assert_eq!(r.master(None, None, None).unwrap(), "10.0.0.1:8470");
+        assert_eq!(r.master(None, None, Some("grpc")).unwrap(), "grpc://10.0.0.1:8470");
+        // Or a spec without one.
+        let r =
+            resolver(json!({"rpc_layer": null, "pods": {"job-name=tensorflow": pod_list_json(vec![
+                running("w-0", "10.0.0.1"),
+            ])}}));
+        assert_eq!(r.master(Some("worker"), Some(0), None).unwrap(), "10.0.0.1:8470");
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Membership
+
+    const SEL: &str = "job-name=tensorflow";
+
+    fn event(kind: &str, object: Value) -> WatchEvent {
+        WatchEvent::from_json(&json!({"type": kind, "object": object})).expect("a valid event")
+    }
+
+    fn gone() -> WatchEvent {
+        event(
+            "ERROR",
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "too old resource version: 100 (250)", "reason": "Expired",
+                   "code": 410}),
+        )
+    }
+
+    fn membership(v: Value) -> Membership {
+        Membership::new(config(v)).expect("a valid config")
+    }
+
+    fn members(m: &Membership) -> Value {
+        m.cluster_spec().expect("a complete cluster").as_dict()
+    }
+
+    /// `w-0` .. `w-{n-1}` at `10.0.0.1` .. `10.0.0.n`, Running.
+    fn workers(n: usize) -> Vec<Value> {
+        (0..n).map(|i| running(&format!("w-{i}"), &format!("10.0.0.{}", i + 1))).collect()
+    }
+
+    #[test]
+    fn membership_starts_with_tensorflows_indices() {
+        let items = vec![
+            running("w-2", "10.0.0.3"),
+            running("w-10", "10.0.0.11"),
+            running("w-1", "10.0.0.2"),
+        ];
+        let mut m = membership(json!({}));
+        assert_eq!(m.queries(), KubernetesConfig::default().queries());
+        assert!(m.reset(SEL, &pod_list(items.clone())));
+        let mut snapshot = PodSnapshot::new();
+        snapshot.insert(SEL, pod_list(items));
+        let tf = KubernetesConfig::default().resolve(&snapshot).unwrap();
+        assert_eq!(m.cluster_spec().unwrap(), tf);
+        assert_eq!(
+            members(&m),
+            json!({"worker": ["10.0.0.2:8470", "10.0.0.11:8470", "10.0.0.3:8470"]})
+        );
+        assert_eq!(m.resource_version(SEL), Some("100"));
+        // The same list again changes nothing.
+        assert!(!m.reset(
+            SEL,
+            &pod_list(vec![
+                running("w-1", "10.0.0.2"),
+                running("w-2", "10.0.0.3"),
+                running("w-10", "10.0.0.11"),
+            ])
+        ));
+    }
+
+    #[test]
+    fn membership_matches_tensorflow_with_shared_selectors_whatever_the_list_order() {
+        let v =
+            json!({"job_to_label_mapping": {"ps": ["role=ps"], "worker": ["role=w", "role=ps"]}});
+        let lists = [
+            ("role=ps", pod_list(vec![running("ps-1", "10.0.1.2"), running("ps-0", "10.0.1.1")])),
+            ("role=w", pod_list(vec![running("w-1", "10.0.0.2"), running("w-0", "10.0.0.1")])),
+        ];
+        let mut snapshot = PodSnapshot::new();
+        for (s, l) in &lists {
+            snapshot.insert(*s, l.clone());
+        }
+        let tf = config(v.clone()).resolve(&snapshot).unwrap();
+        assert_eq!(
+            tf.as_dict(),
+            json!({"ps": ["10.0.1.1:8470", "10.0.1.2:8470"],
+                   "worker": ["10.0.0.1:8470", "10.0.0.2:8470", "10.0.1.1:8470", "10.0.1.2:8470"]})
+        );
+        // In query order (`role=ps` first, although worker lists it second) and reversed.
+        for order in [[0, 1], [1, 0]] {
+            let mut m = membership(v.clone());
+            let (first, list) = &lists[order[0]];
+            assert!(m.reset(first, list) == (*first == "role=ps"), "{first}");
+            let e = m.cluster_spec().unwrap_err();
+            assert_eq!(e.code(), "FAILED_PRECONDITION");
+            let (second, list) = &lists[order[1]];
+            assert!(e.detail().contains(&format!("{second:?}")), "{}", e.detail());
+            assert!(m.reset(second, list));
+            assert_eq!(m.cluster_spec().unwrap().as_dict(), tf.as_dict(), "{order:?}");
+        }
+    }
+
+    #[test]
+    fn membership_added_pods_take_the_next_index() {
+        let mut m = membership(json!({}));
+        assert!(m.reset(SEL, &pod_list(workers(2))));
+        // A pod that sorts first still goes to the end: nobody moves.
+        assert_eq!(m.apply(SEL, &event("ADDED", running("a-0", "10.0.0.9"))), Ok(true));
+        assert_eq!(
+            members(&m),
+            json!({"worker": ["10.0.0.1:8470", "10.0.0.2:8470", "10.0.0.9:8470"]})
+        );
+        // A pod that does not qualify yet changes nothing.
+        assert_eq!(m.apply(SEL, &event("ADDED", with_phase("w-5", "Pending"))), Ok(false));
+        assert_eq!(m.cluster_spec().unwrap().num_tasks("worker").unwrap(), 3);
+        // It joins once running.
+        assert_eq!(m.apply(SEL, &event("MODIFIED", running("w-5", "10.0.0.6"))), Ok(true));
+        assert_eq!(m.cluster_spec().unwrap().task_address("worker", 3).unwrap(), "10.0.0.6:8470");
+        // A repeated ADDED is not a new member.
+        assert_eq!(m.apply(SEL, &event("ADDED", running("w-5", "10.0.0.6"))), Ok(false));
+        assert_eq!(m.resource_version(SEL), Some("7"));
+    }
+
+    #[test]
+    fn membership_deleted_pods_leave_holes_that_new_pods_fill_lowest_first() {
+        let mut m = membership(json!({}));
+        assert!(m.reset(SEL, &pod_list(workers(4))));
+        assert_eq!(m.apply(SEL, &event("DELETED", running("w-1", "10.0.0.2"))), Ok(true));
+        assert_eq!(
+            members(&m),
+            json!({"worker": {"0": "10.0.0.1:8470", "2": "10.0.0.3:8470", "3": "10.0.0.4:8470"}})
+        );
+        assert_eq!(m.apply(SEL, &event("DELETED", running("w-2", "10.0.0.3"))), Ok(true));
+        assert_eq!(members(&m), json!({"worker": {"0": "10.0.0.1:8470", "3": "10.0.0.4:8470"}}));
+        // Deleting a pod that is not a member changes nothing.
+        assert_eq!(m.apply(SEL, &event("DELETED", running("w-7", "10.0.0.8"))), Ok(false));
+        // Two new pods: the lowest hole first, in the order they arrive.
+        assert_eq!(m.apply(SEL, &event("ADDED", running("w-9", "10.0.0.10"))), Ok(true));
+        assert_eq!(
+            members(&m),
+            json!({"worker": {"0": "10.0.0.1:8470", "1": "10.0.0.10:8470", "3": "10.0.0.4:8470"}})
+        );
+        assert_eq!(m.apply(SEL, &event("ADDED", running("w-8", "10.0.0.9"))), Ok(true));
+        assert_eq!(
+            members(&m),
+            json!({"worker": ["10.0.0.1:8470", "10.0.0.10:8470", "10.0.0.9:8470", "10.0.0.4:8470"]})
+        );
+        // The last member leaving leaves an empty job.
+        for name in ["w-0", "w-9", "w-8", "w-3"] {
+            assert_eq!(m.apply(SEL, &event("DELETED", running(name, "1.1.1.1"))), Ok(true));
+        }
+        assert_eq!(members(&m), json!({"worker": {}}));
+    }
+
+    #[test]
+    fn membership_modified_pods_leave_and_rejoin() {
+        let mut m = membership(json!({}));
+        assert!(m.reset(SEL, &pod_list(workers(3))));
+        assert_eq!(m.apply(SEL, &event("MODIFIED", with_phase("w-1", "Failed"))), Ok(true));
+        assert_eq!(members(&m), json!({"worker": {"0": "10.0.0.1:8470", "2": "10.0.0.3:8470"}}));
+        assert_eq!(m.apply(SEL, &event("MODIFIED", running("w-1", "10.0.0.2"))), Ok(true));
+        assert_eq!(
+            members(&m),
+            json!({"worker": ["10.0.0.1:8470", "10.0.0.2:8470", "10.0.0.3:8470"]})
+        );
+        // A change that does not touch membership (labels, resource version).
+        let mut relabelled = running("w-0", "10.0.0.1");
+        relabelled["metadata"]["labels"]["extra"] = json!("yes");
+        relabelled["metadata"]["resourceVersion"] = json!("120");
+        assert_eq!(m.apply(SEL, &event("MODIFIED", relabelled)), Ok(false));
+        assert_eq!(m.resource_version(SEL), Some("120"));
+        assert_eq!(
+            members(&m),
+            json!({"worker": ["10.0.0.1:8470", "10.0.0.2:8470", "10.0.0.3:8470"]})
+        );
+    }
+
+    #[test]
+    fn membership_readiness_and_namespace() {
+        let mut m = membership(json!({"require_ready": true, "namespace": "ml"}));
+        assert!(!m.reset(SEL, &pod_list(vec![])));
+        assert_eq!(members(&m), json!({"worker": {}}));
+        let mut unready = running("w-0", "10.0.0.1");
+        unready["status"]["conditions"][1]["status"] = json!("False");
+        assert_eq!(m.apply(SEL, &event("ADDED", unready)), Ok(false));
+        assert_eq!(m.apply(SEL, &event("MODIFIED", running("w-0", "10.0.0.1"))), Ok(true));
+        let mut elsewhere = running("w-1", "10.0.0.2");
+        elsewhere["metadata"]["namespace"] = json!("other");
+        assert_eq!(m.apply(SEL, &event("ADDED", elsewhere)), Ok(false));
+        assert_eq!(members(&m), json!({"worker": ["10.0.0.1:8470"]}));
+        let mut terminating = running("w-0", "10.0.0.1");
+        terminating["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        assert_eq!(m.apply(SEL, &event("MODIFIED", terminating)), Ok(true));
+        assert_eq!(members(&m), json!({"worker": {}}));
+    }
+
+    #[test]
+    fn membership_bookmark_records_the_version_and_changes_nothing() {
+        let mut m = membership(json!({}));
+        assert!(m.reset(SEL, &pod_list(workers(2))));
+        let before = m.cluster_spec().unwrap();
+        let bookmark = event(
+            "BOOKMARK",
+            json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "250"}}),
+        );
+        assert_eq!(m.apply(SEL, &bookmark), Ok(false));
+        assert_eq!(m.resource_version(SEL), Some("250"));
+        assert_eq!(m.cluster_spec().unwrap(), before);
+        assert_eq!(m.resource_version("other"), None);
+    }
+
+    #[test]
+    fn membership_error_events_are_errors_and_change_nothing() {
+        let mut m = membership(json!({}));
+        assert!(m.reset(SEL, &pod_list(workers(2))));
+        let before = members(&m);
+        let e = m.apply(SEL, &gone()).unwrap_err();
+        assert_eq!(e.code(), "UNAVAILABLE");
+        assert!(e.detail().contains("410"), "{}", e.detail());
+        assert!(e.detail().contains(SEL), "{}", e.detail());
+        assert_eq!(members(&m), before);
+        assert_eq!(m.resource_version(SEL), Some("100"));
+        // Even an ERROR event that carries a version does not move the resume point.
+        let mut odd = gone();
+        odd.resource_version = Some("999".to_owned());
+        assert!(m.apply(SEL, &odd).is_err());
+        assert_eq!(m.resource_version(SEL), Some("100"));
+        // Nor does a pod event without a pod.
+        let broken = WatchEvent {
+            kind: WatchEventType::Added,
+            pod: None,
+            resource_version: Some("998".to_owned()),
+            status: None,
+        };
+        assert_eq!(m.apply(SEL, &broken).unwrap_err().code(), "INVALID_ARGUMENT");
+        assert_eq!(m.resource_version(SEL), Some("100"));
+        assert_eq!(members(&m), before);
+    }
+
+    #[test]
+    fn membership_relist_after_gone_keeps_the_indices_of_staying_pods() {
+        let mut m = membership(json!({}));
+        assert!(m.reset(SEL, &pod_list(workers(4))));
+        assert_eq!(m.apply(SEL, &event("DELETED", running("w-1", "10.0.0.2"))), Ok(true));
+        assert!(m.apply(SEL, &gone()).unwrap_err().detail().contains("Expired"));
+        // While the watch was down: w-2 left, w-7 came. The re-list is in API order.
+        let mut relist = pod_list_json(vec![
+            running("w-3", "10.0.0.4"),
+            running("w-7", "10.0.0.8"),
+            running("w-0", "10.0.0.1"),
+        ]);
+        relist["metadata"]["resourceVersion"] = json!("300");
+        assert!(m.reset(SEL, &PodList::from_json(&relist).unwrap()));
+        assert_eq!(
+            members(&m),
+            json!({"worker": {"0": "10.0.0.1:8470", "1": "10.0.0.8:8470", "3": "10.0.0.4:8470"}})
+        );
+        assert_eq!(m.resource_version(SEL), Some("300"));
+        // A re-list without a version forgets the old one rather than resuming from it.
+        let unversioned = PodList::from_json(&json!({"items": relist["items"].clone()})).unwrap();
+        assert!(!m.reset(SEL, &unversioned));
+        assert_eq!(m.resource_version(SEL), None);
+    }
+
+    #[test]
+    fn membership_reports_a_changed_address() {
+        // A StatefulSet pod re-created under the same name while the watch was down.
+        let mut m = membership(json!({}));
+        assert!(m.reset(SEL, &pod_list(workers(2))));
+        assert!(
+            m.reset(SEL, &pod_list(vec![running("w-0", "10.0.0.1"), running("w-1", "10.0.5.5")]))
+        );
+        assert_eq!(members(&m), json!({"worker": ["10.0.0.1:8470", "10.0.5.5:8470"]}));
+        // Or moved to another node, in TensorFlow's host_ip mode.
+        let mut m = membership(json!({"address": "host_ip"}));
+        assert!(
+            m.reset(SEL, &pod_list(vec![pod_with("w-0", "Running", "10.0.0.1", "192.168.0.1")]))
+        );
+        let moved = pod_with("w-0", "Running", "10.0.0.1", "192.168.0.2");
+        assert_eq!(m.apply(SEL, &event("MODIFIED", moved)), Ok(true));
+        assert_eq!(members(&m), json!({"worker": ["192.168.0.2:8470"]}));
+    }
+
+    #[test]
+    fn membership_waits_for_expected_members() {
+        let mut m = membership(json!({"expected": {"worker": 3}}));
+        assert!(
+            m.reset(SEL, &pod_list(vec![running("w-0", "10.0.0.1"), with_phase("w-1", "Pending")]))
+        );
+        let e = m.cluster_spec().unwrap_err();
+        let ClusterError::Unavailable { missing, .. } = e else { unreachable!("{e:?}") };
+        assert_eq!(missing, BTreeMap::from([("worker".to_owned(), 2)]));
+        assert_eq!(m.apply(SEL, &event("ADDED", running("w-2", "10.0.0.3"))), Ok(true));
+        let ClusterError::Unavailable { missing, .. } = m.cluster_spec().unwrap_err() else {
+            unreachable!()
+        };
+        assert_eq!(missing, BTreeMap::from([("worker".to_owned(), 1)]));
+        assert_eq!(m.apply(SEL, &event("MODIFIED", running("w-1", "10.0.0.2"))), Ok(true));
+        assert_eq!(
+            members(&m),
+            json!({"worker": ["10.0.0.1:8470", "10.0.0.3:8470", "10.0.0.2:8470"]})
+        );
+        // Losing one makes it incomplete again.
+        assert_eq!(m.apply(SEL, &event("DELETED", running("w-0", "10.0.0.1"))), Ok(true));
+        assert_eq!(m.cluster_spec().unwrap_err().code(), "UNAVAILABLE");
+    }
+
+    #[test]
+    fn membership_tracks_pods_matched_by_two_selectors_twice() {
+        let mut m = membership(json!({"job_to_label_mapping": {"worker": ["a=1", "b=2"]}}));
+        assert!(!m.reset("a=1", &pod_list(vec![running("s-0", "10.0.0.5")])));
+        assert!(m.reset("b=2", &pod_list(vec![running("s-0", "10.0.0.5")])));
+        assert_eq!(members(&m), json!({"worker": ["10.0.0.5:8470", "10.0.0.5:8470"]}));
+        // Leaving one selector frees one slot only.
+        assert_eq!(m.apply("a=1", &event("DELETED", running("s-0", "10.0.0.5"))), Ok(true));
+        assert_eq!(members(&m), json!({"worker": {"1": "10.0.0.5:8470"}}));
+        // Events on a selector no job maps are kept apart.
+        assert_eq!(m.apply("c=3", &event("ADDED", running("x-0", "10.0.0.6"))), Ok(false));
+        assert_eq!(members(&m), json!({"worker": {"1": "10.0.0.5:8470"}}));
+    }
+
+    #[test]
+    fn membership_can_start_from_a_watch_alone() {
+        // A watch without a prior list sends the existing pods as ADDED events.
+        let mut m = membership(json!({}));
+        assert_eq!(m.cluster_spec().unwrap_err().code(), "FAILED_PRECONDITION");
+        assert_eq!(m.apply(SEL, &event("ADDED", running("w-1", "10.0.0.2"))), Ok(true));
+        assert_eq!(m.apply(SEL, &event("ADDED", running("w-0", "10.0.0.1"))), Ok(true));
+        assert_eq!(members(&m), json!({"worker": ["10.0.0.2:8470", "10.0.0.1:8470"]}));
     }
 }
