@@ -28,5 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod dataset;
+pub mod dispatch;
 pub mod json;
 pub mod pyrepr;

@@ -1,0 +1,115 @@
+//! Decoding the bytes of a file (handed in by the caller) into elements.
+
+use serde_json::Value;
+
+use super::error::{DatasetError, invalid, quoted};
+
+/// A lazy line-by-line decoder over one file's bytes (`lines` and `jsonl` formats).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TextCursor {
+    path: String,
+    bytes: Vec<u8>,
+    offset: usize,
+    line: u64,
+    jsonl: bool,
+}
+
+impl TextCursor {
+    /// A decoder for `path`, whose contents are `bytes`; `jsonl` selects JSON Lines.
+    pub(super) fn new(path: String, bytes: &[u8], jsonl: bool) -> Self {
+        TextCursor { path, bytes: bytes.to_vec(), offset: 0, line: 0, jsonl }
+    }
+
+    /// The next element, an error for an undecodable line, or `None` at the end of the file.
+    pub(super) fn next_element(&mut self) -> Option<Result<Value, DatasetError>> {
+        loop {
+            let rest = self.bytes.get(self.offset..).filter(|rest| !rest.is_empty())?;
+            let (line, consumed) = match rest.iter().position(|&b| b == b'\n') {
+                Some(i) => (rest.split_at_checked(i).map_or(rest, |(line, _)| line), i + 1),
+                None => (rest, rest.len()),
+            };
+            self.offset = self.offset.saturating_add(consumed);
+            self.line = self.line.saturating_add(1);
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Ok(text) = std::str::from_utf8(line) else {
+                return Some(Err(invalid(format!(
+                    "file {} line {} is not valid UTF-8",
+                    quoted(&self.path),
+                    self.line
+                ))));
+            };
+            if !self.jsonl {
+                return Some(Ok(Value::String(text.to_owned())));
+            }
+            if text.trim().is_empty() {
+                continue;
+            }
+            return Some(crate::json::from_str_strict::<Value>(text).map_err(|e| {
+                invalid(format!(
+                    "file {} line {} is not valid JSON: {e}",
+                    quoted(&self.path),
+                    self.line
+                ))
+            }));
+        }
+    }
+}
+
+/// The single element of a file in the `bytes` format: a JSON string if the bytes are valid
+/// UTF-8, else an array of byte values.
+pub(super) fn bytes_element(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Value::String(text.to_owned()),
+        Err(_) => Value::Array(bytes.iter().map(|&b| Value::from(b)).collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn lines(bytes: &[u8], jsonl: bool) -> Vec<Result<Value, DatasetError>> {
+        let mut cursor = TextCursor::new("f.txt".into(), bytes, jsonl);
+        std::iter::from_fn(|| cursor.next_element()).collect()
+    }
+
+    fn ok_lines(bytes: &[u8], jsonl: bool) -> Vec<Value> {
+        lines(bytes, jsonl).into_iter().map(Result::unwrap).collect()
+    }
+
+    #[test]
+    fn line_splitting() {
+        assert_eq!(ok_lines(b"", false), Vec::<Value>::new());
+        assert_eq!(ok_lines(b"a", false), [json!("a")]);
+        assert_eq!(ok_lines(b"a\n", false), [json!("a")]);
+        assert_eq!(ok_lines(b"a\r\nb\r\n", false), [json!("a"), json!("b")]);
+        assert_eq!(ok_lines(b"a\n\nb", false), [json!("a"), json!(""), json!("b")]);
+        assert_eq!(ok_lines(b"\n", false), [json!("")]);
+        assert_eq!(ok_lines(b"x\r", false), [json!("x")]);
+    }
+
+    #[test]
+    fn jsonl_values_and_errors() {
+        assert_eq!(
+            ok_lines(b"{\"a\": 1}\r\n\n  \n[1,2]\n\"s\"", true),
+            [json!({"a": 1}), json!([1, 2]), json!("s")]
+        );
+        let out = lines(b"1\n\n{bad\n2\n", true);
+        assert_eq!(out[0], Ok(json!(1)));
+        let err = out[1].clone().unwrap_err();
+        assert_eq!(err.code(), "INVALID_ARGUMENT");
+        assert!(err.message().starts_with("file \"f.txt\" line 3 is not valid JSON"), "{err}");
+        let err = lines(b"{\"k\": 1, \"k\": 2}", true)[0].clone().unwrap_err();
+        assert!(err.message().contains("duplicate key"), "{err}");
+        let err = lines(b"ok\n\xff\n", false)[1].clone().unwrap_err();
+        assert!(err.message().contains("line 2 is not valid UTF-8"), "{err}");
+    }
+
+    #[test]
+    fn bytes_format() {
+        assert_eq!(bytes_element(b"hi\n"), json!("hi\n"));
+        assert_eq!(bytes_element(&[0xff, 0, 7]), json!([255, 0, 7]));
+        assert_eq!(bytes_element(b""), json!(""));
+    }
+}

@@ -1,0 +1,342 @@
+//! Worker-side pipelines: a pull-based, sans-IO state machine per task.
+
+use std::num::NonZeroU64;
+
+use serde_json::Value;
+
+use super::def::{DatasetDef, SourceDef, TransformDef};
+use super::error::{DatasetError, invalid, precondition};
+use super::ops::{Ctx, Input, Need, Op, Out};
+use super::source::{Feed, Source};
+
+/// How a task's pipeline is sharded: TensorFlow's sharding policies with the worker's static
+/// shard where one applies.
+///
+/// `num_workers` must be at least 1 and `worker_index` below it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sharding {
+    /// `OFF`: every worker reads the whole dataset.
+    Off,
+    /// `DYNAMIC`: the source's elements come from splits handed out by the dispatcher.
+    Dynamic,
+    /// `FILE`: worker `i` of `N` reads files `i, i + N, ...` of a `files` source.
+    File {
+        /// `N`.
+        num_workers: u64,
+        /// `i`.
+        worker_index: u64,
+    },
+    /// `DATA`: worker `i` of `N` keeps elements `i, i + N, ...` of the final output.
+    Data {
+        /// `N`.
+        num_workers: u64,
+        /// `i`.
+        worker_index: u64,
+    },
+    /// `FILE_OR_DATA`: FILE for a `files` source, else DATA.
+    FileOrData {
+        /// `N`.
+        num_workers: u64,
+        /// `i`.
+        worker_index: u64,
+    },
+    /// `HINT`: every `shard_hint` transform keeps elements `i, i + N, ...` of its input.
+    Hint {
+        /// `N`.
+        num_workers: u64,
+        /// `i`.
+        worker_index: u64,
+    },
+}
+
+/// What [`Pipeline::next`] produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// The next element.
+    Element(Value),
+    /// (DYNAMIC) The source needs the next split of this repetition: answer with
+    /// [`Pipeline::provide_split`]. There is one split provider per dataset (index 0).
+    NeedSplit {
+        /// How many times the pipeline has re-entered the source because of an enclosing
+        /// `repeat` (0 on the first pass).
+        repetition: u64,
+    },
+    /// The source needs the contents of this file: answer with [`Pipeline::provide_file`].
+    NeedFile {
+        /// One of the source's paths.
+        path: String,
+    },
+    /// The pipeline is finished; every later call returns `End` again.
+    End,
+    /// The pipeline failed; every later call returns the same error.
+    Error(DatasetError),
+}
+
+/// A worker's pipeline for one task: a pull-based state machine that never does IO.
+///
+/// Call [`next`](Pipeline::next) (or [`next_batch`](Pipeline::next_batch)) until it returns
+/// [`Step::End`] or [`Step::Error`]. When it returns [`Step::NeedSplit`] or
+/// [`Step::NeedFile`], fetch the split or the file and hand it in with
+/// [`provide_split`](Pipeline::provide_split) or [`provide_file`](Pipeline::provide_file);
+/// calling `next` again without providing it returns the same request. An input the pipeline
+/// did not ask for fails the pipeline (the error comes out of the next `next`).
+///
+/// Infinite datasets are produced lazily. Memory is bounded by the shuffle buffers, the batch
+/// sizes and one split's or file's elements. The work of one `next` call is proportional to the
+/// number of elements the transforms discard on the way (`skip`, shards, a shuffle buffer being
+/// filled), as in TensorFlow.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    source: Source,
+    ops: Vec<Op>,
+    /// Where the chain was suspended by a request of the source (the source's index, 0).
+    resume_at: Option<usize>,
+    state: State,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Running,
+    Ended,
+    Failed(DatasetError),
+}
+
+/// What sharding does to a dataset, once checked.
+struct Plan {
+    feed: Feed,
+    /// `(N, i)` for each `shard_hint` (HINT only).
+    hint: Option<(NonZeroU64, u64)>,
+    /// `(N, i)` applied to the final output (DATA, and FILE_OR_DATA on a non-file source).
+    data: Option<(NonZeroU64, u64)>,
+}
+
+const WHOLE: Feed = Feed::Static { first: 0, stride: 1 };
+
+/// Checks that `def` can be read with `sharding`, with the errors [`Pipeline::new`] would
+/// return: `INVALID_ARGUMENT` for a bad worker count or index, too few files for FILE sharding
+/// or too many transforms; `NOT_FOUND` for FILE sharding of a source without files;
+/// `FAILED_PRECONDITION` for a `shard_hint` outside the HINT policy.
+pub fn validate_sharding(def: &DatasetDef, sharding: Sharding) -> Result<(), DatasetError> {
+    plan(def, sharding).map(|_| ())
+}
+
+fn plan(def: &DatasetDef, sharding: Sharding) -> Result<Plan, DatasetError> {
+    let shard = match sharding {
+        Sharding::Off | Sharding::Dynamic => None,
+        Sharding::File { num_workers, worker_index }
+        | Sharding::Data { num_workers, worker_index }
+        | Sharding::FileOrData { num_workers, worker_index }
+        | Sharding::Hint { num_workers, worker_index } => {
+            Some(static_shard(num_workers, worker_index)?)
+        }
+    };
+    def.validate()?;
+    if !matches!(sharding, Sharding::Hint { .. })
+        && let Some(position) =
+            def.transforms.iter().position(|t| matches!(t, TransformDef::ShardHint))
+    {
+        return Err(hint_outside_hint_mode(position));
+    }
+    let plan = match (sharding, shard) {
+        (Sharding::Off, _) => Plan { feed: WHOLE, hint: None, data: None },
+        (Sharding::Dynamic, _) => Plan { feed: Feed::dynamic(&def.source), hint: None, data: None },
+        (Sharding::File { .. }, Some(shard)) => file_plan(&def.source, shard)?,
+        (Sharding::FileOrData { .. }, Some(shard)) if matches!(def.source, SourceDef::Files(_)) => {
+            file_plan(&def.source, shard)?
+        }
+        (Sharding::Hint { .. }, shard) => Plan { feed: WHOLE, hint: shard, data: None },
+        (_, shard) => Plan { feed: WHOLE, hint: None, data: shard },
+    };
+    Ok(plan)
+}
+
+fn static_shard(num_workers: u64, worker_index: u64) -> Result<(NonZeroU64, u64), DatasetError> {
+    let Some(n) = NonZeroU64::new(num_workers) else {
+        return Err(invalid(
+            "Number of shards must be greater than zero (currently num_workers = 0).",
+        ));
+    };
+    if worker_index >= num_workers {
+        return Err(invalid(format!(
+            "Index must be between 0 and {} (currently index = {worker_index}).",
+            num_workers - 1
+        )));
+    }
+    Ok((n, worker_index))
+}
+
+fn file_plan(source: &SourceDef, (n, i): (NonZeroU64, u64)) -> Result<Plan, DatasetError> {
+    let SourceDef::Files(files) = source else {
+        return Err(DatasetError::NotFound(format!(
+            "Found an unshardable source dataset: a {:?} source has no files to shard \
+             (FILE sharding needs a \"files\" source).",
+            source.kind()
+        )));
+    };
+    let num_files = u64::try_from(files.paths.len()).unwrap_or(u64::MAX);
+    if num_files < n.get() {
+        return Err(invalid(format!(
+            "Could not shard the dataset by file: it has {num_files} input files, which is not \
+             enough for the required {n} shards/workers."
+        )));
+    }
+    Ok(Plan { feed: Feed::Static { first: i, stride: n.get() }, hint: None, data: None })
+}
+
+fn hint_outside_hint_mode(position: usize) -> DatasetError {
+    precondition(format!(
+        "transforms[{position}] is a shard_hint, which is only supported in tf.data service \
+         with `tf.data.experimental.service.ShardingPolicy.HINT` processing mode."
+    ))
+}
+
+impl Pipeline {
+    /// Builds the pipeline of `def` for a task sharded with `sharding` (errors as
+    /// [`validate_sharding`]).
+    pub fn new(def: &DatasetDef, sharding: Sharding) -> Result<Pipeline, DatasetError> {
+        let plan = plan(def, sharding)?;
+        let mut ops = Vec::with_capacity(def.transforms.len().saturating_add(1));
+        for (position, transform) in def.transforms.iter().enumerate() {
+            ops.push(match transform {
+                TransformDef::Repeat(count) => Op::repeat(*count),
+                TransformDef::Take(n) => Op::take(*n),
+                TransformDef::Skip(n) => Op::skip(*n),
+                TransformDef::Shuffle(s) => Op::shuffle(*s),
+                TransformDef::Batch(b) => Op::batch(*b),
+                TransformDef::ShardHint => match plan.hint {
+                    Some((n, i)) => Op::shard(n, i),
+                    None => return Err(hint_outside_hint_mode(position)),
+                },
+            });
+        }
+        if let Some((n, i)) = plan.data {
+            ops.push(Op::shard(n, i));
+        }
+        Ok(Pipeline {
+            source: Source::new(def.source.clone(), plan.feed),
+            ops,
+            resume_at: None,
+            state: State::Running,
+        })
+    }
+
+    /// Advances the pipeline to its next element, request, end or error.
+    #[allow(
+        clippy::should_implement_trait,
+        reason = "a step is not an iterator item: requests must be answered before going on"
+    )]
+    pub fn next(&mut self) -> Step {
+        match &self.state {
+            State::Running => {}
+            State::Ended => return Step::End,
+            State::Failed(e) => return Step::Error(e.clone()),
+        }
+        // Stage 0 is the source, stage k >= 1 is ops[k - 1]. Invariant between calls: either
+        // every stage is idle (resume at the top), or the chain is suspended on the source and
+        // every stage above it is waiting for its input.
+        let top = self.ops.len();
+        let mut stage = self.resume_at.take().unwrap_or(top).min(top);
+        let mut input = Input::Pull;
+        loop {
+            let out = if stage == 0 {
+                self.source.next()
+            } else {
+                let ctx = Ctx {
+                    dynamic: self.source.is_dynamic(),
+                    split_requests: self.source.split_requests(),
+                };
+                match self.ops.get_mut(stage - 1) {
+                    Some(op) => op.resume(std::mem::replace(&mut input, Input::Pull), ctx),
+                    None => Out::Fail(precondition("internal error: pipeline stage missing")),
+                }
+            };
+            match out {
+                Out::Emit(element) if stage >= top => return Step::Element(element),
+                Out::Emit(element) => {
+                    stage += 1;
+                    input = Input::Item(element);
+                }
+                Out::End if stage >= top => {
+                    self.state = State::Ended;
+                    return Step::End;
+                }
+                Out::End => {
+                    stage += 1;
+                    input = Input::End;
+                }
+                Out::Pull if stage > 0 => {
+                    stage -= 1;
+                    input = Input::Pull;
+                }
+                Out::Reset if stage > 0 => {
+                    self.source.reset();
+                    for op in self.ops.iter_mut().take(stage - 1) {
+                        op.reset();
+                    }
+                    input = Input::Pull;
+                }
+                Out::Pull | Out::Reset => {
+                    return self.fail(precondition("internal error: the source cannot pull"));
+                }
+                Out::Need(need) => {
+                    self.resume_at = Some(stage);
+                    return match need {
+                        Need::Split { repetition } => Step::NeedSplit { repetition },
+                        Need::File { path } => Step::NeedFile { path },
+                    };
+                }
+                Out::Fail(e) => return self.fail(e),
+            }
+        }
+    }
+
+    /// Collects up to `max` elements. Returns them with the step that stopped the collection
+    /// (never [`Step::Element`]), or `None` if `max` elements were collected.
+    pub fn next_batch(&mut self, max: usize) -> (Vec<Value>, Option<Step>) {
+        let mut elements = Vec::with_capacity(max.min(1024));
+        while elements.len() < max {
+            match self.next() {
+                Step::Element(element) => elements.push(element),
+                other => return (elements, Some(other)),
+            }
+        }
+        (elements, None)
+    }
+
+    /// Hands in a split for `repetition` after [`Step::NeedSplit`]; `None` means that
+    /// repetition has no more splits (that pass over the source is over).
+    ///
+    /// Splits may also be provided ahead of the request (e.g. from a get-split reply carrying
+    /// several): they queue up for the current repetition. A split for an earlier repetition
+    /// is stale and ignored, as is anything provided after the pipeline ended or failed. A
+    /// split for a later repetition, a split after the end of splits, a split for a
+    /// non-DYNAMIC pipeline, or one that does not belong to the source fails the pipeline.
+    pub fn provide_split(&mut self, repetition: u64, split: Option<Value>) {
+        if self.state == State::Running
+            && let Err(e) = self.source.provide_split(repetition, split)
+        {
+            self.state = State::Failed(e);
+        }
+    }
+
+    /// Hands in the contents of the file named by [`Step::NeedFile`]. Bytes for any other path,
+    /// or when no file was asked for, fail the pipeline (ignored after it ended or failed).
+    pub fn provide_file(&mut self, path: &str, bytes: &[u8]) {
+        if self.state == State::Running
+            && let Err(e) = self.source.provide_file(path, bytes)
+        {
+            self.state = State::Failed(e);
+        }
+    }
+
+    /// How many times the source has been re-entered by an enclosing `repeat` (the repetition
+    /// of the next [`Step::NeedSplit`]).
+    pub fn repetition(&self) -> u64 {
+        self.source.repetition()
+    }
+
+    fn fail(&mut self, error: DatasetError) -> Step {
+        self.state = State::Failed(error.clone());
+        Step::Error(error)
+    }
+}

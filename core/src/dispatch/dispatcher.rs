@@ -1,0 +1,1138 @@
+//! The dispatcher state machine: requests in, replies and journal records out.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::error::DispatchError;
+use super::state::{Job, SplitRef, State, Task, Update, apply};
+use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId};
+use crate::dataset::{DatasetDef, num_splits, split_at};
+
+/// The protocol version `GET /v1/version` reports.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Default elements per split of range and list sources.
+pub const DEFAULT_SPLIT_SIZE: u64 = 1024;
+/// The most splits one get-split call may ask for.
+pub const MAX_SPLITS_PER_CALL: u32 = 1024;
+
+const MINUTE: u64 = 60_000;
+
+/// Dispatcher settings; defaults are TensorFlow's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatcherConfig {
+    /// Journal records must be durable before replies (the gateway's side of the contract).
+    pub fault_tolerant: bool,
+    /// Static sharding's fixed worker list.
+    pub worker_addresses: Vec<String>,
+    /// A worker silent this long is lost: its tasks stop blocking and its splits are handed
+    /// out again. Default 10 min.
+    pub worker_timeout: Millis,
+    /// A client silent this long is released. Default 5 min.
+    pub client_timeout: Millis,
+    /// How long a new client may take to send its first heartbeat. Default 30 min
+    /// (TensorFlow: forever).
+    pub client_first_heartbeat_grace: Millis,
+    /// How often timeouts and garbage collection are checked. Default 10 min; checks also
+    /// run at a quarter of the worker and client timeouts so that they act in time.
+    pub job_gc_check_interval: Millis,
+    /// How long an iteration without clients is kept; `None`: forever. Default 5 min.
+    pub job_gc_timeout: Option<Millis>,
+    /// Also collect DYNAMIC iterations (re-creating one revisits data). Default false.
+    pub gc_dynamic_sharding_jobs: bool,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        DispatcherConfig {
+            fault_tolerant: false,
+            worker_addresses: Vec::new(),
+            worker_timeout: Millis(10 * MINUTE),
+            client_timeout: Millis(5 * MINUTE),
+            client_first_heartbeat_grace: Millis(30 * MINUTE),
+            job_gc_check_interval: Millis(10 * MINUTE),
+            job_gc_timeout: Some(Millis(5 * MINUTE)),
+            gc_dynamic_sharding_jobs: false,
+        }
+    }
+}
+
+impl DispatcherConfig {
+    /// Checks the settings: every duration must be positive.
+    pub fn validate(&self) -> Result<(), DispatchError> {
+        for (name, d) in [
+            ("worker_timeout", self.worker_timeout),
+            ("client_timeout", self.client_timeout),
+            ("client_first_heartbeat_grace", self.client_first_heartbeat_grace),
+            ("job_gc_check_interval", self.job_gc_check_interval),
+        ] {
+            if d.0 == 0 {
+                return Err(DispatchError::InvalidArgument(format!("{name} must be positive")));
+            }
+        }
+        if self.job_gc_timeout == Some(Millis(0)) {
+            return Err(DispatchError::InvalidArgument(
+                "job_gc_timeout must be positive (leave it unset to never collect)".into(),
+            ));
+        }
+        if self.worker_addresses.iter().any(|a| a.trim().is_empty()) {
+            return Err(DispatchError::InvalidArgument(
+                "worker_addresses must not contain empty entries".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_interval(&self) -> Millis {
+        let quarter = |m: Millis| Millis((m.0 / 4).max(1));
+        Millis(
+            self.job_gc_check_interval
+                .0
+                .min(quarter(self.worker_timeout).0)
+                .min(quarter(self.client_timeout).0)
+                .max(1),
+        )
+    }
+}
+
+/// How a job divides data, as clients spell it: `"parallel_epochs"`,
+/// `"distributed_epoch"` or `{"sharding_policy": "OFF" | ...}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ProcessingMode {
+    /// `parallel_epochs` / `distributed_epoch`.
+    Named(NamedMode),
+    /// An explicit sharding policy.
+    Policy {
+        /// The policy.
+        sharding_policy: ShardingPolicy,
+    },
+}
+
+/// TensorFlow's legacy processing-mode names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NamedMode {
+    /// OFF.
+    ParallelEpochs,
+    /// DYNAMIC.
+    DistributedEpoch,
+}
+
+impl ProcessingMode {
+    /// The sharding policy.
+    pub fn policy(self) -> ShardingPolicy {
+        match self {
+            ProcessingMode::Named(NamedMode::ParallelEpochs) => ShardingPolicy::Off,
+            ProcessingMode::Named(NamedMode::DistributedEpoch) => ShardingPolicy::Dynamic,
+            ProcessingMode::Policy { sharding_policy } => sharding_policy,
+        }
+    }
+}
+
+/// `POST /v1/workers/heartbeat`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerHeartbeat {
+    /// The worker's address.
+    pub worker_address: String,
+    /// Tasks the worker is running.
+    #[serde(default)]
+    pub current_tasks: Vec<TaskId>,
+    /// Tags, e.g. `COLOCATED` (kept from the first registration).
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// A task as a worker needs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDef {
+    /// Task.
+    pub task_id: TaskId,
+    /// Iteration.
+    pub iteration_id: IterationId,
+    /// Job.
+    pub job_id: JobId,
+    /// Dataset.
+    pub dataset_id: String,
+    /// The dataset definition.
+    pub dataset: DatasetDef,
+    /// The sharding policy.
+    pub processing_mode: ShardingPolicy,
+    /// Static sharding: number of shards.
+    pub num_workers: Option<u64>,
+    /// Static sharding: this worker's shard.
+    pub worker_index: Option<u64>,
+    /// DYNAMIC: split providers (always 1 for declarative datasets), else 0.
+    pub num_split_providers: u32,
+    /// Elements per split (DYNAMIC range/list sources).
+    pub split_size: u64,
+    /// Coordinated reads.
+    pub num_consumers: Option<u64>,
+    /// Coordinated reads: first round.
+    pub starting_round: u64,
+    /// TensorFlow's cross-trainer cache flag.
+    pub cross_trainer_cache: bool,
+}
+
+/// Reply to a worker heartbeat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerHeartbeatReply {
+    /// Tasks to start.
+    pub new_tasks: Vec<TaskDef>,
+    /// Tasks to stop (finished, collected or unknown).
+    pub tasks_to_delete: Vec<TaskId>,
+    /// The dispatcher's incarnation id.
+    pub incarnation: String,
+}
+
+/// One entry of a worker update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskProgress {
+    /// Task.
+    pub task_id: TaskId,
+    /// The task produced its last element.
+    pub completed: bool,
+}
+
+/// `POST /v1/workers/update`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerUpdate {
+    /// The worker.
+    pub worker_address: String,
+    /// Per-task progress.
+    pub updates: Vec<TaskProgress>,
+}
+
+/// Reply to a worker update: entries are applied one by one; unknown task ids are reported,
+/// not fatal (a stale id never wedges a worker, unlike TensorFlow's #52252).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerUpdateReply {
+    /// Task ids the dispatcher does not know.
+    pub unknown_tasks: Vec<TaskId>,
+    /// Incarnation.
+    pub incarnation: String,
+}
+
+/// `POST /v1/datasets`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterDataset {
+    /// The definition.
+    pub dataset: DatasetDef,
+    /// An explicit id (get-or-register).
+    #[serde(default)]
+    pub dataset_id: Option<String>,
+    /// Opaque client metadata.
+    #[serde(default)]
+    pub metadata: Option<Value>,
+}
+
+/// `POST /v1/jobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateJob {
+    /// The dataset.
+    pub dataset_id: String,
+    /// How data is divided.
+    pub processing_mode: ProcessingMode,
+    /// Share the job by name.
+    #[serde(default)]
+    pub job_name: Option<String>,
+    /// Coordinated reads.
+    #[serde(default)]
+    pub num_consumers: Option<u64>,
+    /// Which workers clients read.
+    #[serde(default)]
+    pub target_workers: TargetWorkers,
+    /// TensorFlow's cross-trainer cache flag.
+    #[serde(default)]
+    pub cross_trainer_cache: bool,
+    /// Elements per split of range/list sources (default 1,024).
+    #[serde(default)]
+    pub split_size: Option<u64>,
+}
+
+/// `POST /v1/jobs/{job_id}/iterations`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateIteration {
+    /// Which pass over the job (default 0).
+    #[serde(default)]
+    pub repetition: u64,
+    /// Coordinated reads: this consumer's index.
+    #[serde(default)]
+    pub consumer_index: Option<u64>,
+}
+
+/// Reply to get-or-create iteration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IterationLease {
+    /// Iteration.
+    pub iteration_id: IterationId,
+    /// This consumer's lease.
+    pub client_id: ClientId,
+    /// Incarnation.
+    pub incarnation: String,
+}
+
+/// `POST /v1/clients/{client_id}/heartbeat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientHeartbeat {
+    /// Coordinated reads: the round the client is in.
+    #[serde(default)]
+    pub current_round: Option<u64>,
+    /// Coordinated reads: the round the client agreed to stop before.
+    #[serde(default)]
+    pub blocked_round: Option<u64>,
+}
+
+/// A task as a client sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    /// Task.
+    pub task_id: TaskId,
+    /// Where to read it.
+    pub worker_address: String,
+    /// The worker's tags.
+    pub worker_tags: Vec<String>,
+    /// Coordinated reads: first round.
+    pub starting_round: u64,
+    /// The worker reported the task complete.
+    pub finished: bool,
+    /// The worker was lost: reading it will fail; skip it.
+    pub worker_lost: bool,
+}
+
+/// Reply to a client heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientHeartbeatReply {
+    /// Tasks of the iteration, in creation order.
+    pub tasks: Vec<TaskInfo>,
+    /// Every task is done.
+    pub iteration_finished: bool,
+    /// Coordinated reads: do not start this round yet.
+    pub block_round: Option<u64>,
+    /// Incarnation.
+    pub incarnation: String,
+}
+
+/// `POST /v1/iterations/{iteration_id}/splits`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GetSplits {
+    /// The asking worker (its earlier splits of this iteration are acknowledged).
+    pub worker_address: String,
+    /// The worker's pass over the source.
+    pub repetition: u64,
+    /// Always 0 for declarative datasets.
+    #[serde(default)]
+    pub split_provider_index: u32,
+    /// How many splits at most (default 1).
+    #[serde(default)]
+    pub max_splits: Option<u32>,
+}
+
+/// Reply to get-split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SplitsReply {
+    /// The splits (chunks `{"start", "stop"}`, paths, or items).
+    pub splits: Vec<Value>,
+    /// The repetition is over for this worker.
+    pub end_of_splits: bool,
+    /// No split now but the repetition is not over (splits are in flight elsewhere): ask
+    /// again after this many milliseconds.
+    pub retry_after_ms: Option<u64>,
+    /// Incarnation.
+    pub incarnation: String,
+}
+
+/// What the gateway may want to know about, besides replies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A worker was declared lost.
+    WorkerLost {
+        /// Address.
+        address: String,
+    },
+    /// An iteration finished.
+    IterationFinished {
+        /// Iteration.
+        iteration_id: IterationId,
+    },
+}
+
+/// The dispatcher: a deterministic state machine. See the module docs for the drive rule.
+#[derive(Debug)]
+pub struct Dispatcher {
+    config: DispatcherConfig,
+    incarnation: String,
+    state: State,
+    worker_seen: BTreeMap<String, Millis>,
+    client_deadline: BTreeMap<ClientId, Millis>,
+    journal: VecDeque<Update>,
+    events: VecDeque<Event>,
+    next_check: Millis,
+}
+
+fn not_found_dataset(id: &str) -> DispatchError {
+    DispatchError::NotFound(format!("Dataset id {id} not found"))
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 256
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'=' | b'/'))
+}
+
+impl Dispatcher {
+    /// A fresh dispatcher. `incarnation` identifies this run in every reply.
+    pub fn new(
+        config: DispatcherConfig,
+        incarnation: String,
+        now: Millis,
+    ) -> Result<Self, DispatchError> {
+        config.validate()?;
+        let state = State::new(config.worker_addresses.clone());
+        Ok(Self::with_state(config, incarnation, state, now))
+    }
+
+    /// A dispatcher recovered from its journal. Every known worker and client counts as
+    /// heard from at `now`.
+    pub fn recover<'a>(
+        config: DispatcherConfig,
+        incarnation: String,
+        now: Millis,
+        journal: impl IntoIterator<Item = &'a Update>,
+    ) -> Result<Self, DispatchError> {
+        config.validate()?;
+        let mut state = State::new(config.worker_addresses.clone());
+        for u in journal {
+            apply(&mut state, u);
+        }
+        Ok(Self::with_state(config, incarnation, state, now))
+    }
+
+    fn with_state(
+        config: DispatcherConfig,
+        incarnation: String,
+        state: State,
+        now: Millis,
+    ) -> Self {
+        let worker_seen = state.workers.keys().map(|a| (a.clone(), now)).collect();
+        let client_deadline =
+            state.clients.keys().map(|c| (*c, now.plus(config.client_timeout))).collect();
+        let next_check = now.plus(config.check_interval());
+        Dispatcher {
+            config,
+            incarnation,
+            state,
+            worker_seen,
+            client_deadline,
+            journal: VecDeque::new(),
+            events: VecDeque::new(),
+            next_check,
+        }
+    }
+
+    /// The durable state.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+    /// The configuration.
+    pub fn config(&self) -> &DispatcherConfig {
+        &self.config
+    }
+    /// This run's incarnation id.
+    pub fn incarnation(&self) -> &str {
+        &self.incarnation
+    }
+
+    /// The next journal record that must be durable before the replies of the handlers
+    /// called so far are sent.
+    pub fn poll_journal(&mut self) -> Option<Update> {
+        self.journal.pop_front()
+    }
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+    /// When [`Dispatcher::handle_timeout`] should be called next.
+    pub fn poll_timeout(&self) -> Millis {
+        self.next_check
+    }
+    /// A snapshot record of the whole state (for compaction).
+    pub fn snapshot(&self) -> Update {
+        Update::Snapshot { state: Box::new(self.state.clone()) }
+    }
+
+    fn commit(&mut self, update: Update) {
+        let finished_before: BTreeSet<IterationId> =
+            self.state.iterations.values().filter(|i| i.finished).map(|i| i.id).collect();
+        apply(&mut self.state, &update);
+        if matches!(
+            update,
+            Update::FinishTask { .. } | Update::ProduceSplits { .. } | Update::WorkerLost { .. }
+        ) {
+            for it in self.state.iterations.values() {
+                if it.finished && !it.garbage_collected && !finished_before.contains(&it.id) {
+                    self.events.push_back(Event::IterationFinished { iteration_id: it.id });
+                }
+            }
+        }
+        self.journal.push_back(update);
+    }
+
+    /// `GET /v1/version`.
+    pub fn version(&self) -> (u32, &str, bool) {
+        (PROTOCOL_VERSION, &self.incarnation, self.config.fault_tolerant)
+    }
+
+    fn task_def(&self, task: &Task) -> Result<TaskDef, DispatchError> {
+        let it = self.state.iterations.get(&task.iteration_id).ok_or_else(|| {
+            DispatchError::NotFound(format!("Iteration id {} not found", task.iteration_id))
+        })?;
+        let job = self.state.jobs.get(&it.job_id).ok_or_else(|| {
+            DispatchError::NotFound(format!("Job with id {} not found", it.job_id))
+        })?;
+        let dataset = self
+            .state
+            .datasets
+            .get(&job.dataset_id)
+            .ok_or_else(|| not_found_dataset(&job.dataset_id))?;
+        Ok(TaskDef {
+            task_id: task.id,
+            iteration_id: it.id,
+            job_id: job.id,
+            dataset_id: job.dataset_id.clone(),
+            dataset: dataset.def.clone(),
+            processing_mode: job.policy,
+            num_workers: task.shard.map(|s| s.0),
+            worker_index: task.shard.map(|s| s.1),
+            num_split_providers: u32::from(job.policy == ShardingPolicy::Dynamic),
+            split_size: job.split_size,
+            num_consumers: job.num_consumers,
+            starting_round: task.starting_round,
+            cross_trainer_cache: job.cross_trainer_cache,
+        })
+    }
+
+    fn shard_of(
+        &self,
+        policy: ShardingPolicy,
+        worker: &str,
+    ) -> Result<Option<(u64, u64)>, DispatchError> {
+        if !policy.is_static() {
+            return Ok(None);
+        }
+        let list = &self.state.worker_list;
+        match list.index_of(worker) {
+            Some(i) => Ok(Some((list.len() as u64, i as u64))),
+            None => Err(DispatchError::NotFound(format!(
+                "Failed to shard dataset in tf.data service: Worker {worker} is not in the workers \
+                 list. Got workers list [{}].",
+                list.entries().join(", ")
+            ))),
+        }
+    }
+
+    /// Creates a task of `iteration` on `worker` (journaled).
+    fn create_task(
+        &mut self,
+        iteration_id: IterationId,
+        worker: &str,
+    ) -> Result<(), DispatchError> {
+        let Some(it) = self.state.iterations.get(&iteration_id) else { return Ok(()) };
+        let policy = self.state.jobs.get(&it.job_id).map_or(ShardingPolicy::Off, |j| j.policy);
+        let shard = self.shard_of(policy, worker)?;
+        let task = Task {
+            id: TaskId(self.state.next_task_id),
+            iteration_id,
+            worker_address: worker.to_owned(),
+            shard,
+            starting_round: 0,
+            finished: false,
+            abandoned: false,
+        };
+        self.commit(Update::CreateTask { task });
+        Ok(())
+    }
+
+    /// Worker heartbeat: registers a new worker (giving it a task in every unfinished
+    /// iteration), revives a lost one, and answers the tasks to start and to stop.
+    pub fn worker_heartbeat(
+        &mut self,
+        now: Millis,
+        req: &WorkerHeartbeat,
+    ) -> Result<WorkerHeartbeatReply, DispatchError> {
+        let addr = req.worker_address.as_str();
+        if addr.trim().is_empty() {
+            return Err(DispatchError::InvalidArgument("worker_address must not be empty".into()));
+        }
+        if req.tags.iter().any(|t| t.is_empty()) {
+            return Err(DispatchError::InvalidArgument(format!(
+                "Worker tags cannot be empty. Got tags {{{}}}",
+                req.tags.join(", ")
+            )));
+        }
+        let known = self.state.workers.get(addr).map(|w| w.alive);
+        match known {
+            None => {
+                self.state.worker_list.validate(addr).map_err(DispatchError::FailedPrecondition)?;
+                self.commit(Update::RegisterWorker {
+                    address: addr.to_owned(),
+                    tags: req.tags.clone(),
+                });
+                self.join_unfinished_iterations(addr)?;
+            }
+            Some(false) => {
+                self.commit(Update::WorkerRevived { address: addr.to_owned() });
+                self.join_unfinished_iterations(addr)?;
+            }
+            Some(true) => {}
+        }
+        self.worker_seen.insert(addr.to_owned(), now);
+        let assigned: &BTreeSet<TaskId> = match self.state.workers.get(addr) {
+            Some(w) => &w.tasks,
+            None => {
+                return Err(DispatchError::NotFound(format!(
+                    "Worker with address {addr} not found."
+                )));
+            }
+        };
+        let current: BTreeSet<TaskId> = req.current_tasks.iter().copied().collect();
+        let tasks_to_delete = current.iter().filter(|t| !assigned.contains(t)).copied().collect();
+        let new_ids: Vec<TaskId> =
+            assigned.iter().filter(|t| !current.contains(t)).copied().collect();
+        let mut new_tasks = Vec::with_capacity(new_ids.len());
+        for id in new_ids {
+            if let Some(task) = self.state.tasks.get(&id) {
+                new_tasks.push(self.task_def(task)?);
+            }
+        }
+        Ok(WorkerHeartbeatReply {
+            new_tasks,
+            tasks_to_delete,
+            incarnation: self.incarnation.clone(),
+        })
+    }
+
+    fn join_unfinished_iterations(&mut self, addr: &str) -> Result<(), DispatchError> {
+        let has_task: BTreeSet<IterationId> = self
+            .state
+            .tasks
+            .values()
+            .filter(|t| t.worker_address == addr)
+            .map(|t| t.iteration_id)
+            .collect();
+        let open: Vec<IterationId> = self
+            .state
+            .iterations
+            .values()
+            .filter(|i| !i.finished && !has_task.contains(&i.id))
+            .map(|i| i.id)
+            .collect();
+        for it in open {
+            self.create_task(it, addr)?;
+        }
+        Ok(())
+    }
+
+    /// Worker update: each entry on its own; unknown ids are reported back.
+    pub fn worker_update(
+        &mut self,
+        now: Millis,
+        req: &WorkerUpdate,
+    ) -> Result<WorkerUpdateReply, DispatchError> {
+        if self.state.workers.contains_key(&req.worker_address) {
+            self.worker_seen.insert(req.worker_address.clone(), now);
+        }
+        let mut unknown_tasks = Vec::new();
+        for u in &req.updates {
+            match self.state.tasks.get(&u.task_id) {
+                None => unknown_tasks.push(u.task_id),
+                Some(t) if u.completed && !t.finished => {
+                    self.commit(Update::FinishTask { task_id: u.task_id })
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(WorkerUpdateReply { unknown_tasks, incarnation: self.incarnation.clone() })
+    }
+
+    /// Get-or-register a dataset. With an explicit id that exists, the definitions and
+    /// metadata must match.
+    pub fn register_dataset(&mut self, req: &RegisterDataset) -> Result<String, DispatchError> {
+        let metadata = req.metadata.clone().unwrap_or(Value::Null);
+        if let Some(id) = &req.dataset_id {
+            if !valid_id(id) {
+                return Err(DispatchError::InvalidArgument(format!(
+                    "dataset_id {id:?} must be 1 to 256 characters of A-Z a-z 0-9 - _ . = /"
+                )));
+            }
+            if let Some(existing) = self.state.datasets.get(id) {
+                if existing.def == req.dataset && existing.metadata == metadata {
+                    return Ok(id.clone());
+                }
+                return Err(DispatchError::InvalidArgument(format!(
+                    "Datasets with the same ID should have the same structure, got diff for \
+                     dataset ID {id}: the {} differs. To fix this error, make sure you're \
+                     registering the same dataset with the same ID.",
+                    if existing.def == req.dataset { "metadata" } else { "definition" }
+                )));
+            }
+        }
+        let id = req.dataset_id.clone().unwrap_or_else(|| self.state.peek_dataset_id());
+        self.commit(Update::RegisterDataset {
+            dataset_id: id.clone(),
+            def: req.dataset.clone(),
+            metadata,
+        });
+        Ok(id)
+    }
+
+    /// Get-or-create a job. Reusing a name requires the same dataset and parameters.
+    pub fn create_job(&mut self, req: &CreateJob) -> Result<JobId, DispatchError> {
+        if !self.state.datasets.contains_key(&req.dataset_id) {
+            return Err(not_found_dataset(&req.dataset_id));
+        }
+        let policy = req.processing_mode.policy();
+        let split_size = req.split_size.unwrap_or(DEFAULT_SPLIT_SIZE);
+        if split_size == 0 {
+            return Err(DispatchError::InvalidArgument("split_size must be at least 1".into()));
+        }
+        if req.num_consumers == Some(0) {
+            return Err(DispatchError::InvalidArgument("num_consumers must be at least 1".into()));
+        }
+        if let Some(name) = &req.job_name {
+            if name.is_empty() {
+                return Err(DispatchError::InvalidArgument("`job_name` must not be empty".into()));
+            }
+        } else if req.num_consumers.is_some() {
+            return Err(DispatchError::InvalidArgument(
+                "coordinated reads (num_consumers) require a job_name".into(),
+            ));
+        } else if req.cross_trainer_cache {
+            return Err(DispatchError::InvalidArgument(
+                "Cross-trainer caching requires named jobs. Got empty `job_name`.".into(),
+            ));
+        }
+        if policy.is_static() && self.state.worker_list.is_empty() {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "Static sharding policy {} needs the dispatcher's fixed worker list \
+                 (--worker-addresses); none is configured",
+                policy.as_str()
+            )));
+        }
+        if let Some(id) = req.job_name.as_ref().and_then(|n| self.state.jobs_by_name.get(n)) {
+            let job = &self.state.jobs[id];
+            let mut diff = String::new();
+            if job.policy != policy {
+                diff += &format!(
+                    "Existing processing mode: <{}>; got <{}>. ",
+                    job.policy.as_str(),
+                    policy.as_str()
+                );
+            }
+            if job.cross_trainer_cache != req.cross_trainer_cache {
+                let s = |b: bool| if b { "enabled" } else { "disabled" };
+                diff += &format!(
+                    "Existing cross-trainer cache: <{}>; got <{}>. ",
+                    s(job.cross_trainer_cache),
+                    s(req.cross_trainer_cache)
+                );
+            }
+            if job.target_workers != req.target_workers {
+                diff += &format!(
+                    "Existing target workers: <{}>; got <{}>. ",
+                    job.target_workers.as_str(),
+                    req.target_workers.as_str()
+                );
+            }
+            if job.dataset_id != req.dataset_id {
+                diff +=
+                    &format!("Existing dataset: <{}>; got <{}>. ", job.dataset_id, req.dataset_id);
+            }
+            if job.num_consumers != req.num_consumers {
+                diff += &format!(
+                    "Existing num_consumers: <{:?}>; got <{:?}>. ",
+                    job.num_consumers, req.num_consumers
+                );
+            }
+            if job.split_size != split_size {
+                diff += &format!("Existing split_size: <{}>; got <{split_size}>. ", job.split_size);
+            }
+            if diff.is_empty() {
+                return Ok(job.id);
+            }
+            return Err(DispatchError::InvalidArgument(format!(
+                "Tried to create job with name {}, but found an existing job with different \
+                 parameters: {}",
+                job.name,
+                diff.trim_end()
+            )));
+        }
+        let id = JobId(self.state.next_job_id);
+        let name = req.job_name.clone().unwrap_or_else(|| format!("anonymous_job_{id}"));
+        let job = Job {
+            id,
+            name,
+            dataset_id: req.dataset_id.clone(),
+            policy,
+            num_consumers: req.num_consumers,
+            target_workers: req.target_workers,
+            cross_trainer_cache: req.cross_trainer_cache,
+            split_size,
+        };
+        self.commit(Update::CreateJob { job });
+        Ok(id)
+    }
+
+    /// A job.
+    pub fn job(&self, job_id: JobId) -> Result<&Job, DispatchError> {
+        self.state
+            .jobs
+            .get(&job_id)
+            .ok_or_else(|| DispatchError::NotFound(format!("Job with id {job_id} not found")))
+    }
+
+    /// Get-or-create the iteration `(job, repetition)` and take a client lease on it.
+    pub fn create_iteration(
+        &mut self,
+        now: Millis,
+        job_id: JobId,
+        req: &CreateIteration,
+    ) -> Result<IterationLease, DispatchError> {
+        let job = self.job(job_id)?.clone();
+        if let Some(n) = job.num_consumers {
+            match req.consumer_index {
+                Some(i) if i < n => {}
+                Some(i) => {
+                    return Err(DispatchError::InvalidArgument(format!(
+                        "consumer_index {i} is out of range for a job with {n} consumers"
+                    )));
+                }
+                None => {
+                    return Err(DispatchError::InvalidArgument(
+                        "a coordinated-read job needs a consumer_index".into(),
+                    ));
+                }
+            }
+        } else if req.consumer_index.is_some() {
+            return Err(DispatchError::InvalidArgument(
+                "consumer_index needs a job with num_consumers".into(),
+            ));
+        }
+        let key = (job.name.clone(), req.repetition);
+        let existing = self
+            .state
+            .iterations_by_key
+            .get(&key)
+            .filter(|id| self.state.iterations.get(id).is_some_and(|i| !i.garbage_collected))
+            .copied();
+        let iteration_id = match existing {
+            Some(id) => id,
+            None => {
+                let id = IterationId(self.state.next_iteration_id);
+                let total_splits = if job.policy == ShardingPolicy::Dynamic {
+                    let ds = self
+                        .state
+                        .datasets
+                        .get(&job.dataset_id)
+                        .ok_or_else(|| not_found_dataset(&job.dataset_id))?;
+                    Some(num_splits(&ds.def.source, job.split_size))
+                } else {
+                    None
+                };
+                // Validate shards before journaling anything.
+                let workers: Vec<String> = self
+                    .state
+                    .workers
+                    .values()
+                    .filter(|w| w.alive)
+                    .map(|w| w.address.clone())
+                    .collect();
+                for w in &workers {
+                    self.shard_of(job.policy, w)?;
+                }
+                self.commit(Update::CreateIteration {
+                    iteration_id: id,
+                    job_id,
+                    repetition: req.repetition,
+                    total_splits,
+                });
+                for w in workers {
+                    self.create_task(id, &w)?;
+                }
+                id
+            }
+        };
+        let client_id = ClientId(self.state.next_client_id);
+        self.commit(Update::AcquireClient { client_id, iteration_id });
+        self.client_deadline.insert(client_id, now.plus(self.config.client_first_heartbeat_grace));
+        Ok(IterationLease { iteration_id, client_id, incarnation: self.incarnation.clone() })
+    }
+
+    fn client_iteration(&self, client_id: ClientId) -> Result<IterationId, DispatchError> {
+        match self.state.clients.get(&client_id) {
+            Some(c) => Ok(c.iteration_id),
+            None if self.config.fault_tolerant => {
+                Err(DispatchError::NotFound(format!("Iteration client id not found: {client_id}")))
+            }
+            None => Err(DispatchError::NotFound(format!(
+                "Unknown iteration client id {client_id}. The dispatcher is not configured to be \
+                 fault tolerant, so this could be caused by a dispatcher restart."
+            ))),
+        }
+    }
+
+    /// Client heartbeat: the iteration's tasks and whether it is finished.
+    pub fn client_heartbeat(
+        &mut self,
+        now: Millis,
+        client_id: ClientId,
+        _req: &ClientHeartbeat,
+    ) -> Result<ClientHeartbeatReply, DispatchError> {
+        let iteration_id = self.client_iteration(client_id)?;
+        let it = self.state.iterations.get(&iteration_id).ok_or_else(|| {
+            DispatchError::NotFound(format!("Iteration id {iteration_id} not found"))
+        })?;
+        if it.garbage_collected {
+            return Err(DispatchError::FailedPrecondition(
+                "The requested iteration has been garbage collected due to inactivity. Consider \
+                 configuring the dispatcher with a higher `job_gc_timeout`."
+                    .into(),
+            ));
+        }
+        self.client_deadline.insert(client_id, now.plus(self.config.client_timeout));
+        let tasks = it
+            .tasks
+            .iter()
+            .filter_map(|t| self.state.tasks.get(t))
+            .map(|t| {
+                let worker = self.state.workers.get(&t.worker_address);
+                TaskInfo {
+                    task_id: t.id,
+                    worker_address: t.worker_address.clone(),
+                    worker_tags: worker.map(|w| w.tags.clone()).unwrap_or_default(),
+                    starting_round: t.starting_round,
+                    finished: t.finished,
+                    worker_lost: t.abandoned,
+                }
+            })
+            .collect();
+        Ok(ClientHeartbeatReply {
+            tasks,
+            iteration_finished: it.finished,
+            block_round: None,
+            incarnation: self.incarnation.clone(),
+        })
+    }
+
+    /// Releases a client lease.
+    pub fn release_client(
+        &mut self,
+        now: Millis,
+        client_id: ClientId,
+    ) -> Result<(), DispatchError> {
+        if !self.state.clients.contains_key(&client_id) {
+            return Err(DispatchError::NotFound(format!(
+                "Iteration client id not found: {client_id}"
+            )));
+        }
+        self.client_deadline.remove(&client_id);
+        self.commit(Update::ReleaseClient { client_id, at: now });
+        Ok(())
+    }
+
+    /// Get-split (DYNAMIC): acknowledges the worker's earlier splits of this iteration and
+    /// hands out up to `max_splits` more: splits of lost workers first, then fresh ones.
+    /// The repetition ends for a worker only when none of its splits is in flight anywhere,
+    /// so a worker lost later cannot take splits with it.
+    pub fn get_splits(
+        &mut self,
+        now: Millis,
+        iteration_id: IterationId,
+        req: &GetSplits,
+    ) -> Result<SplitsReply, DispatchError> {
+        let max = req.max_splits.unwrap_or(1);
+        if max == 0 || max > MAX_SPLITS_PER_CALL {
+            return Err(DispatchError::InvalidArgument(format!(
+                "max_splits must be in 1..={MAX_SPLITS_PER_CALL}, not {max}"
+            )));
+        }
+        let it = self.state.iterations.get(&iteration_id).ok_or_else(|| {
+            DispatchError::NotFound(format!("Iteration id {iteration_id} not found"))
+        })?;
+        let Some(splits) = &it.splits else {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "Cannot get split for iteration {iteration_id}, since it is not a \
+                 distributed_epoch iteration."
+            )));
+        };
+        if req.split_provider_index != 0 {
+            return Err(DispatchError::InvalidArgument(format!(
+                "split_provider_index {} is out of range: iteration {iteration_id} has 1 split \
+                 provider",
+                req.split_provider_index
+            )));
+        }
+        let worker = req.worker_address.as_str();
+        if !self.state.workers.contains_key(worker) {
+            return Err(DispatchError::NotFound(format!(
+                "Worker with address {worker} not found."
+            )));
+        }
+        let has_task = it
+            .tasks
+            .iter()
+            .filter_map(|t| self.state.tasks.get(t))
+            .any(|t| t.worker_address == worker);
+        if !has_task {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "worker {worker} has no task in iteration {iteration_id}"
+            )));
+        }
+        let r = req.repetition;
+        if r > splits.repetition {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "repetition {r} is ahead of iteration {iteration_id}'s split provider, which is at \
+                 repetition {}",
+                splits.repetition
+            )));
+        }
+        self.worker_seen.insert(worker.to_owned(), now);
+        let mut assigned: Vec<SplitRef> = splits
+            .requeue
+            .iter()
+            .filter(|s| s.repetition == r)
+            .take(max as usize)
+            .copied()
+            .collect();
+        if r == splits.repetition {
+            let mut next = splits.next_index;
+            while assigned.len() < max as usize && next < splits.total {
+                assigned.push(SplitRef { repetition: r, index: next });
+                next += 1;
+            }
+        }
+        let had_leases = splits.leases.contains_key(worker);
+        let mut advance_to = None;
+        let mut end_of_splits = false;
+        let mut retry_after_ms = None;
+        if assigned.is_empty() {
+            // Pending elsewhere, once this worker's own leases are acknowledged?
+            let pending_elsewhere = splits.requeue.iter().any(|s| s.repetition == r)
+                || splits
+                    .leases
+                    .iter()
+                    .any(|(w, l)| w != worker && l.iter().any(|s| s.repetition == r));
+            if pending_elsewhere {
+                retry_after_ms = Some(100);
+            } else {
+                end_of_splits = true;
+                if r == splits.repetition {
+                    advance_to = Some(r + 1);
+                }
+            }
+        }
+        let job_split_size =
+            self.state.jobs.get(&it.job_id).map_or(DEFAULT_SPLIT_SIZE, |j| j.split_size);
+        let dataset_id =
+            self.state.jobs.get(&it.job_id).map(|j| j.dataset_id.clone()).unwrap_or_default();
+        let values: Vec<Value> = match self.state.datasets.get(&dataset_id) {
+            Some(ds) => assigned
+                .iter()
+                .filter_map(|s| split_at(&ds.def.source, job_split_size, s.index))
+                .collect(),
+            None => return Err(not_found_dataset(&dataset_id)),
+        };
+        if !assigned.is_empty() || had_leases || advance_to.is_some() {
+            self.commit(Update::ProduceSplits {
+                iteration_id,
+                worker_address: worker.to_owned(),
+                assigned,
+                advance_to,
+            });
+        }
+        Ok(SplitsReply {
+            splits: values,
+            end_of_splits,
+            retry_after_ms,
+            incarnation: self.incarnation.clone(),
+        })
+    }
+
+    /// Runs the timers: releases silent clients, collects idle iterations, and declares
+    /// silent workers lost. Call at or after [`Dispatcher::poll_timeout`].
+    pub fn handle_timeout(&mut self, now: Millis) {
+        if now < self.next_check {
+            return;
+        }
+        self.next_check = now.plus(self.config.check_interval());
+        // 1. Silent clients (only clients of unfinished iterations are active).
+        let expired: Vec<ClientId> = self
+            .client_deadline
+            .iter()
+            .filter(|(_, d)| now > **d)
+            .map(|(c, _)| *c)
+            .filter(|c| {
+                self.state
+                    .clients
+                    .get(c)
+                    .and_then(|cl| self.state.iterations.get(&cl.iteration_id))
+                    .is_some_and(|i| !i.finished)
+            })
+            .collect();
+        for client_id in expired {
+            self.client_deadline.remove(&client_id);
+            self.commit(Update::ReleaseClient { client_id, at: now });
+        }
+        // 2. Idle iterations.
+        if let Some(timeout) = self.config.job_gc_timeout {
+            let collect: Vec<IterationId> = self
+                .state
+                .iterations
+                .values()
+                .filter(|i| !i.finished && i.num_clients == 0)
+                .filter(|i| i.last_release.is_some_and(|t| now >= t.plus(timeout)))
+                .filter(|i| {
+                    self.config.gc_dynamic_sharding_jobs
+                        || self
+                            .state
+                            .jobs
+                            .get(&i.job_id)
+                            .is_none_or(|j| j.policy != ShardingPolicy::Dynamic)
+                })
+                .map(|i| i.id)
+                .collect();
+            for iteration_id in collect {
+                self.commit(Update::GarbageCollectIteration { iteration_id });
+            }
+        }
+        // 3. Silent workers.
+        let lost: Vec<String> = self
+            .state
+            .workers
+            .values()
+            .filter(|w| w.alive)
+            .filter(|w| {
+                self.worker_seen
+                    .get(&w.address)
+                    .is_none_or(|t| now.since(*t) > self.config.worker_timeout)
+            })
+            .map(|w| w.address.clone())
+            .collect();
+        for address in lost {
+            self.commit(Update::WorkerLost { address: address.clone() });
+            self.events.push_back(Event::WorkerLost { address });
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! The dispatcher's error type, by status class.
+
+/// Why a dispatcher request was refused. The variant is the status class TensorFlow's
+/// dispatcher uses for the same condition; the message is TensorFlow's text where it has one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DispatchError {
+    /// The request is malformed or contradicts earlier requests.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// An id or address the dispatcher does not know.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is valid but the state does not allow it.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// Something with that identity exists already.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// Try again later.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl DispatchError {
+    /// The machine-readable status class, e.g. `NOT_FOUND`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidArgument(_) => "INVALID_ARGUMENT",
+            Self::NotFound(_) => "NOT_FOUND",
+            Self::FailedPrecondition(_) => "FAILED_PRECONDITION",
+            Self::AlreadyExists(_) => "ALREADY_EXISTS",
+            Self::Unavailable(_) => "UNAVAILABLE",
+        }
+    }
+
+    /// The message.
+    pub fn detail(&self) -> &str {
+        match self {
+            Self::InvalidArgument(m)
+            | Self::NotFound(m)
+            | Self::FailedPrecondition(m)
+            | Self::AlreadyExists(m)
+            | Self::Unavailable(m) => m,
+        }
+    }
+}

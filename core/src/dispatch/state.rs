@@ -1,0 +1,597 @@
+//! The dispatcher's durable state and the one pure `apply` that changes it.
+//!
+//! Everything here is what the journal records: [`State`] is exactly the fold of
+//! [`apply`] over the journal, so `recover(journal) == live state` holds by construction
+//! and is checked by the tests. Liveness timestamps are not here (they live in the
+//! [`super::Dispatcher`] and are reset on recovery).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::types::{
+    ClientId, FIRST_DATASET_ID, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId,
+};
+use crate::dataset::DatasetDef;
+
+/// A registered dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dataset {
+    /// Its id (generated decimal ids start at 1000).
+    pub id: String,
+    /// The definition workers run.
+    pub def: DatasetDef,
+    /// Opaque client metadata (TensorFlow's element spec, compression, cardinality).
+    pub metadata: Value,
+}
+
+/// A registered worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Worker {
+    /// The address clients and the dispatcher use for it.
+    pub address: String,
+    /// Tags (e.g. `COLOCATED`), captured at first registration.
+    pub tags: Vec<String>,
+    /// False after the worker missed heartbeats for the worker timeout.
+    pub alive: bool,
+    /// Tasks assigned to it that are neither finished nor removed.
+    pub tasks: BTreeSet<TaskId>,
+}
+
+/// A job: a named, shareable consumer of one dataset with fixed parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// Id.
+    pub id: JobId,
+    /// Name (`anonymous_job_<id>` when the client gave none).
+    pub name: String,
+    /// The dataset.
+    pub dataset_id: String,
+    /// Sharding policy.
+    pub policy: ShardingPolicy,
+    /// Coordinated reads: the number of consumers.
+    pub num_consumers: Option<u64>,
+    /// Which workers clients read from.
+    pub target_workers: TargetWorkers,
+    /// TensorFlow's cross-trainer cache flag (passed to workers).
+    pub cross_trainer_cache: bool,
+    /// Elements per split of a range or list source (DYNAMIC).
+    pub split_size: u64,
+}
+
+/// One split of a repetition: `(repetition, index)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SplitRef {
+    /// The split provider's repetition.
+    pub repetition: u64,
+    /// The split's index within the repetition.
+    pub index: u64,
+}
+
+/// DYNAMIC sharding bookkeeping of one iteration's split provider.
+///
+/// Splits are numbered `0..total` in every repetition and computed from the dataset
+/// definition on demand, so the provider is just counters: nothing needs fast-forwarding
+/// on recovery. A split handed to a worker is *leased* until the same worker asks for more
+/// splits (or finishes its task), which acknowledges it; the leases of a worker that is lost
+/// go back to `requeue` and are handed out again, so no split of a repetition is lost.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SplitState {
+    /// Splits per repetition.
+    pub total: u64,
+    /// The repetition fresh splits come from.
+    pub repetition: u64,
+    /// The next fresh split index in `repetition`.
+    pub next_index: u64,
+    /// Splits handed out and not yet acknowledged, per worker address.
+    pub leases: BTreeMap<String, Vec<SplitRef>>,
+    /// Splits of lost workers, to be handed out again.
+    pub requeue: BTreeSet<SplitRef>,
+    /// Splits handed out so far (fresh and again), for metrics.
+    pub handed_out: u64,
+}
+
+impl SplitState {
+    /// Whether any split of `repetition` is still leased or waiting to be handed out again.
+    pub fn pending_in(&self, repetition: u64) -> bool {
+        self.requeue.iter().any(|s| s.repetition == repetition)
+            || self.leases.values().flatten().any(|s| s.repetition == repetition)
+    }
+    /// Whether any split at all is leased or queued again.
+    pub fn pending(&self) -> bool {
+        !self.requeue.is_empty() || self.leases.values().any(|l| !l.is_empty())
+    }
+}
+
+/// A pass over a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Iteration {
+    /// Id.
+    pub id: IterationId,
+    /// The job.
+    pub job_id: JobId,
+    /// The job name, part of the iteration's key.
+    pub job_name: String,
+    /// The client-side repetition, the other part of the key.
+    pub repetition: u64,
+    /// Visible tasks, in creation order.
+    pub tasks: Vec<TaskId>,
+    /// Clients holding a lease.
+    pub num_clients: u64,
+    /// When the last client released it.
+    pub last_release: Option<Millis>,
+    /// All tasks are done.
+    pub finished: bool,
+    /// Collected after its clients left.
+    pub garbage_collected: bool,
+    /// DYNAMIC iterations only.
+    pub splits: Option<SplitState>,
+}
+
+/// An iteration's work on one worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    /// Id.
+    pub id: TaskId,
+    /// The iteration.
+    pub iteration_id: IterationId,
+    /// The worker.
+    pub worker_address: String,
+    /// Static sharding: `(num_workers, worker_index)`.
+    pub shard: Option<(u64, u64)>,
+    /// Coordinated reads: the first round clients read it in.
+    pub starting_round: u64,
+    /// The worker reported it complete (or its iteration was collected).
+    pub finished: bool,
+    /// Its worker was lost; it no longer blocks the iteration.
+    pub abandoned: bool,
+}
+
+/// A consumer's lease on an iteration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Client {
+    /// Id.
+    pub id: ClientId,
+    /// The iteration.
+    pub iteration_id: IterationId,
+}
+
+/// The fixed worker list of static sharding, with placeholder entries bound to concrete
+/// addresses in registration order (TensorFlow's `WorkerIndexResolver`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerList {
+    entries: Vec<String>,
+}
+
+fn split_host_port(addr: &str) -> (&str, Option<&str>) {
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() => (host, Some(port)),
+        _ => (addr, None),
+    }
+}
+
+fn is_port_placeholder(port: &str) -> bool {
+    port == "%port%" || (port.starts_with("%port_") && port.ends_with('%'))
+}
+
+impl WorkerList {
+    /// The configured list (`host`, `host:port`, `host:%port%`, `host:%port_<name>%`).
+    pub fn new(entries: Vec<String>) -> Self {
+        WorkerList { entries }
+    }
+    /// Whether static sharding is configured at all.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    /// The number of shards.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// The entries, with bound placeholders replaced by addresses.
+    pub fn entries(&self) -> &[String] {
+        &self.entries
+    }
+
+    fn matching(&self, addr: &str) -> Option<usize> {
+        if let Some(i) = self.entries.iter().position(|e| e == addr) {
+            return Some(i);
+        }
+        let (host, port) = split_host_port(addr);
+        port?;
+        self.entries.iter().position(|e| {
+            let (eh, ep) = split_host_port(e);
+            eh == host && ep.is_none_or(is_port_placeholder)
+        })
+    }
+
+    /// Whether `addr` may register: the list is empty, or an entry matches it.
+    pub fn validate(&self, addr: &str) -> Result<(), String> {
+        if self.entries.is_empty() || self.matching(addr).is_some() {
+            return Ok(());
+        }
+        Err(format!(
+            "Failed to assign an index for worker {addr}. Configured workers list: [{}]. The \
+             worker's address is not configured, or other workers are already running at the \
+             configured host. If your worker has restarted, make sure it runs at the same \
+             address and port.",
+            self.entries.join(", ")
+        ))
+    }
+
+    /// Binds `addr` to its entry (replacing a placeholder entry by the address).
+    pub fn bind(&mut self, addr: &str) {
+        if let Some(i) = self.matching(addr) {
+            self.entries[i] = addr.to_owned();
+        }
+    }
+
+    /// The worker's shard index.
+    pub fn index_of(&self, addr: &str) -> Option<usize> {
+        self.entries.iter().position(|e| e == addr)
+    }
+}
+
+/// The durable state of a dispatcher.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// Next generated dataset id.
+    pub next_dataset_id: u64,
+    /// Next job id.
+    pub next_job_id: u64,
+    /// Next iteration id.
+    pub next_iteration_id: u64,
+    /// Next client id.
+    pub next_client_id: u64,
+    /// Next task id.
+    pub next_task_id: u64,
+    /// Datasets by id.
+    pub datasets: BTreeMap<String, Dataset>,
+    /// Workers by address.
+    pub workers: BTreeMap<String, Worker>,
+    /// Static sharding's worker list (bound as workers register).
+    pub worker_list: WorkerList,
+    /// Jobs by id.
+    pub jobs: BTreeMap<JobId, Job>,
+    /// Iterations by id.
+    pub iterations: BTreeMap<IterationId, Iteration>,
+    /// Iteration clients by id.
+    pub clients: BTreeMap<ClientId, Client>,
+    /// Tasks by id.
+    pub tasks: BTreeMap<TaskId, Task>,
+    /// Job id by name.
+    #[serde(skip)]
+    pub jobs_by_name: HashMap<String, JobId>,
+    /// Current iteration by `(job name, repetition)`.
+    #[serde(skip)]
+    pub iterations_by_key: HashMap<(String, u64), IterationId>,
+}
+
+/// One durable state change. The journal is a sequence of these; [`apply`] gives each its
+/// meaning, for the live path and for replay alike.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Update {
+    /// A dataset was registered.
+    RegisterDataset {
+        /// Id.
+        dataset_id: String,
+        /// Definition.
+        def: DatasetDef,
+        /// Client metadata.
+        metadata: Value,
+    },
+    /// A worker registered (first heartbeat).
+    RegisterWorker {
+        /// Address.
+        address: String,
+        /// Tags.
+        tags: Vec<String>,
+    },
+    /// A worker missed heartbeats for the worker timeout.
+    WorkerLost {
+        /// Address.
+        address: String,
+    },
+    /// A lost worker heartbeated again.
+    WorkerRevived {
+        /// Address.
+        address: String,
+    },
+    /// A job was created.
+    CreateJob {
+        /// The job.
+        job: Job,
+    },
+    /// An iteration was created (replacing a collected one with the same key).
+    CreateIteration {
+        /// Id.
+        iteration_id: IterationId,
+        /// Job.
+        job_id: JobId,
+        /// Client-side repetition.
+        repetition: u64,
+        /// DYNAMIC: splits per repetition.
+        total_splits: Option<u64>,
+    },
+    /// A task was created.
+    CreateTask {
+        /// The task.
+        task: Task,
+    },
+    /// A worker reported a task complete.
+    FinishTask {
+        /// Task.
+        task_id: TaskId,
+    },
+    /// A client took a lease on an iteration.
+    AcquireClient {
+        /// Client.
+        client_id: ClientId,
+        /// Iteration.
+        iteration_id: IterationId,
+    },
+    /// A client's lease ended (released or timed out).
+    ReleaseClient {
+        /// Client.
+        client_id: ClientId,
+        /// When.
+        at: Millis,
+    },
+    /// An iteration without clients was collected.
+    GarbageCollectIteration {
+        /// Iteration.
+        iteration_id: IterationId,
+    },
+    /// A get-split call: the worker's earlier leases are acknowledged and `assigned` become
+    /// its leases; `advance_to` moves the provider to a new repetition.
+    ProduceSplits {
+        /// Iteration.
+        iteration_id: IterationId,
+        /// Worker.
+        worker_address: String,
+        /// Splits handed out.
+        assigned: Vec<SplitRef>,
+        /// The provider's next repetition, when this call ended one.
+        advance_to: Option<u64>,
+    },
+    /// The whole state, for compaction: replay starts from here.
+    Snapshot {
+        /// The state.
+        state: Box<State>,
+    },
+}
+
+impl State {
+    /// An empty state whose static sharding list is `worker_addresses`.
+    pub fn new(worker_addresses: Vec<String>) -> Self {
+        State {
+            next_dataset_id: FIRST_DATASET_ID,
+            next_job_id: JobId::FIRST,
+            next_iteration_id: IterationId::FIRST,
+            next_client_id: ClientId::FIRST,
+            next_task_id: TaskId::FIRST,
+            worker_list: WorkerList::new(worker_addresses),
+            ..State::default()
+        }
+    }
+
+    /// Rebuilds the indexes that are not serialized (after a snapshot is decoded).
+    pub fn reindex(&mut self) {
+        self.jobs_by_name = self.jobs.values().map(|j| (j.name.clone(), j.id)).collect();
+        self.iterations_by_key.clear();
+        for it in self.iterations.values() {
+            self.iterations_by_key.insert((it.job_name.clone(), it.repetition), it.id);
+        }
+    }
+
+    /// The next generated dataset id that is not taken.
+    pub fn peek_dataset_id(&self) -> String {
+        let mut n = self.next_dataset_id;
+        while self.datasets.contains_key(&n.to_string()) {
+            n += 1;
+        }
+        n.to_string()
+    }
+
+    fn recompute_finished(&mut self, iteration_id: IterationId) {
+        let Some(it) = self.iterations.get(&iteration_id) else { return };
+        if it.finished || it.tasks.is_empty() {
+            return;
+        }
+        let tasks: Vec<&Task> = it.tasks.iter().filter_map(|t| self.tasks.get(t)).collect();
+        let all_done = tasks.iter().all(|t| t.finished || t.abandoned);
+        let some_finished = tasks.iter().any(|t| t.finished);
+        let splits_pending = it.splits.as_ref().is_some_and(SplitState::pending);
+        if all_done
+            && some_finished
+            && !splits_pending
+            && let Some(it) = self.iterations.get_mut(&iteration_id)
+        {
+            it.finished = true;
+        }
+    }
+
+    fn release_leases(&mut self, iteration_id: IterationId, worker: &str, requeue: bool) {
+        if let Some(s) = self.iterations.get_mut(&iteration_id).and_then(|i| i.splits.as_mut())
+            && let Some(leased) = s.leases.remove(worker)
+            && requeue
+        {
+            s.requeue.extend(leased);
+        }
+    }
+}
+
+fn bump(counter: &mut u64, used: u64) {
+    *counter = (*counter).max(used.saturating_add(1));
+}
+
+/// Applies one update. Trusts its input: the dispatcher validates before it journals.
+pub fn apply(state: &mut State, update: &Update) {
+    match update {
+        Update::RegisterDataset { dataset_id, def, metadata } => {
+            state.datasets.insert(
+                dataset_id.clone(),
+                Dataset { id: dataset_id.clone(), def: def.clone(), metadata: metadata.clone() },
+            );
+            while state.datasets.contains_key(&state.next_dataset_id.to_string()) {
+                state.next_dataset_id += 1;
+            }
+        }
+        Update::RegisterWorker { address, tags } => {
+            state.worker_list.bind(address);
+            state.workers.entry(address.clone()).or_insert_with(|| Worker {
+                address: address.clone(),
+                tags: tags.clone(),
+                alive: true,
+                tasks: BTreeSet::new(),
+            });
+        }
+        Update::WorkerLost { address } => {
+            let Some(w) = state.workers.get_mut(address) else { return };
+            w.alive = false;
+            let tasks: Vec<TaskId> = w.tasks.iter().copied().collect();
+            let mut iterations = BTreeSet::new();
+            for t in tasks {
+                if let Some(task) = state.tasks.get_mut(&t) {
+                    task.abandoned = true;
+                    iterations.insert(task.iteration_id);
+                }
+            }
+            for it in state.iterations.keys().copied().collect::<Vec<_>>() {
+                state.release_leases(it, address, true);
+            }
+            for it in iterations {
+                state.recompute_finished(it);
+            }
+        }
+        Update::WorkerRevived { address } => {
+            let Some(w) = state.workers.get_mut(address) else { return };
+            w.alive = true;
+            let tasks: Vec<TaskId> = w.tasks.iter().copied().collect();
+            for t in tasks {
+                if let Some(task) = state.tasks.get_mut(&t) {
+                    let unfinished =
+                        state.iterations.get(&task.iteration_id).is_some_and(|i| !i.finished);
+                    if unfinished {
+                        task.abandoned = false;
+                    }
+                }
+            }
+        }
+        Update::CreateJob { job } => {
+            bump(&mut state.next_job_id, job.id.0);
+            state.jobs_by_name.insert(job.name.clone(), job.id);
+            state.jobs.insert(job.id, job.clone());
+        }
+        Update::CreateIteration { iteration_id, job_id, repetition, total_splits } => {
+            bump(&mut state.next_iteration_id, iteration_id.0);
+            let job_name = state.jobs.get(job_id).map(|j| j.name.clone()).unwrap_or_default();
+            state.iterations_by_key.insert((job_name.clone(), *repetition), *iteration_id);
+            state.iterations.insert(
+                *iteration_id,
+                Iteration {
+                    id: *iteration_id,
+                    job_id: *job_id,
+                    job_name,
+                    repetition: *repetition,
+                    tasks: Vec::new(),
+                    num_clients: 0,
+                    last_release: None,
+                    finished: false,
+                    garbage_collected: false,
+                    splits: total_splits.map(|total| SplitState { total, ..SplitState::default() }),
+                },
+            );
+        }
+        Update::CreateTask { task } => {
+            bump(&mut state.next_task_id, task.id.0);
+            if let Some(it) = state.iterations.get_mut(&task.iteration_id) {
+                it.tasks.push(task.id);
+            }
+            if let Some(w) = state.workers.get_mut(&task.worker_address) {
+                w.tasks.insert(task.id);
+            }
+            state.tasks.insert(task.id, task.clone());
+        }
+        Update::FinishTask { task_id } => {
+            let Some(task) = state.tasks.get_mut(task_id) else { return };
+            task.finished = true;
+            let (iteration_id, worker) = (task.iteration_id, task.worker_address.clone());
+            if let Some(w) = state.workers.get_mut(&worker) {
+                w.tasks.remove(task_id);
+            }
+            state.release_leases(iteration_id, &worker, false);
+            state.recompute_finished(iteration_id);
+        }
+        Update::AcquireClient { client_id, iteration_id } => {
+            bump(&mut state.next_client_id, client_id.0);
+            state
+                .clients
+                .insert(*client_id, Client { id: *client_id, iteration_id: *iteration_id });
+            if let Some(it) = state.iterations.get_mut(iteration_id) {
+                it.num_clients += 1;
+            }
+        }
+        Update::ReleaseClient { client_id, at } => {
+            let Some(c) = state.clients.remove(client_id) else { return };
+            if let Some(it) = state.iterations.get_mut(&c.iteration_id) {
+                it.num_clients = it.num_clients.saturating_sub(1);
+                it.last_release = Some(*at);
+            }
+        }
+        Update::GarbageCollectIteration { iteration_id } => {
+            let Some(it) = state.iterations.get_mut(iteration_id) else { return };
+            it.finished = true;
+            it.garbage_collected = true;
+            let tasks = it.tasks.clone();
+            for t in tasks {
+                if let Some(task) = state.tasks.get_mut(&t) {
+                    task.finished = true;
+                    if let Some(w) = state.workers.get_mut(&task.worker_address) {
+                        w.tasks.remove(&t);
+                    }
+                }
+            }
+        }
+        Update::ProduceSplits { iteration_id, worker_address, assigned, advance_to } => {
+            let Some(s) = state.iterations.get_mut(iteration_id).and_then(|i| i.splits.as_mut())
+            else {
+                return;
+            };
+            s.leases.remove(worker_address);
+            for split in assigned {
+                s.requeue.remove(split);
+                if split.repetition == s.repetition && split.index >= s.next_index {
+                    s.next_index = split.index + 1;
+                }
+            }
+            s.handed_out += assigned.len() as u64;
+            if !assigned.is_empty() {
+                s.leases.insert(worker_address.clone(), assigned.clone());
+            }
+            if let Some(r) = advance_to {
+                s.repetition = *r;
+                s.next_index = 0;
+            }
+            state.recompute_finished(*iteration_id);
+        }
+        Update::Snapshot { state: snap } => {
+            *state = (**snap).clone();
+            state.reindex();
+        }
+    }
+}
+
+/// Replays `updates` onto a fresh state (configured with `worker_addresses`).
+pub fn recover<'a>(
+    worker_addresses: Vec<String>,
+    updates: impl IntoIterator<Item = &'a Update>,
+) -> State {
+    let mut state = State::new(worker_addresses);
+    for u in updates {
+        apply(&mut state, u);
+    }
+    state
+}

@@ -1,0 +1,123 @@
+//! Identifiers, time and the job options the dispatcher works with.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds on the caller's clock. Core never reads a clock: every handler takes `now`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    /// `self + d`, saturating.
+    pub fn plus(self, d: Millis) -> Millis {
+        Millis(self.0.saturating_add(d.0))
+    }
+    /// `self - earlier`, zero when `earlier` is later.
+    pub fn since(self, earlier: Millis) -> Millis {
+        Millis(self.0.saturating_sub(earlier.0))
+    }
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $first:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub u64);
+
+        impl $name {
+            /// The first id TensorFlow's dispatcher hands out for this kind.
+            pub const FIRST: u64 = $first;
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A job (a named, shareable consumer of one dataset).
+    JobId, 5000
+);
+id_type!(
+    /// An iteration (one repetition of a job).
+    IterationId, 2000
+);
+id_type!(
+    /// An iteration client (one consumer's lease on an iteration).
+    ClientId, 3000
+);
+id_type!(
+    /// A task (an iteration's work on one worker).
+    TaskId, 4000
+);
+
+/// The first generated dataset id (datasets may also carry explicit string ids).
+pub const FIRST_DATASET_ID: u64 = 1000;
+
+/// How an iteration's data is divided between workers (TensorFlow's `ShardingPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ShardingPolicy {
+    /// Every worker produces the whole dataset (`parallel_epochs`).
+    Off,
+    /// The dispatcher hands out splits; each split is processed once (`distributed_epoch`).
+    Dynamic,
+    /// Static: worker i of N reads files i, i+N, ...
+    File,
+    /// Static: worker i of N keeps elements i, i+N, ... of the output.
+    Data,
+    /// Static: FILE for file sources, else DATA.
+    FileOrData,
+    /// Static: `shard_hint` transforms become shard(N, i).
+    Hint,
+}
+
+impl ShardingPolicy {
+    /// Whether the policy needs the fixed worker list (static sharding).
+    pub fn is_static(self) -> bool {
+        matches!(self, Self::File | Self::Data | Self::FileOrData | Self::Hint)
+    }
+    /// The wire name, e.g. `FILE_OR_DATA`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "OFF",
+            Self::Dynamic => "DYNAMIC",
+            Self::File => "FILE",
+            Self::Data => "DATA",
+            Self::FileOrData => "FILE_OR_DATA",
+            Self::Hint => "HINT",
+        }
+    }
+}
+
+/// Which workers a client reads from (TensorFlow's `TargetWorkers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TargetWorkers {
+    /// Skip remote workers tagged `COLOCATED`.
+    #[default]
+    Auto,
+    /// Every worker.
+    Any,
+    /// Only workers in the client's process.
+    Local,
+}
+
+impl TargetWorkers {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "AUTO",
+            Self::Any => "ANY",
+            Self::Local => "LOCAL",
+        }
+    }
+}

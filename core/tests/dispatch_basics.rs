@@ -1,0 +1,531 @@
+//! The dispatcher state machine driven directly: TensorFlow's state-machine scenarios
+//! (ST-*), the request flows, and the places where Shardwise deliberately does better.
+
+use serde_json::{Value, json};
+use shardwise_core::dataset::DatasetDef;
+use shardwise_core::dispatch::dispatcher::{
+    ClientHeartbeat, CreateIteration, CreateJob, GetSplits, ProcessingMode, RegisterDataset,
+    TaskProgress, WorkerHeartbeat, WorkerUpdate,
+};
+use shardwise_core::dispatch::{
+    ClientId, DispatchError, Dispatcher, DispatcherConfig, Event, Millis, ShardingPolicy,
+    TargetWorkers, TaskId, Update, recover,
+};
+
+fn def(v: Value) -> DatasetDef {
+    DatasetDef::from_json(&v).unwrap()
+}
+
+fn range(n: i64) -> DatasetDef {
+    def(json!({"source": {"range": {"stop": n}}}))
+}
+
+fn dispatcher(config: DispatcherConfig) -> Dispatcher {
+    Dispatcher::new(config, "inc-1".into(), Millis(0)).unwrap()
+}
+
+/// Drains the journal, checking after every step that replay equals the live state.
+struct Harness {
+    d: Dispatcher,
+    journal: Vec<Update>,
+}
+
+impl Harness {
+    fn new(config: DispatcherConfig) -> Self {
+        Harness { d: dispatcher(config), journal: Vec::new() }
+    }
+    fn sync(&mut self) {
+        while let Some(u) = self.d.poll_journal() {
+            // Every record survives its JSON encoding unchanged.
+            let text = serde_json::to_string(&u).unwrap();
+            let back: Update = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, u);
+            self.journal.push(u);
+        }
+        let replayed = recover(self.d.config().worker_addresses.clone(), &self.journal);
+        assert_eq!(&replayed, self.d.state(), "replay equals live state");
+    }
+    fn dataset(&mut self, d: DatasetDef) -> String {
+        let id = self
+            .d
+            .register_dataset(&RegisterDataset { dataset: d, dataset_id: None, metadata: None })
+            .unwrap();
+        self.sync();
+        id
+    }
+    fn job(
+        &mut self,
+        dataset_id: &str,
+        policy: ShardingPolicy,
+        name: Option<&str>,
+    ) -> shardwise_core::dispatch::JobId {
+        let id = self
+            .d
+            .create_job(&CreateJob {
+                dataset_id: dataset_id.into(),
+                processing_mode: ProcessingMode::Policy { sharding_policy: policy },
+                job_name: name.map(str::to_owned),
+                num_consumers: None,
+                target_workers: TargetWorkers::Auto,
+                cross_trainer_cache: false,
+                split_size: Some(10),
+            })
+            .unwrap();
+        self.sync();
+        id
+    }
+    fn heartbeat(
+        &mut self,
+        now: u64,
+        worker: &str,
+        current: &[TaskId],
+    ) -> shardwise_core::dispatch::dispatcher::WorkerHeartbeatReply {
+        let r = self
+            .d
+            .worker_heartbeat(
+                Millis(now),
+                &WorkerHeartbeat {
+                    worker_address: worker.into(),
+                    current_tasks: current.to_vec(),
+                    tags: vec![],
+                },
+            )
+            .unwrap();
+        self.sync();
+        r
+    }
+}
+
+#[test]
+fn st_01_generated_dataset_ids_start_at_1000() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    assert_eq!(h.d.state().peek_dataset_id(), "1000");
+    assert_eq!(h.d.state().peek_dataset_id(), "1000");
+    assert_eq!(h.dataset(range(3)), "1000");
+    assert_eq!(h.d.state().peek_dataset_id(), "1001");
+    // An explicit decimal id is skipped by the generator.
+    h.d.register_dataset(&RegisterDataset {
+        dataset: range(4),
+        dataset_id: Some("1001".into()),
+        metadata: None,
+    })
+    .unwrap();
+    h.sync();
+    assert_eq!(h.dataset(range(5)), "1002");
+}
+
+#[test]
+fn st_02_st_03_explicit_ids_and_metadata() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    let meta = json!({"compression": "SNAPPY", "element_spec": "encoded_element_spec"});
+    let req = RegisterDataset {
+        dataset: range(3),
+        dataset_id: Some("dataset_id1".into()),
+        metadata: Some(meta.clone()),
+    };
+    assert_eq!(h.d.register_dataset(&req).unwrap(), "dataset_id1");
+    h.sync();
+    assert_eq!(h.d.state().datasets["dataset_id1"].metadata, meta);
+    // Get-or-register: the same again is the same id, nothing journaled.
+    assert_eq!(h.d.register_dataset(&req).unwrap(), "dataset_id1");
+    assert!(h.d.poll_journal().is_none());
+    let other = RegisterDataset { dataset: range(4), ..req.clone() };
+    let e = h.d.register_dataset(&other).unwrap_err();
+    assert!(e.detail().contains("Datasets with the same ID should have the same structure"), "{e}");
+    assert_eq!(e.code(), "INVALID_ARGUMENT");
+    let e =
+        h.d.create_job(&CreateJob {
+            dataset_id: "missing_dataset_id".into(),
+            processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
+            job_name: None,
+            num_consumers: None,
+            target_workers: TargetWorkers::Auto,
+            cross_trainer_cache: false,
+            split_size: None,
+        })
+        .unwrap_err();
+    assert_eq!(e, DispatchError::NotFound("Dataset id missing_dataset_id not found".into()));
+}
+
+#[test]
+fn st_04_st_11_worker_registration() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    assert!(h.d.state().workers.is_empty());
+    let r = h.heartbeat(1, "address_1", &[]);
+    assert!(r.new_tasks.is_empty() && r.tasks_to_delete.is_empty());
+    assert_eq!(r.incarnation, "inc-1");
+    h.heartbeat(2, "address_2", &[]);
+    assert_eq!(h.d.state().workers.len(), 2);
+    assert!(h.d.state().workers["address_1"].tasks.is_empty());
+}
+
+#[test]
+fn st_05_fixed_worker_list() {
+    let config = DispatcherConfig {
+        worker_addresses: vec![
+            "/worker/task/0".into(),
+            "/worker/task/1".into(),
+            "localhost:%port%".into(),
+        ],
+        ..DispatcherConfig::default()
+    };
+    let mut h = Harness::new(config);
+    h.heartbeat(1, "/worker/task/0:20000", &[]);
+    h.heartbeat(1, "localhost:20001", &[]);
+    let e =
+        h.d.worker_heartbeat(
+            Millis(1),
+            &WorkerHeartbeat { worker_address: "localhost:20002".into(), ..Default::default() },
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), "FAILED_PRECONDITION");
+    assert!(e.detail().contains("other workers are already running at the configured host"), "{e}");
+    let e =
+        h.d.worker_heartbeat(
+            Millis(1),
+            &WorkerHeartbeat { worker_address: "elsewhere:1".into(), ..Default::default() },
+        )
+        .unwrap_err();
+    assert!(e.detail().contains("The worker's address is not configured"), "{e}");
+    assert_eq!(
+        h.d.state().worker_list.entries(),
+        ["/worker/task/0:20000", "/worker/task/1", "localhost:20001"]
+    );
+}
+
+#[test]
+fn st_06_journal_records_without_a_known_type_are_refused() {
+    assert!(serde_json::from_str::<Update>(r#"{"type": "bogus"}"#).is_err());
+    assert!(serde_json::from_str::<Update>(r#"{}"#).is_err());
+}
+
+#[test]
+fn st_07_st_08_jobs() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    let ds = h.dataset(range(10));
+    let id = h.job(&ds, ShardingPolicy::Off, Some("test_name"));
+    assert_eq!(id.0, 5000);
+    let job = h.d.job(id).unwrap().clone();
+    assert_eq!(
+        (job.name.as_str(), job.dataset_id.as_str(), job.cross_trainer_cache),
+        ("test_name", ds.as_str(), false)
+    );
+    assert_eq!(h.d.state().next_job_id, 5001);
+    // Same name, same parameters: the same job.
+    assert_eq!(h.job(&ds, ShardingPolicy::Off, Some("test_name")), id);
+    // Same name, other parameters: refused with the differences listed.
+    let e =
+        h.d.create_job(&CreateJob {
+            dataset_id: ds.clone(),
+            processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Dynamic },
+            job_name: Some("test_name".into()),
+            num_consumers: None,
+            target_workers: TargetWorkers::Auto,
+            cross_trainer_cache: true,
+            split_size: Some(10),
+        })
+        .unwrap_err();
+    let msg = e.detail();
+    assert!(msg.contains("Tried to create job with name test_name, but found an existing job with different parameters: "), "{msg}");
+    assert!(msg.contains("Existing processing mode: <OFF>; got <DYNAMIC>."), "{msg}");
+    assert!(msg.contains("Existing cross-trainer cache: <disabled>; got <enabled>."), "{msg}");
+    // Beyond TensorFlow: reusing a name with another dataset is an error, not a silent join.
+    let ds2 = h.dataset(range(5));
+    let e =
+        h.d.create_job(&CreateJob {
+            dataset_id: ds2,
+            processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
+            job_name: Some("test_name".into()),
+            num_consumers: None,
+            target_workers: TargetWorkers::Auto,
+            cross_trainer_cache: false,
+            split_size: Some(10),
+        })
+        .unwrap_err();
+    assert!(e.detail().contains("Existing dataset: <1000>; got <1001>."), "{e}");
+}
+
+#[test]
+fn st_09_st_13_tasks_and_finishing() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    h.heartbeat(0, "w1", &[]);
+    h.heartbeat(0, "w2", &[]);
+    let ds = h.dataset(range(10));
+    let job = h.job(&ds, ShardingPolicy::Off, None);
+    let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    h.sync();
+    let it = &h.d.state().iterations[&lease.iteration_id];
+    assert_eq!(it.tasks.len(), 2);
+    assert_eq!(it.num_clients, 1);
+    // Workers learn their tasks from heartbeats.
+    let r1 = h.heartbeat(2, "w1", &[]);
+    assert_eq!(r1.new_tasks.len(), 1);
+    let t1 = r1.new_tasks[0].task_id;
+    assert_eq!(r1.new_tasks[0].dataset, range(10));
+    let t2 = h.heartbeat(2, "w2", &[]).new_tasks[0].task_id;
+    // Finishing one task leaves the iteration open; finishing both closes it.
+    h.d.worker_update(
+        Millis(3),
+        &WorkerUpdate {
+            worker_address: "w1".into(),
+            updates: vec![TaskProgress { task_id: t1, completed: true }],
+        },
+    )
+    .unwrap();
+    h.sync();
+    assert!(!h.d.state().iterations[&lease.iteration_id].finished);
+    // An unknown id does not fail the update (TensorFlow #52252) and is reported.
+    let r =
+        h.d.worker_update(
+            Millis(3),
+            &WorkerUpdate {
+                worker_address: "w2".into(),
+                updates: vec![
+                    TaskProgress { task_id: TaskId(99), completed: true },
+                    TaskProgress { task_id: t2, completed: true },
+                ],
+            },
+        )
+        .unwrap();
+    h.sync();
+    assert_eq!(r.unknown_tasks, vec![TaskId(99)]);
+    assert!(h.d.state().iterations[&lease.iteration_id].finished);
+    assert!(matches!(h.d.poll_event(), Some(Event::IterationFinished { .. })));
+    // A finished task is deleted on the next heartbeat.
+    assert_eq!(h.heartbeat(4, "w1", &[t1]).tasks_to_delete, vec![t1]);
+    let hb = h.d.client_heartbeat(Millis(5), lease.client_id, &ClientHeartbeat::default()).unwrap();
+    assert!(hb.iteration_finished);
+    assert_eq!(hb.tasks.len(), 2);
+}
+
+#[test]
+fn st_14_st_15_client_leases() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    let ds = h.dataset(range(10));
+    let job = h.job(&ds, ShardingPolicy::Off, Some("j"));
+    let a = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    let b = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    h.sync();
+    assert_eq!(a.iteration_id, b.iteration_id);
+    assert_eq!((a.client_id, b.client_id), (ClientId(3000), ClientId(3001)));
+    assert_eq!(h.d.state().iterations[&a.iteration_id].num_clients, 2);
+    h.d.release_client(Millis(100), b.client_id).unwrap();
+    h.sync();
+    let it = &h.d.state().iterations[&a.iteration_id];
+    assert_eq!((it.num_clients, it.last_release), (1, Some(Millis(100))));
+    let e = h.d.release_client(Millis(101), b.client_id).unwrap_err();
+    assert_eq!(e.detail(), "Iteration client id not found: 3001");
+    let e =
+        h.d.client_heartbeat(Millis(101), b.client_id, &ClientHeartbeat::default()).unwrap_err();
+    assert!(e.detail().starts_with("Unknown iteration client id 3001. The dispatcher is not configured to be fault tolerant"), "{e}");
+}
+
+/// Reads an iteration's DYNAMIC splits with the given workers until every worker sees the
+/// end; returns the split values each worker got.
+fn drain_splits(
+    h: &mut Harness,
+    now: u64,
+    iteration: shardwise_core::dispatch::IterationId,
+    workers: &[&str],
+    per_call: u32,
+) -> Vec<Value> {
+    let mut got = Vec::new();
+    let mut done = vec![false; workers.len()];
+    let mut rounds = 0;
+    while !done.iter().all(|d| *d) {
+        rounds += 1;
+        assert!(rounds < 10_000, "no progress");
+        for (i, w) in workers.iter().enumerate() {
+            if done[i] {
+                continue;
+            }
+            let r =
+                h.d.get_splits(
+                    Millis(now),
+                    iteration,
+                    &GetSplits {
+                        worker_address: (*w).into(),
+                        repetition: 0,
+                        split_provider_index: 0,
+                        max_splits: Some(per_call),
+                    },
+                )
+                .unwrap();
+            h.sync();
+            got.extend(r.splits);
+            done[i] = r.end_of_splits;
+        }
+    }
+    got
+}
+
+#[test]
+fn dynamic_splits_are_handed_out_exactly_once() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    for w in ["w1", "w2", "w3"] {
+        h.heartbeat(0, w, &[]);
+    }
+    let ds = h.dataset(range(95));
+    let job = h.job(&ds, ShardingPolicy::Dynamic, None);
+    let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    h.sync();
+    let splits = drain_splits(&mut h, 2, lease.iteration_id, &["w1", "w2", "w3"], 2);
+    let mut starts: Vec<i64> = splits.iter().map(|s| s["start"].as_i64().unwrap()).collect();
+    starts.sort_unstable();
+    assert_eq!(starts, (0..10).map(|i| i * 10).collect::<Vec<_>>());
+    assert_eq!(splits.iter().find(|s| s["start"] == 90).unwrap()["stop"], 95);
+    // Past the end of the repetition: end_of_splits without consuming anything.
+    let r =
+        h.d.get_splits(
+            Millis(3),
+            lease.iteration_id,
+            &GetSplits {
+                worker_address: "w1".into(),
+                repetition: 0,
+                split_provider_index: 0,
+                max_splits: None,
+            },
+        )
+        .unwrap();
+    assert!(r.end_of_splits && r.splits.is_empty());
+    // Errors.
+    let bad =
+        |h: &mut Harness, req: GetSplits, it| h.d.get_splits(Millis(3), it, &req).unwrap_err();
+    let e = bad(
+        &mut h,
+        GetSplits {
+            worker_address: "w1".into(),
+            repetition: 0,
+            split_provider_index: 1,
+            max_splits: None,
+        },
+        lease.iteration_id,
+    );
+    assert_eq!(e.code(), "INVALID_ARGUMENT");
+    let e = bad(
+        &mut h,
+        GetSplits {
+            worker_address: "nobody".into(),
+            repetition: 0,
+            split_provider_index: 0,
+            max_splits: None,
+        },
+        lease.iteration_id,
+    );
+    assert_eq!(e.code(), "NOT_FOUND");
+    let e = bad(
+        &mut h,
+        GetSplits {
+            worker_address: "w1".into(),
+            repetition: 0,
+            split_provider_index: 0,
+            max_splits: Some(0),
+        },
+        lease.iteration_id,
+    );
+    assert_eq!(e.code(), "INVALID_ARGUMENT");
+}
+
+#[test]
+fn a_lost_workers_splits_are_handed_out_again() {
+    let config = DispatcherConfig { worker_timeout: Millis(1_000), ..DispatcherConfig::default() };
+    let mut h = Harness::new(config);
+    h.heartbeat(0, "w1", &[]);
+    h.heartbeat(0, "w2", &[]);
+    let ds = h.dataset(range(40));
+    let job = h.job(&ds, ShardingPolicy::Dynamic, None);
+    let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    h.sync();
+    let req = |w: &str, n| GetSplits {
+        worker_address: w.into(),
+        repetition: 0,
+        split_provider_index: 0,
+        max_splits: Some(n),
+    };
+    // w2 takes two splits and dies with them.
+    let lost = h.d.get_splits(Millis(10), lease.iteration_id, &req("w2", 2)).unwrap().splits;
+    h.sync();
+    assert_eq!(lost.len(), 2);
+    // w1 takes the rest; the repetition is not over while w2's splits are in flight.
+    let mut got = h.d.get_splits(Millis(10), lease.iteration_id, &req("w1", 2)).unwrap().splits;
+    h.sync();
+    let r = h.d.get_splits(Millis(10), lease.iteration_id, &req("w1", 2)).unwrap();
+    h.sync();
+    assert!(r.splits.is_empty() && !r.end_of_splits && r.retry_after_ms.is_some());
+    // w1 keeps heartbeating, w2 does not: w2 is lost and its splits go to w1.
+    h.heartbeat(900, "w1", &[]);
+    h.d.handle_timeout(Millis(1_500));
+    h.sync();
+    assert!(!h.d.state().workers["w2"].alive);
+    assert!(matches!(h.d.poll_event(), Some(Event::WorkerLost { address }) if address == "w2"));
+    got.extend(drain_splits(&mut h, 1_600, lease.iteration_id, &["w1"], 2));
+    let mut starts: Vec<i64> = got.iter().map(|s| s["start"].as_i64().unwrap()).collect();
+    starts.sort_unstable();
+    assert_eq!(starts, vec![0, 10, 20, 30], "every split handed out once to a live worker");
+    // The iteration finishes when w1 finishes: the lost worker's task no longer blocks.
+    let t1 = h.d.state().workers["w1"].tasks.iter().next().copied().unwrap();
+    h.d.worker_update(
+        Millis(1_700),
+        &WorkerUpdate {
+            worker_address: "w1".into(),
+            updates: vec![TaskProgress { task_id: t1, completed: true }],
+        },
+    )
+    .unwrap();
+    h.sync();
+    assert!(h.d.state().iterations[&lease.iteration_id].finished);
+}
+
+#[test]
+fn silent_clients_are_released_and_idle_iterations_collected() {
+    let config = DispatcherConfig {
+        client_timeout: Millis(100),
+        client_first_heartbeat_grace: Millis(1_000),
+        job_gc_check_interval: Millis(10),
+        job_gc_timeout: Some(Millis(50)),
+        ..DispatcherConfig::default()
+    };
+    let mut h = Harness::new(config);
+    h.heartbeat(0, "w1", &[]);
+    let ds = h.dataset(range(10));
+    let job = h.job(&ds, ShardingPolicy::Off, Some("j"));
+    let lease = h.d.create_iteration(Millis(0), job, &CreateIteration::default()).unwrap();
+    h.sync();
+    // Within the first-heartbeat grace nothing happens (SV-06).
+    h.d.handle_timeout(Millis(500));
+    h.sync();
+    assert_eq!(h.d.state().iterations[&lease.iteration_id].num_clients, 1);
+    // One heartbeat, then silence: released after the client timeout, collected after the GC
+    // timeout, and the worker is told to drop its task.
+    h.d.client_heartbeat(Millis(600), lease.client_id, &ClientHeartbeat::default()).unwrap();
+    h.heartbeat(600, "w1", &[]);
+    h.d.handle_timeout(Millis(710));
+    h.sync();
+    assert_eq!(h.d.state().iterations[&lease.iteration_id].num_clients, 0);
+    h.d.handle_timeout(Millis(770));
+    h.sync();
+    let it = &h.d.state().iterations[&lease.iteration_id];
+    assert!(it.garbage_collected);
+    let task = it.tasks[0];
+    assert_eq!(h.heartbeat(780, "w1", &[task]).tasks_to_delete, vec![task]);
+    // The same key creates a fresh iteration.
+    let again = h.d.create_iteration(Millis(800), job, &CreateIteration::default()).unwrap();
+    h.sync();
+    assert_ne!(again.iteration_id, lease.iteration_id);
+    // Timers run every check interval after the last run.
+    assert_eq!(h.d.poll_timeout(), Millis(780));
+}
+
+#[test]
+fn config_is_validated() {
+    for bad in [
+        DispatcherConfig { worker_timeout: Millis(0), ..DispatcherConfig::default() },
+        DispatcherConfig { job_gc_timeout: Some(Millis(0)), ..DispatcherConfig::default() },
+        DispatcherConfig { worker_addresses: vec![" ".into()], ..DispatcherConfig::default() },
+    ] {
+        assert_eq!(
+            Dispatcher::new(bad, "i".into(), Millis(0)).unwrap_err().code(),
+            "INVALID_ARGUMENT"
+        );
+    }
+}
