@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::error::DispatchError;
 use super::state::{Job, SplitRef, State, Task, Update, apply};
 use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId};
-use crate::dataset::{DatasetDef, num_splits, split_at};
+use crate::dataset::{DatasetDef, Sharding, num_splits, split_at, validate_sharding};
 
 /// The protocol version `GET /v1/version` reports.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -378,6 +378,10 @@ pub struct Dispatcher {
     journal: VecDeque<Update>,
     events: VecDeque<Event>,
     next_check: Millis,
+    /// Coordinated reads: per iteration, the latest round each consumer reported.
+    rounds: BTreeMap<IterationId, BTreeMap<u64, u64>>,
+    /// Coordinated reads: removal votes per task: the round and the consumers that voted.
+    removal_votes: BTreeMap<TaskId, (u64, BTreeSet<u64>)>,
 }
 
 fn not_found_dataset(id: &str) -> DispatchError {
@@ -439,6 +443,8 @@ impl Dispatcher {
             journal: VecDeque::new(),
             events: VecDeque::new(),
             next_check,
+            rounds: BTreeMap::new(),
+            removal_votes: BTreeMap::new(),
         }
     }
 
@@ -543,25 +549,38 @@ impl Dispatcher {
         }
     }
 
-    /// Creates a task of `iteration` on `worker` (journaled).
+    /// Creates a task of `iteration` on `worker` (journaled). A coordinated-read iteration
+    /// that already started gets a pending task instead, proposed to start one round after
+    /// the furthest consumer's.
     fn create_task(
         &mut self,
         iteration_id: IterationId,
         worker: &str,
+        late: bool,
     ) -> Result<(), DispatchError> {
         let Some(it) = self.state.iterations.get(&iteration_id) else { return Ok(()) };
         let policy = self.state.jobs.get(&it.job_id).map_or(ShardingPolicy::Off, |j| j.policy);
+        let pending = late && it.num_consumers.is_some();
         let shard = self.shard_of(policy, worker)?;
+        let starting_round = if pending {
+            self.rounds.get(&iteration_id).and_then(|r| r.values().max()).map_or(0, |r| r + 1)
+        } else {
+            0
+        };
         let task = Task {
             id: TaskId(self.state.next_task_id),
             iteration_id,
             worker_address: worker.to_owned(),
             shard,
-            starting_round: 0,
+            starting_round,
             finished: false,
             abandoned: false,
         };
-        self.commit(Update::CreateTask { task });
+        if pending {
+            self.commit(Update::CreatePendingTask { task });
+        } else {
+            self.commit(Update::CreateTask { task });
+        }
         Ok(())
     }
 
@@ -596,7 +615,7 @@ impl Dispatcher {
                 self.commit(Update::WorkerRevived { address: addr.to_owned() });
                 self.join_unfinished_iterations(addr)?;
             }
-            Some(true) => {}
+            Some(true) => self.rejoin_round_robin(addr)?,
         }
         self.worker_seen.insert(addr.to_owned(), now);
         let assigned: &BTreeSet<TaskId> = match self.state.workers.get(addr) {
@@ -640,7 +659,27 @@ impl Dispatcher {
             .map(|i| i.id)
             .collect();
         for it in open {
-            self.create_task(it, addr)?;
+            self.create_task(it, addr, true)?;
+        }
+        Ok(())
+    }
+
+    /// A worker whose coordinated-read task was removed gets a pending task again.
+    fn rejoin_round_robin(&mut self, addr: &str) -> Result<(), DispatchError> {
+        if self.state.open_round_robin.is_empty() {
+            return Ok(());
+        }
+        let Some(w) = self.state.workers.get(addr) else { return Ok(()) };
+        let mine: BTreeSet<IterationId> = w
+            .tasks
+            .iter()
+            .filter_map(|t| self.state.tasks.get(t))
+            .map(|t| t.iteration_id)
+            .collect();
+        let missing: Vec<IterationId> =
+            self.state.open_round_robin.iter().filter(|i| !mine.contains(i)).copied().collect();
+        for it in missing {
+            self.create_task(it, addr, true)?;
         }
         Ok(())
     }
@@ -724,6 +763,23 @@ impl Dispatcher {
                 "Cross-trainer caching requires named jobs. Got empty `job_name`.".into(),
             ));
         }
+        let dataset = &self.state.datasets[&req.dataset_id].def;
+        let n = self.state.worker_list.len() as u64;
+        let sharding = match policy {
+            ShardingPolicy::Off => Sharding::Off,
+            ShardingPolicy::Dynamic => Sharding::Dynamic,
+            ShardingPolicy::File => Sharding::File { num_workers: n.max(1), worker_index: 0 },
+            ShardingPolicy::Data => Sharding::Data { num_workers: n.max(1), worker_index: 0 },
+            ShardingPolicy::FileOrData => {
+                Sharding::FileOrData { num_workers: n.max(1), worker_index: 0 }
+            }
+            ShardingPolicy::Hint => Sharding::Hint { num_workers: n.max(1), worker_index: 0 },
+        };
+        validate_sharding(dataset, sharding).map_err(|e| match e.code() {
+            "NOT_FOUND" => DispatchError::NotFound(e.message().to_owned()),
+            "FAILED_PRECONDITION" => DispatchError::FailedPrecondition(e.message().to_owned()),
+            _ => DispatchError::InvalidArgument(e.message().to_owned()),
+        })?;
         if policy.is_static() && self.state.worker_list.is_empty() {
             return Err(DispatchError::FailedPrecondition(format!(
                 "Static sharding policy {} needs the dispatcher's fixed worker list \
@@ -869,13 +925,17 @@ impl Dispatcher {
                     total_splits,
                 });
                 for w in workers {
-                    self.create_task(id, &w)?;
+                    self.create_task(id, &w, false)?;
                 }
                 id
             }
         };
         let client_id = ClientId(self.state.next_client_id);
-        self.commit(Update::AcquireClient { client_id, iteration_id });
+        self.commit(Update::AcquireClient {
+            client_id,
+            iteration_id,
+            consumer_index: req.consumer_index,
+        });
         self.client_deadline.insert(client_id, now.plus(self.config.client_first_heartbeat_grace));
         Ok(IterationLease { iteration_id, client_id, incarnation: self.incarnation.clone() })
     }
@@ -893,14 +953,18 @@ impl Dispatcher {
         }
     }
 
-    /// Client heartbeat: the iteration's tasks and whether it is finished.
+    /// Client heartbeat: the iteration's tasks and whether it is finished. For coordinated
+    /// reads it also negotiates the round a late task starts in (TensorFlow's pending-task
+    /// protocol, with consumers identified by `consumer_index` rather than client id, so a
+    /// restarted consumer replaces its predecessor instead of being counted twice).
     pub fn client_heartbeat(
         &mut self,
         now: Millis,
         client_id: ClientId,
-        _req: &ClientHeartbeat,
+        req: &ClientHeartbeat,
     ) -> Result<ClientHeartbeatReply, DispatchError> {
         let iteration_id = self.client_iteration(client_id)?;
+        let consumer = self.state.clients.get(&client_id).and_then(|c| c.consumer_index);
         let it = self.state.iterations.get(&iteration_id).ok_or_else(|| {
             DispatchError::NotFound(format!("Iteration id {iteration_id} not found"))
         })?;
@@ -912,6 +976,34 @@ impl Dispatcher {
             ));
         }
         self.client_deadline.insert(client_id, now.plus(self.config.client_timeout));
+        if let (Some(consumer), Some(front)) = (consumer, it.pending.front()) {
+            let round = self.rounds.entry(iteration_id).or_default().entry(consumer).or_insert(0);
+            if let Some(r) = req.current_round {
+                *round = (*round).max(r);
+            }
+            let estimate = *round;
+            let mut target = front.target_round;
+            let mut rejected_new_target = None;
+            if req.current_round.is_some_and(|r| r >= target) {
+                let step = 2u64.saturating_mul(1u64 << front.failures.min(32));
+                target = estimate.saturating_add(step);
+                rejected_new_target = Some(target);
+            }
+            let ready = rejected_new_target.is_none() && front.ready_consumers.contains(&consumer);
+            let accepted = !ready && req.blocked_round.is_some_and(|b| b <= target);
+            if rejected_new_target.is_some() || accepted {
+                self.commit(Update::ConsumerRound {
+                    iteration_id,
+                    consumer_index: consumer,
+                    rejected_new_target,
+                    accepted,
+                });
+            }
+        } else if let (Some(consumer), Some(r)) = (consumer, req.current_round) {
+            let round = self.rounds.entry(iteration_id).or_default().entry(consumer).or_insert(0);
+            *round = (*round).max(r);
+        }
+        let it = &self.state.iterations[&iteration_id];
         let tasks = it
             .tasks
             .iter()
@@ -931,9 +1023,44 @@ impl Dispatcher {
         Ok(ClientHeartbeatReply {
             tasks,
             iteration_finished: it.finished,
-            block_round: None,
+            block_round: it.pending.front().map(|p| p.target_round),
             incarnation: self.incarnation.clone(),
         })
+    }
+
+    /// Coordinated reads: a consumer that cannot read `task_id` in `round` votes to drop it;
+    /// when every consumer voted for the same round the task is removed (journaled) and the
+    /// answer is `true`. Votes for another round start a new vote. Unknown tasks count as
+    /// removed. (TensorFlow blocks the callers up to 10 s; here each caller asks again.)
+    pub fn maybe_remove_task(
+        &mut self,
+        task_id: TaskId,
+        consumer_index: u64,
+        round: u64,
+    ) -> Result<bool, DispatchError> {
+        let Some(task) = self.state.tasks.get(&task_id) else { return Ok(true) };
+        let n = self.state.iterations.get(&task.iteration_id).and_then(|i| i.num_consumers);
+        let Some(n) = n else {
+            return Err(DispatchError::FailedPrecondition(
+                "MaybeRemoveTask called on a non-round-robin task.".into(),
+            ));
+        };
+        if consumer_index >= n {
+            return Err(DispatchError::InvalidArgument(format!(
+                "consumer_index {consumer_index} is out of range for a job with {n} consumers"
+            )));
+        }
+        let vote = self.removal_votes.entry(task_id).or_insert_with(|| (round, BTreeSet::new()));
+        if vote.0 != round {
+            *vote = (round, BTreeSet::new());
+        }
+        vote.1.insert(consumer_index);
+        if (vote.1.len() as u64) < n {
+            return Ok(false);
+        }
+        self.removal_votes.remove(&task_id);
+        self.commit(Update::RemoveTask { task_id });
+        Ok(true)
     }
 
     /// Releases a client lease.

@@ -5,7 +5,7 @@
 //! and is checked by the tests. Liveness timestamps are not here (they live in the
 //! [`super::Dispatcher`] and are reset on recovery).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -127,6 +127,24 @@ pub struct Iteration {
     pub garbage_collected: bool,
     /// DYNAMIC iterations only.
     pub splits: Option<SplitState>,
+    /// Coordinated reads: the number of consumers.
+    pub num_consumers: Option<u64>,
+    /// Coordinated reads: late tasks waiting for the consumers' agreement, first in front.
+    pub pending: VecDeque<PendingTask>,
+}
+
+/// A coordinated-read task that joined late: sent to its worker at once, shown to clients
+/// only when every consumer agreed on the round it starts in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingTask {
+    /// The task.
+    pub task_id: TaskId,
+    /// The round it is proposed to start in.
+    pub target_round: u64,
+    /// Consumers (by index) that agreed to block before `target_round`.
+    pub ready_consumers: BTreeSet<u64>,
+    /// Rejected proposals so far (each doubles the distance of the next one).
+    pub failures: u32,
 }
 
 /// An iteration's work on one worker.
@@ -155,6 +173,8 @@ pub struct Client {
     pub id: ClientId,
     /// The iteration.
     pub iteration_id: IterationId,
+    /// Coordinated reads: which consumer this client is.
+    pub consumer_index: Option<u64>,
 }
 
 /// The fixed worker list of static sharding, with placeholder entries bound to concrete
@@ -265,6 +285,9 @@ pub struct State {
     /// Current iteration by `(job name, repetition)`.
     #[serde(skip)]
     pub iterations_by_key: HashMap<(String, u64), IterationId>,
+    /// Coordinated-read iterations that are not finished.
+    #[serde(skip)]
+    pub open_round_robin: BTreeSet<IterationId>,
 }
 
 /// One durable state change. The journal is a sequence of these; [`apply`] gives each its
@@ -320,6 +343,27 @@ pub enum Update {
         /// The task.
         task: Task,
     },
+    /// A coordinated-read task was created for a worker that joined late.
+    CreatePendingTask {
+        /// The task (its `starting_round` is the proposed round).
+        task: Task,
+    },
+    /// A consumer's answer to the front pending task's proposal.
+    ConsumerRound {
+        /// Iteration.
+        iteration_id: IterationId,
+        /// The consumer.
+        consumer_index: u64,
+        /// The proposal was rejected (the consumer is already past it): the new round.
+        rejected_new_target: Option<u64>,
+        /// The consumer agreed to block before the (possibly new) target round.
+        accepted: bool,
+    },
+    /// Every consumer agreed to drop a coordinated-read task.
+    RemoveTask {
+        /// Task.
+        task_id: TaskId,
+    },
     /// A worker reported a task complete.
     FinishTask {
         /// Task.
@@ -331,6 +375,9 @@ pub enum Update {
         client_id: ClientId,
         /// Iteration.
         iteration_id: IterationId,
+        /// Coordinated reads: the consumer index.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        consumer_index: Option<u64>,
     },
     /// A client's lease ended (released or timed out).
     ReleaseClient {
@@ -381,8 +428,12 @@ impl State {
     pub fn reindex(&mut self) {
         self.jobs_by_name = self.jobs.values().map(|j| (j.name.clone(), j.id)).collect();
         self.iterations_by_key.clear();
+        self.open_round_robin.clear();
         for it in self.iterations.values() {
             self.iterations_by_key.insert((it.job_name.clone(), it.repetition), it.id);
+            if it.num_consumers.is_some() && !it.finished {
+                self.open_round_robin.insert(it.id);
+            }
         }
     }
 
@@ -487,8 +538,13 @@ pub fn apply(state: &mut State, update: &Update) {
         }
         Update::CreateIteration { iteration_id, job_id, repetition, total_splits } => {
             bump(&mut state.next_iteration_id, iteration_id.0);
-            let job_name = state.jobs.get(job_id).map(|j| j.name.clone()).unwrap_or_default();
+            let job = state.jobs.get(job_id);
+            let job_name = job.map(|j| j.name.clone()).unwrap_or_default();
+            let num_consumers = job.and_then(|j| j.num_consumers);
             state.iterations_by_key.insert((job_name.clone(), *repetition), *iteration_id);
+            if num_consumers.is_some() {
+                state.open_round_robin.insert(*iteration_id);
+            }
             state.iterations.insert(
                 *iteration_id,
                 Iteration {
@@ -502,6 +558,8 @@ pub fn apply(state: &mut State, update: &Update) {
                     finished: false,
                     garbage_collected: false,
                     splits: total_splits.map(|total| SplitState { total, ..SplitState::default() }),
+                    num_consumers,
+                    pending: VecDeque::new(),
                 },
             );
         }
@@ -515,6 +573,52 @@ pub fn apply(state: &mut State, update: &Update) {
             }
             state.tasks.insert(task.id, task.clone());
         }
+        Update::CreatePendingTask { task } => {
+            bump(&mut state.next_task_id, task.id.0);
+            if let Some(it) = state.iterations.get_mut(&task.iteration_id) {
+                it.pending.push_back(PendingTask {
+                    task_id: task.id,
+                    target_round: task.starting_round,
+                    ready_consumers: BTreeSet::new(),
+                    failures: 0,
+                });
+            }
+            if let Some(w) = state.workers.get_mut(&task.worker_address) {
+                w.tasks.insert(task.id);
+            }
+            state.tasks.insert(task.id, task.clone());
+        }
+        Update::ConsumerRound { iteration_id, consumer_index, rejected_new_target, accepted } => {
+            let Some(it) = state.iterations.get_mut(iteration_id) else { return };
+            let needed = it.num_consumers.unwrap_or(1);
+            let Some(front) = it.pending.front_mut() else { return };
+            if let Some(target) = rejected_new_target {
+                front.failures = front.failures.saturating_add(1);
+                front.ready_consumers.clear();
+                front.target_round = *target;
+            }
+            if *accepted {
+                front.ready_consumers.insert(*consumer_index);
+            }
+            if front.ready_consumers.len() as u64 >= needed {
+                let (task_id, round) = (front.task_id, front.target_round);
+                it.pending.pop_front();
+                it.tasks.push(task_id);
+                if let Some(t) = state.tasks.get_mut(&task_id) {
+                    t.starting_round = round;
+                }
+            }
+        }
+        Update::RemoveTask { task_id } => {
+            let Some(task) = state.tasks.remove(task_id) else { return };
+            if let Some(it) = state.iterations.get_mut(&task.iteration_id) {
+                it.tasks.retain(|t| t != task_id);
+                it.pending.retain(|p| p.task_id != *task_id);
+            }
+            if let Some(w) = state.workers.get_mut(&task.worker_address) {
+                w.tasks.remove(task_id);
+            }
+        }
         Update::FinishTask { task_id } => {
             let Some(task) = state.tasks.get_mut(task_id) else { return };
             task.finished = true;
@@ -525,11 +629,14 @@ pub fn apply(state: &mut State, update: &Update) {
             state.release_leases(iteration_id, &worker, false);
             state.recompute_finished(iteration_id);
         }
-        Update::AcquireClient { client_id, iteration_id } => {
+        Update::AcquireClient { client_id, iteration_id, consumer_index } => {
             bump(&mut state.next_client_id, client_id.0);
-            state
-                .clients
-                .insert(*client_id, Client { id: *client_id, iteration_id: *iteration_id });
+            let client = Client {
+                id: *client_id,
+                iteration_id: *iteration_id,
+                consumer_index: *consumer_index,
+            };
+            state.clients.insert(*client_id, client);
             if let Some(it) = state.iterations.get_mut(iteration_id) {
                 it.num_clients += 1;
             }
@@ -542,6 +649,7 @@ pub fn apply(state: &mut State, update: &Update) {
             }
         }
         Update::GarbageCollectIteration { iteration_id } => {
+            state.open_round_robin.remove(iteration_id);
             let Some(it) = state.iterations.get_mut(iteration_id) else { return };
             it.finished = true;
             it.garbage_collected = true;

@@ -1,0 +1,243 @@
+//! Coordinated (round-robin) reads: late workers join through the pending-task protocol,
+//! consumers vote tasks out, and consumer identity is the consumer index.
+
+use serde_json::json;
+use shardwise_core::dataset::DatasetDef;
+use shardwise_core::dispatch::dispatcher::{
+    ClientHeartbeat, CreateIteration, CreateJob, IterationLease, ProcessingMode, RegisterDataset,
+    WorkerHeartbeat,
+};
+use shardwise_core::dispatch::{
+    Dispatcher, DispatcherConfig, Millis, ShardingPolicy, TargetWorkers, TaskId, Update, recover,
+};
+
+struct H {
+    d: Dispatcher,
+    journal: Vec<Update>,
+}
+
+impl H {
+    fn new() -> Self {
+        H {
+            d: Dispatcher::new(DispatcherConfig::default(), "i".into(), Millis(0)).unwrap(),
+            journal: vec![],
+        }
+    }
+    fn sync(&mut self) {
+        while let Some(u) = self.d.poll_journal() {
+            self.journal.push(u);
+        }
+        assert_eq!(&recover(vec![], &self.journal), self.d.state(), "replay equals live");
+    }
+    fn worker(&mut self, now: u64, addr: &str, current: &[TaskId]) -> Vec<TaskId> {
+        let r = self
+            .d
+            .worker_heartbeat(
+                Millis(now),
+                &WorkerHeartbeat {
+                    worker_address: addr.into(),
+                    current_tasks: current.to_vec(),
+                    tags: vec![],
+                },
+            )
+            .unwrap();
+        self.sync();
+        r.new_tasks.iter().map(|t| t.task_id).collect()
+    }
+    /// A job with `n` consumers over an infinite dataset; returns one lease per consumer.
+    fn job(&mut self, n: u64) -> (shardwise_core::dispatch::JobId, Vec<IterationLease>) {
+        let ds = DatasetDef::from_json(
+            &json!({"source": {"range": {"stop": 10}}, "transforms": [{"repeat": null}]}),
+        )
+        .unwrap();
+        let ds = self
+            .d
+            .register_dataset(&RegisterDataset { dataset: ds, dataset_id: None, metadata: None })
+            .unwrap();
+        let job = self
+            .d
+            .create_job(&CreateJob {
+                dataset_id: ds,
+                processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
+                job_name: Some("rr".into()),
+                num_consumers: Some(n),
+                target_workers: TargetWorkers::Any,
+                cross_trainer_cache: false,
+                split_size: None,
+            })
+            .unwrap();
+        let leases = (0..n)
+            .map(|i| {
+                self.d
+                    .create_iteration(
+                        Millis(1),
+                        job,
+                        &CreateIteration { repetition: 0, consumer_index: Some(i) },
+                    )
+                    .unwrap()
+            })
+            .collect();
+        self.sync();
+        (job, leases)
+    }
+    fn hb(
+        &mut self,
+        lease: &IterationLease,
+        current: u64,
+        blocked: Option<u64>,
+    ) -> shardwise_core::dispatch::dispatcher::ClientHeartbeatReply {
+        let r = self
+            .d
+            .client_heartbeat(
+                Millis(10),
+                lease.client_id,
+                &ClientHeartbeat { current_round: Some(current), blocked_round: blocked },
+            )
+            .unwrap();
+        self.sync();
+        r
+    }
+}
+
+#[test]
+fn im_03_late_worker_joins_through_a_pending_task() {
+    let mut h = H::new();
+    h.worker(0, "w1", &[]);
+    let (_, leases) = h.job(2);
+    let t1 = h.worker(1, "w1", &[]);
+    assert_eq!(t1.len(), 1);
+    // Both consumers are in round 4 when w2 arrives.
+    for l in &leases {
+        assert!(h.hb(l, 4, None).block_round.is_none());
+    }
+    // w2 gets its task at once ...
+    let t2 = h.worker(2, "w2", &[]);
+    assert_eq!(t2.len(), 1);
+    // ... but clients see only w1's task, with a proposal to block before round 5.
+    let r = h.hb(&leases[0], 4, None);
+    assert_eq!(r.tasks.len(), 1);
+    assert_eq!(r.block_round, Some(5));
+    // Consumer 0 agrees; consumer 1 agrees too: the task is promoted with starting round 5.
+    assert_eq!(h.hb(&leases[0], 4, Some(5)).tasks.len(), 1);
+    let r = h.hb(&leases[1], 4, Some(5));
+    assert_eq!(r.tasks.len(), 2);
+    assert_eq!(r.block_round, None);
+    assert_eq!(r.tasks[1].task_id, t2[0]);
+    assert_eq!(r.tasks[1].starting_round, 5);
+}
+
+#[test]
+fn a_consumer_past_the_proposal_rejects_it_and_the_distance_doubles() {
+    let mut h = H::new();
+    h.worker(0, "w1", &[]);
+    let (_, leases) = h.job(2);
+    h.hb(&leases[0], 2, None);
+    h.worker(2, "w2", &[]);
+    let first = h.hb(&leases[0], 2, None).block_round.unwrap();
+    assert_eq!(first, 3);
+    // Consumer 1 is already in round 3: rejected, new target = its round + 2.
+    let r = h.hb(&leases[1], 3, None);
+    assert_eq!(r.block_round, Some(5));
+    // Consumer 0 races past 5 too: next target = 6 + 4.
+    let r = h.hb(&leases[0], 6, None);
+    assert_eq!(r.block_round, Some(10));
+    // Agreement on 10 promotes.
+    h.hb(&leases[0], 6, Some(10));
+    let r = h.hb(&leases[1], 7, Some(10));
+    assert_eq!(r.tasks.len(), 2);
+    assert_eq!(r.tasks[1].starting_round, 10);
+}
+
+#[test]
+fn a_restarted_consumer_replaces_its_predecessor() {
+    let mut h = H::new();
+    h.worker(0, "w1", &[]);
+    let (job, leases) = h.job(2);
+    h.worker(2, "w2", &[]);
+    // Consumer 0 agrees, then restarts with a new client id and agrees again: that is still
+    // one consumer, so the task is not promoted until consumer 1 agrees.
+    h.hb(&leases[0], 0, Some(1));
+    let again =
+        h.d.create_iteration(
+            Millis(3),
+            job,
+            &CreateIteration { repetition: 0, consumer_index: Some(0) },
+        )
+        .unwrap();
+    h.sync();
+    let r = h.hb(&again, 0, Some(1));
+    assert_eq!(r.tasks.len(), 1, "not promoted by one consumer twice");
+    let r = h.hb(&leases[1], 0, Some(1));
+    assert_eq!(r.tasks.len(), 2);
+}
+
+#[test]
+fn consumers_vote_a_task_out_and_its_worker_rejoins() {
+    let mut h = H::new();
+    h.worker(0, "w1", &[]);
+    h.worker(0, "w2", &[]);
+    let (_, leases) = h.job(2);
+    let t1 = h.worker(1, "w1", &[])[0];
+    h.worker(1, "w2", &[]);
+    assert!(!h.d.maybe_remove_task(t1, 0, 7).unwrap());
+    // A vote for another round starts over.
+    assert!(!h.d.maybe_remove_task(t1, 1, 8).unwrap());
+    h.sync();
+    assert!(h.d.state().tasks.contains_key(&t1), "no removal without agreement");
+    // Both consumers on round 8: removed.
+    assert!(h.d.maybe_remove_task(t1, 0, 8).unwrap());
+    h.sync();
+    assert!(!h.d.state().tasks.contains_key(&t1));
+    assert!(h.d.maybe_remove_task(t1, 0, 8).unwrap(), "an unknown task counts as removed");
+    assert_eq!(h.hb(&leases[0], 9, None).tasks.len(), 1);
+    // w1 heartbeats again (still reporting the removed task): told to drop it, given a
+    // pending task for the iteration instead.
+    let r =
+        h.d.worker_heartbeat(
+            Millis(20),
+            &WorkerHeartbeat { worker_address: "w1".into(), current_tasks: vec![t1], tags: vec![] },
+        )
+        .unwrap();
+    h.sync();
+    assert_eq!(r.tasks_to_delete, vec![t1]);
+    assert_eq!(r.new_tasks.len(), 1);
+    assert_eq!(h.hb(&leases[0], 9, None).block_round, Some(10));
+}
+
+#[test]
+fn coordinated_read_errors() {
+    let mut h = H::new();
+    h.worker(0, "w1", &[]);
+    let (job, _) = h.job(2);
+    let e = h
+        .d
+        .create_iteration(Millis(1), job, &CreateIteration { repetition: 0, consumer_index: None })
+        .unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT");
+    let e =
+        h.d.create_iteration(
+            Millis(1),
+            job,
+            &CreateIteration { repetition: 0, consumer_index: Some(2) },
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT");
+    // maybe-remove on an ordinary task.
+    let ds = h.d.state().datasets.keys().next().unwrap().clone();
+    let off =
+        h.d.create_job(&CreateJob {
+            dataset_id: ds,
+            processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
+            job_name: None,
+            num_consumers: None,
+            target_workers: TargetWorkers::Auto,
+            cross_trainer_cache: false,
+            split_size: None,
+        })
+        .unwrap();
+    h.d.create_iteration(Millis(1), off, &CreateIteration::default()).unwrap();
+    h.sync();
+    let task = *h.d.state().tasks.keys().last().unwrap();
+    let e = h.d.maybe_remove_task(task, 0, 0).unwrap_err();
+    assert_eq!(e.detail(), "MaybeRemoveTask called on a non-round-robin task.");
+}
