@@ -38,6 +38,7 @@ impl H {
                     worker_address: addr.into(),
                     current_tasks: current.to_vec(),
                     tags: vec![],
+                    worker_uid: None,
                 },
             )
             .unwrap();
@@ -195,7 +196,12 @@ fn consumers_vote_a_task_out_and_its_worker_rejoins() {
     let r =
         h.d.worker_heartbeat(
             Millis(20),
-            &WorkerHeartbeat { worker_address: "w1".into(), current_tasks: vec![t1], tags: vec![] },
+            &WorkerHeartbeat {
+                worker_address: "w1".into(),
+                current_tasks: vec![t1],
+                tags: vec![],
+                worker_uid: None,
+            },
         )
         .unwrap();
     h.sync();

@@ -143,6 +143,11 @@ pub struct WorkerHeartbeat {
     /// Tags, e.g. `COLOCATED` (kept from the first registration).
     #[serde(default)]
     pub tags: Vec<String>,
+    /// The worker process's id (new on every start). A new id at a known address tells the
+    /// dispatcher the process restarted, so the splits the old process held are handed out
+    /// again at once instead of after the worker timeout.
+    #[serde(default)]
+    pub worker_uid: Option<String>,
 }
 
 /// A task as a worker needs it.
@@ -601,21 +606,27 @@ impl Dispatcher {
                 req.tags.join(", ")
             )));
         }
-        let known = self.state.workers.get(addr).map(|w| w.alive);
+        let known = self.state.workers.get(addr).map(|w| (w.alive, w.uid.clone()));
+        let uid = req.worker_uid.clone();
         match known {
             None => {
                 self.state.worker_list.validate(addr).map_err(DispatchError::FailedPrecondition)?;
                 self.commit(Update::RegisterWorker {
                     address: addr.to_owned(),
                     tags: req.tags.clone(),
+                    uid,
                 });
                 self.join_unfinished_iterations(addr)?;
             }
-            Some(false) => {
-                self.commit(Update::WorkerRevived { address: addr.to_owned() });
+            Some((false, _)) => {
+                self.commit(Update::WorkerRevived { address: addr.to_owned(), uid });
                 self.join_unfinished_iterations(addr)?;
             }
-            Some(true) => self.rejoin_round_robin(addr)?,
+            Some((true, old)) if uid.is_some() && old != uid => {
+                self.commit(Update::WorkerRestarted { address: addr.to_owned(), uid });
+                self.rejoin_round_robin(addr)?;
+            }
+            Some((true, _)) => self.rejoin_round_robin(addr)?,
         }
         self.worker_seen.insert(addr.to_owned(), now);
         let assigned: &BTreeSet<TaskId> = match self.state.workers.get(addr) {

@@ -69,7 +69,11 @@ mod tests {
                 repetition: 5,
                 total_splits: None,
             },
-            Update::RegisterWorker { address: "w:1".into(), tags: vec!["COLOCATED".into()] },
+            Update::RegisterWorker {
+                address: "w:1".into(),
+                tags: vec!["COLOCATED".into()],
+                uid: None,
+            },
             Update::FinishTask { task_id: TaskId(8) },
             Update::ReleaseClient { client_id: ClientId(3000), at: Millis(100) },
         ]

@@ -35,6 +35,10 @@ pub struct Worker {
     pub tags: Vec<String>,
     /// False after the worker missed heartbeats for the worker timeout.
     pub alive: bool,
+    /// The worker process's own id, when it sends one: a new id at the same address means
+    /// the process restarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     /// Tasks assigned to it that are neither finished nor removed.
     pub tasks: BTreeSet<TaskId>,
 }
@@ -272,12 +276,16 @@ pub struct State {
     /// Static sharding's worker list (bound as workers register).
     pub worker_list: WorkerList,
     /// Jobs by id.
+    #[serde(with = "pairs")]
     pub jobs: BTreeMap<JobId, Job>,
     /// Iterations by id.
+    #[serde(with = "pairs")]
     pub iterations: BTreeMap<IterationId, Iteration>,
     /// Iteration clients by id.
+    #[serde(with = "pairs")]
     pub clients: BTreeMap<ClientId, Client>,
     /// Tasks by id.
+    #[serde(with = "pairs")]
     pub tasks: BTreeMap<TaskId, Task>,
     /// Job id by name.
     #[serde(skip)]
@@ -311,6 +319,17 @@ pub enum Update {
         address: String,
         /// Tags.
         tags: Vec<String>,
+        /// The process's id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<String>,
+    },
+    /// A worker's process restarted at the same address (a new uid): the splits it held are
+    /// handed out again; its tasks stay assigned and restart from the beginning.
+    WorkerRestarted {
+        /// Address.
+        address: String,
+        /// The new process's id.
+        uid: Option<String>,
     },
     /// A worker missed heartbeats for the worker timeout.
     WorkerLost {
@@ -321,6 +340,9 @@ pub enum Update {
     WorkerRevived {
         /// Address.
         address: String,
+        /// The process's id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uid: Option<String>,
     },
     /// A job was created.
     CreateJob {
@@ -474,6 +496,31 @@ impl State {
     }
 }
 
+/// Id-keyed maps are stored as `[[id, value], ...]`: JSON object keys are strings, and
+/// records are decoded through serde's buffered (internally tagged) path, which does not turn
+/// strings back into numbers.
+mod pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        map: &BTreeMap<K, V>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_seq(map.iter())
+    }
+
+    pub(super) fn deserialize<'de, K, V, D>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
+}
+
 fn bump(counter: &mut u64, used: u64) {
     *counter = (*counter).max(used.saturating_add(1));
 }
@@ -490,14 +537,22 @@ pub fn apply(state: &mut State, update: &Update) {
                 state.next_dataset_id += 1;
             }
         }
-        Update::RegisterWorker { address, tags } => {
+        Update::RegisterWorker { address, tags, uid } => {
             state.worker_list.bind(address);
             state.workers.entry(address.clone()).or_insert_with(|| Worker {
                 address: address.clone(),
                 tags: tags.clone(),
                 alive: true,
+                uid: uid.clone(),
                 tasks: BTreeSet::new(),
             });
+        }
+        Update::WorkerRestarted { address, uid } => {
+            let Some(w) = state.workers.get_mut(address) else { return };
+            w.uid = uid.clone();
+            for it in state.iterations.keys().copied().collect::<Vec<_>>() {
+                state.release_leases(it, address, true);
+            }
         }
         Update::WorkerLost { address } => {
             let Some(w) = state.workers.get_mut(address) else { return };
@@ -517,9 +572,12 @@ pub fn apply(state: &mut State, update: &Update) {
                 state.recompute_finished(it);
             }
         }
-        Update::WorkerRevived { address } => {
+        Update::WorkerRevived { address, uid } => {
             let Some(w) = state.workers.get_mut(address) else { return };
             w.alive = true;
+            if uid.is_some() {
+                w.uid = uid.clone();
+            }
             let tasks: Vec<TaskId> = w.tasks.iter().copied().collect();
             for t in tasks {
                 if let Some(task) = state.tasks.get_mut(&t) {
