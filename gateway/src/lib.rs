@@ -2,5 +2,6 @@
 #![forbid(unsafe_code)]
 
 pub mod host;
+pub mod journal;
 pub mod problem;
 pub mod resolve;

@@ -19,6 +19,45 @@
 //! replies were computed from. If making a record durable fails, the replies must not be
 //! sent and the process must stop accepting requests: its memory is ahead of its journal.
 
+//! # Where Shardwise differs from TensorFlow's dispatcher, on purpose
+//!
+//! * **Lost workers act.** A worker silent for `worker_timeout` is declared lost
+//!   ([`Update::WorkerLost`], journaled): its tasks stop blocking `iteration_finished`, new
+//!   iterations do not get tasks on it, and the DYNAMIC splits it held are handed out again.
+//!   TensorFlow only logs the loss, so an iteration with a task on a dead worker never ends
+//!   and its in-flight splits are lost (at-most-once).
+//! * **DYNAMIC splits are leased.** A split handed to a worker stays leased until the same
+//!   worker asks for more splits of that iteration or finishes its task (that acknowledges
+//!   it); a repetition ends for a worker only when no split of it is leased or queued
+//!   anywhere, so a worker lost late cannot take splits with it. Elements of a split that
+//!   was in flight on a lost worker may be produced twice; none is lost. A worker that sends
+//!   a `worker_uid` is recognised when its process restarts at the same address, and gives
+//!   its splits back at once.
+//! * **Splits are counters.** Datasets are declarative, so the split provider of a range,
+//!   list, files or splits source is two numbers per iteration: nothing is fast-forwarded
+//!   on recovery, and get-split hands out up to `max_splits` splits of `split_size` elements
+//!   per call (TensorFlow: one split per call, one element per split for ranges).
+//! * **Everything observable is journaled**, garbage collection included
+//!   ([`Update::GarbageCollectIteration`]): a collected iteration does not come back after a
+//!   restart. [`Update::Snapshot`] holds the whole state so a journal can be compacted.
+//! * **Worker updates are per entry.** An unknown task id is reported back
+//!   (`unknown_tasks`) instead of failing the whole update, so one stale id cannot wedge a
+//!   worker (TensorFlow issue #52252).
+//! * **Job names are strict.** Reusing a job name with another dataset, `num_consumers` or
+//!   `split_size` is an error (TensorFlow silently joins the first job). Static sharding
+//!   without a worker list, an unshardable dataset, and `shard_hint` under a non-HINT
+//!   policy are refused when the job is created, not when a worker first builds its task.
+//! * **Coordinated reads key consumers by `consumer_index`**, not client id (TensorFlow
+//!   keys its round estimates inconsistently), so a restarted consumer replaces its
+//!   predecessor. `maybe_remove_task` does not block: voters ask again until all agree.
+//! * **No hidden infinite leases.** A new client has `client_first_heartbeat_grace`
+//!   (default 30 min) to send its first heartbeat; TensorFlow waits forever. Every duration
+//!   is validated (zero is an error); "never collect" is `job_gc_timeout: None`, not `-1`.
+//! * **An incarnation id** (an input) is carried in replies so workers and clients detect a
+//!   restart of a dispatcher that is not fault tolerant.
+//! * Error texts name real options (`job_gc_timeout`, not TensorFlow's non-existent
+//!   `iteration_gc_timeout_ms`).
+
 pub mod dispatcher;
 pub mod error;
 pub mod framing;
