@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use shardwise_gateway::resolve::{self, ResolveArgs};
+use shardwise_gateway::server::{self, DispatcherArgs};
 
 /// Shardwise: cluster resolution and data-split coordination for distributed training.
 #[derive(Debug, Parser)]
@@ -13,6 +14,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the dispatcher: the v1 REST API that registers workers and datasets, creates
+    /// jobs and iterations and hands out splits (in memory by default; --work-dir journals).
+    Dispatcher(DispatcherArgs),
     /// Resolve a cluster (TF_CONFIG, Slurm, Kubernetes, a static list, or a union) from a JSON
     /// request on stdin or --input, and print the answer as JSON.
     Resolve(ResolveArgs),
@@ -22,6 +26,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Resolve(args) => resolve::run(&args),
+        Command::Dispatcher(args) => server::run(args),
     };
     std::process::exit(code);
 }

@@ -862,6 +862,16 @@ impl Dispatcher {
         Ok(id)
     }
 
+    /// A dataset.
+    pub fn dataset(&self, dataset_id: &str) -> Result<&super::state::Dataset, DispatchError> {
+        self.state.datasets.get(dataset_id).ok_or_else(|| not_found_dataset(dataset_id))
+    }
+
+    /// Every registered worker, by address.
+    pub fn workers(&self) -> impl Iterator<Item = &super::state::Worker> + '_ {
+        self.state.workers.values()
+    }
+
     /// A job.
     pub fn job(&self, job_id: JobId) -> Result<&Job, DispatchError> {
         self.state

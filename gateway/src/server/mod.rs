@@ -1,0 +1,352 @@
+//! `shardwise dispatcher`: the v1 REST API over the dispatcher state machine.
+
+pub mod actor;
+pub mod api;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis};
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
+
+use self::actor::{Actor, JournalSink, Startup, now};
+use self::api::AppState;
+use crate::journal::{DirStorage, Journal};
+use crate::problem::Problem;
+
+/// Parses a duration with a unit: `500ms`, `30s`, `5m`, `2h`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    if num.is_empty() {
+        return Err(format!(
+            "{s:?} is not a duration: use a whole number with a unit, e.g. 500ms, 30s, 5m, 2h"
+        ));
+    }
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is out of range"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        "" => return Err(format!("{s:?} has no unit: write e.g. {n}s or {n}ms")),
+        other => {
+            return Err(format!("unknown duration unit {other:?} in {s:?}: use ms, s, m or h"));
+        }
+    }
+    .ok_or_else(|| format!("{s:?} is out of range"))?;
+    if ms == 0 {
+        return Err(format!("{s:?} must be positive"));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn millis(d: Duration) -> Millis {
+    Millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Arguments of `shardwise dispatcher` (each also read from a `SHARDWISE_*` variable).
+#[derive(Debug, Clone, clap::Args)]
+pub struct DispatcherArgs {
+    /// Address to listen on.
+    #[arg(long, env = "SHARDWISE_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port; the bound port is printed).
+    #[arg(long, env = "SHARDWISE_PORT", default_value_t = 5050)]
+    pub port: u16,
+    /// Keep a journal in this directory and replay it on start.
+    #[arg(long, env = "SHARDWISE_WORK_DIR", value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Make every journal record durable (fsync, group commit) before acknowledging it.
+    /// Needs --work-dir.
+    #[arg(long, env = "SHARDWISE_FAULT_TOLERANT")]
+    pub fault_tolerant: bool,
+    /// Static sharding's fixed worker list, comma separated (`host:port`, `host:%port%`).
+    #[arg(long, env = "SHARDWISE_WORKER_ADDRESSES", value_delimiter = ',')]
+    pub worker_addresses: Vec<String>,
+    /// A worker silent this long is lost (its tasks stop blocking, its splits are handed out again).
+    #[arg(long, env = "SHARDWISE_WORKER_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub worker_timeout: Duration,
+    /// A client silent this long is released.
+    #[arg(long, env = "SHARDWISE_CLIENT_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    pub client_timeout: Duration,
+    /// How long a new client may take to send its first heartbeat.
+    #[arg(long, env = "SHARDWISE_CLIENT_FIRST_HEARTBEAT_GRACE", default_value = "30m", value_parser = parse_duration)]
+    pub client_first_heartbeat_grace: Duration,
+    /// How often timeouts and garbage collection are checked.
+    #[arg(long, env = "SHARDWISE_JOB_GC_CHECK_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub job_gc_check_interval: Duration,
+    /// How long an iteration without clients is kept (`never`: forever).
+    #[arg(long, env = "SHARDWISE_JOB_GC_TIMEOUT", default_value = "5m", value_parser = parse_gc_timeout)]
+    pub job_gc_timeout: GcTimeout,
+    /// Also collect DYNAMIC iterations.
+    #[arg(long, env = "SHARDWISE_GC_DYNAMIC_SHARDING_JOBS")]
+    pub gc_dynamic_sharding_jobs: bool,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "SHARDWISE_MAX_BODY_BYTES", default_value_t = 16 << 20)]
+    pub max_body_bytes: usize,
+}
+
+/// `--job-gc-timeout`: a duration or `never`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcTimeout(pub Option<Duration>);
+
+fn parse_gc_timeout(s: &str) -> Result<GcTimeout, String> {
+    if s.trim() == "never" {
+        Ok(GcTimeout(None))
+    } else {
+        parse_duration(s).map(|d| GcTimeout(Some(d)))
+    }
+}
+
+impl DispatcherArgs {
+    /// The state machine's configuration.
+    pub fn config(&self) -> DispatcherConfig {
+        DispatcherConfig {
+            fault_tolerant: self.fault_tolerant,
+            worker_addresses: self
+                .worker_addresses
+                .iter()
+                .map(|a| a.trim().to_owned())
+                .filter(|a| !a.is_empty())
+                .collect(),
+            worker_timeout: millis(self.worker_timeout),
+            client_timeout: millis(self.client_timeout),
+            client_first_heartbeat_grace: millis(self.client_first_heartbeat_grace),
+            job_gc_check_interval: millis(self.job_gc_check_interval),
+            job_gc_timeout: self.job_gc_timeout.0.map(millis),
+            gc_dynamic_sharding_jobs: self.gc_dynamic_sharding_jobs,
+        }
+    }
+}
+
+fn incarnation() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}-{:x}", nanos, std::process::id())
+}
+
+/// The router, with every rejection, unknown route, wrong method, oversized body, timeout
+/// and panic answered as problem+json.
+pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+    Router::new()
+        .route("/v1/version", get(api::version))
+        .route("/v1/workers/heartbeat", post(api::worker_heartbeat))
+        .route("/v1/workers/update", post(api::worker_update))
+        .route("/v1/workers", get(api::workers))
+        .route("/v1/datasets", post(api::register_dataset))
+        .route("/v1/datasets/{dataset_id}", get(api::get_dataset))
+        .route("/v1/jobs", post(api::create_job))
+        .route("/v1/jobs/{job_id}", get(api::get_job))
+        .route("/v1/jobs/{job_id}/iterations", post(api::create_iteration))
+        .route("/v1/clients/{client_id}/heartbeat", post(api::client_heartbeat))
+        .route("/v1/clients/{client_id}", delete(api::release_client))
+        .route("/v1/iterations/{iteration_id}/splits", post(api::get_splits))
+        .route("/v1/tasks/{task_id}/maybe-remove", post(api::maybe_remove))
+        .route("/v1/cluster/resolve", post(api::resolve))
+        .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
+        .route("/metrics", get(api::metrics))
+        .fallback(api::not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Duration::from_secs(30),
+        ))
+        .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| {
+            Problem::new(
+                "INTERNAL",
+                "the dispatcher hit a bug handling this request (a panic was caught)",
+            )
+            .into_response()
+        }))
+        .layer(axum::middleware::map_response(problem_for_empty_errors))
+        .with_state(state)
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Problem {
+    let mut p =
+        Problem::new("INVALID_ARGUMENT", format!("{method} is not allowed on {}", uri.path()));
+    p.status = 405;
+    p.title = "Method not allowed".into();
+    p
+}
+
+/// Middleware answers (timeouts, limits) carry no body: give them a problem body.
+async fn problem_for_empty_errors(res: Response) -> Response {
+    let status = res.status();
+    let is_problem = res
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return res;
+    }
+    let code = match status.as_u16() {
+        400 | 405 | 415 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "FAILED_PRECONDITION",
+        413 | 429 => "RESOURCE_EXHAUSTED",
+        503 | 504 | 408 => "UNAVAILABLE",
+        _ => "INTERNAL",
+    };
+    let mut p = Problem::new(code, status.canonical_reason().unwrap_or("error").to_owned());
+    p.status = status.as_u16();
+    p.into_response()
+}
+
+/// Runs the dispatcher until SIGINT/SIGTERM; returns the process exit status.
+pub fn run(args: DispatcherArgs) -> i32 {
+    if args.fault_tolerant && args.work_dir.is_none() {
+        eprintln!(
+            "shardwise dispatcher: --fault-tolerant needs --work-dir (where the journal is kept)"
+        );
+        return 2;
+    }
+    let config = args.config();
+    if let Err(e) = config.validate() {
+        eprintln!("shardwise dispatcher: {e}");
+        return 2;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("shardwise dispatcher: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    runtime.block_on(serve(args, config))
+}
+
+async fn serve(args: DispatcherArgs, config: DispatcherConfig) -> i32 {
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("shardwise dispatcher: cannot listen on {addr}: {e}");
+            return 1;
+        }
+    };
+    let local: SocketAddr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("shardwise dispatcher: {e}");
+            return 1;
+        }
+    };
+    let incarnation: Arc<str> = incarnation().into();
+    let fault_tolerant = config.fault_tolerant;
+    let work_dir = args.work_dir.clone();
+    let inc = incarnation.to_string();
+    let startup: Startup = Box::new(move || {
+        let t = now();
+        match work_dir {
+            None => Ok((Dispatcher::new(config, inc, t).map_err(|e| e.to_string())?, None)),
+            Some(dir) => {
+                let storage = DirStorage::open(&dir)
+                    .map_err(|e| format!("cannot open the work dir {}: {e}", dir.display()))?;
+                let (journal, replay) =
+                    Journal::open(storage, config.fault_tolerant).map_err(|e| e.to_string())?;
+                for w in &replay.warnings {
+                    tracing::warn!("{w}");
+                    eprintln!("shardwise dispatcher: warning: {w}");
+                }
+                let d = Dispatcher::recover(config, inc, t, &replay.updates)
+                    .map_err(|e| e.to_string())?;
+                println!(
+                    "shardwise dispatcher replayed {} records from {} segments in {}",
+                    replay.updates.len(),
+                    replay.segments,
+                    dir.display()
+                );
+                let sink: Box<dyn JournalSink> = Box::new(journal);
+                Ok((d, Some(sink)))
+            }
+        }
+    });
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
+    let actor = Actor::spawn(startup, move |err| {
+        if let Some(e) = err {
+            let _ = failed_tx.send(e);
+        }
+    });
+    let state = AppState { actor, incarnation, fault_tolerant };
+    let app = router(state, args.max_body_bytes);
+    println!("shardwise dispatcher listening on http://{local}");
+    let shutdown = async move {
+        tokio::select! {
+            r = failed_rx => {
+                if let Ok(e) = r {
+                    eprintln!("shardwise dispatcher: refusing to start: {e}");
+                    return Some(e);
+                }
+                std::future::pending::<Option<String>>().await
+            }
+            () = shutdown_signal() => None,
+        }
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let failure = shutdown.await;
+            let _ = tx.send(failure);
+        })
+        .await;
+    if let Err(e) = result {
+        eprintln!("shardwise dispatcher: {e}");
+        return 1;
+    }
+    match rx.await {
+        Ok(Some(_)) => 1,
+        _ => 0,
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_need_units_and_are_positive() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        for bad in ["", "5", "-5s", "0s", "5x", "ms", "1.5s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_gc_timeout("never").unwrap(), GcTimeout(None));
+    }
+}
