@@ -73,3 +73,220 @@ pub fn run_shardwise(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Run {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// A response from [`http`].
+#[derive(Debug)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Header lines, lower-cased names.
+    pub headers: Vec<(String, String)>,
+    /// Body text.
+    pub body: String,
+}
+
+impl HttpResponse {
+    /// The body as JSON (panics with the body when it is not).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {} {}", self.status, self.body))
+    }
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request to `127.0.0.1` (`Connection: close`), with a JSON body when given.
+/// A tiny client is enough for black-box tests and keeps them free of a client stack.
+pub fn http(
+    method: &str,
+    base: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> std::io::Result<HttpResponse> {
+    use std::io::Read;
+    let hostport = base.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(hostport)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n");
+    if body.is_some() {
+        req.push_str("Content-Type: application/json\r\n");
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{payload}", payload.len()));
+    stream.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked { dechunk(body) } else { body.to_owned() };
+    Ok(HttpResponse { status, headers, body })
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A fresh temporary directory, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    /// `$TMPDIR/shardwise-<name>-<pid>-<n>`.
+    pub fn new(name: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("shardwise-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    /// The path as a string.
+    pub fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 temp path")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `shardwise dispatcher` process on an ephemeral port, killed (SIGKILL) on drop.
+#[derive(Debug)]
+pub struct Dispatcher {
+    /// The child process.
+    pub child: std::process::Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// Lines it printed before it listened.
+    pub startup: Vec<String>,
+    output: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Dispatcher {
+    /// Starts `shardwise dispatcher --port 0 ARGS` and waits for its listening line and for
+    /// `/readyz` to answer 200.
+    pub fn start(args: &[&str]) -> Dispatcher {
+        Self::try_start(args).unwrap_or_else(|e| panic!("dispatcher did not start: {e}"))
+    }
+
+    /// Like [`Dispatcher::start`] but returns what it printed when it exits instead.
+    pub fn try_start(args: &[&str]) -> Result<Dispatcher, String> {
+        use std::io::BufRead;
+        let mut child = Command::new(shardwise_bin())
+            .arg("dispatcher")
+            .args(["--port", "0"])
+            .args(args)
+            .env_remove("TF_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let stdout = child.stdout.take().expect("stdout");
+        let mut reader = std::io::BufReader::new(stdout);
+        let mut startup = Vec::new();
+        let url = loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                let out = child.wait_with_output().map_err(|e| e.to_string())?;
+                return Err(format!(
+                    "exited with {:?}: {}{}",
+                    out.status.code(),
+                    startup.join(""),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            if let Some(rest) = line.trim().strip_prefix("shardwise dispatcher listening on ") {
+                break rest.to_owned();
+            }
+            startup.push(line);
+        };
+        // Keep draining the pipes (so the child never blocks on a full one) into `output`.
+        let output = std::sync::Arc::new(std::sync::Mutex::new(startup.concat()));
+        let out = output.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                out.lock().expect("output lock").push_str(&line);
+                line.clear();
+            }
+        });
+        if let Some(err) = child.stderr.take() {
+            let out = output.clone();
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(err);
+                let mut line = String::new();
+                while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                    out.lock().expect("output lock").push_str(&line);
+                    line.clear();
+                }
+            });
+        }
+        let mut d = Dispatcher { child, url, startup, output };
+        // Ready when replay finished: poll /readyz, bounded (10 s); stop if it exits.
+        for _ in 0..5_000 {
+            if http("GET", &d.url, "/readyz", None).is_ok_and(|r| r.status == 200) {
+                return Ok(d);
+            }
+            if let Ok(Some(status)) = d.child.try_wait() {
+                // Let the pipe readers finish.
+                for _ in 0..100 {
+                    if std::sync::Arc::strong_count(&d.output) == 1 {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                return Err(format!("exited with {:?}: {}", status.code(), d.output()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        Err("never became ready".into())
+    }
+
+    /// Everything it printed so far (stdout and stderr).
+    pub fn output(&self) -> String {
+        self.output.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    /// A request to this dispatcher.
+    pub fn call(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> HttpResponse {
+        http(method, &self.url, path, body.as_ref())
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// SIGKILL, and wait for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
