@@ -17,9 +17,21 @@ enum Command {
     /// Run the dispatcher: the v1 REST API that registers workers and datasets, creates
     /// jobs and iterations and hands out splits (in memory by default; --work-dir journals).
     Dispatcher(DispatcherArgs),
+    /// Inspect a dispatcher's journal.
+    #[command(subcommand)]
+    Journal(JournalCommand),
     /// Resolve a cluster (TF_CONFIG, Slurm, Kubernetes, a static list, or a union) from a JSON
     /// request on stdin or --input, and print the answer as JSON.
     Resolve(ResolveArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum JournalCommand {
+    /// Print every record of the journal in a work dir as JSON lines.
+    Dump {
+        /// The dispatcher's --work-dir.
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() {
@@ -27,6 +39,16 @@ fn main() {
     let code = match cli.command {
         Command::Resolve(args) => resolve::run(&args),
         Command::Dispatcher(args) => server::run(args),
+        Command::Journal(JournalCommand::Dump { dir }) => {
+            let stdout = std::io::stdout();
+            match shardwise_gateway::journal::dump(&dir, &mut stdout.lock()) {
+                Ok(_) => 0,
+                Err(e) => {
+                    eprintln!("shardwise journal dump: {e}");
+                    1
+                }
+            }
+        }
     };
     std::process::exit(code);
 }
