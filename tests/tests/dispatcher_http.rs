@@ -85,7 +85,7 @@ fn distributed_epoch_splits_over_http() {
         Some(json!({})),
     ));
     let iteration = it["iteration_id"].as_str().unwrap().to_owned();
-    let mut covered = vec![false; 100];
+    let mut covered = [false; 100];
     let mut done = [false, false];
     while !done.iter().all(|x| *x) {
         for (i, w) in ["w1:1", "w2:1"].iter().enumerate() {
