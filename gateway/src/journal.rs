@@ -321,6 +321,36 @@ impl<S: Storage> Journal<S> {
     }
 }
 
+/// `shardwise journal dump DIR`: every record of the journal in `work_dir`, one JSON object
+/// per line (`{"segment", "offset", "update"}`), damage reported as it would be at startup
+/// (nothing is modified: a torn tail is reported, not truncated).
+pub fn dump(work_dir: &Path, out: &mut dyn Write) -> Result<usize, String> {
+    let storage = DirStorage { dir: work_dir.join("journal"), current: None };
+    if !storage.dir.is_dir() {
+        return Err(format!("{} has no journal directory", work_dir.display()));
+    }
+    let mut segments = storage.list().map_err(|e| e.to_string())?;
+    segments.sort_unstable();
+    let mut n = 0;
+    for seg in segments {
+        let file = storage.describe(seg);
+        let bytes = storage.read(seg).map_err(|e| format!("{file}: {e}"))?;
+        let decoded = shardwise_core::dispatch::framing::decode_segment(&bytes)
+            .map_err(|e| format!("{file}: {e}"))?;
+        for r in &decoded.records {
+            let update: serde_json::Value = serde_json::from_slice(r.payload)
+                .map_err(|e| format!("{file}: record at byte offset {}: {e}", r.offset))?;
+            let line = serde_json::json!({"segment": seg, "offset": r.offset, "update": update});
+            writeln!(out, "{line}").map_err(|e| e.to_string())?;
+            n += 1;
+        }
+        if let Tail::Torn { offset, reason, .. } = decoded.tail {
+            eprintln!("{file}: torn final record at byte offset {offset}: {reason}");
+        }
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -477,34 +507,4 @@ mod tests {
         assert!(Journal::open(DirStorage::open(&dir).unwrap(), true).is_err());
         fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-/// `shardwise journal dump DIR`: every record of the journal in `work_dir`, one JSON object
-/// per line (`{"segment", "offset", "update"}`), damage reported as it would be at startup
-/// (nothing is modified: a torn tail is reported, not truncated).
-pub fn dump(work_dir: &Path, out: &mut dyn Write) -> Result<usize, String> {
-    let storage = DirStorage { dir: work_dir.join("journal"), current: None };
-    if !storage.dir.is_dir() {
-        return Err(format!("{} has no journal directory", work_dir.display()));
-    }
-    let mut segments = storage.list().map_err(|e| e.to_string())?;
-    segments.sort_unstable();
-    let mut n = 0;
-    for seg in segments {
-        let file = storage.describe(seg);
-        let bytes = storage.read(seg).map_err(|e| format!("{file}: {e}"))?;
-        let decoded = shardwise_core::dispatch::framing::decode_segment(&bytes)
-            .map_err(|e| format!("{file}: {e}"))?;
-        for r in &decoded.records {
-            let update: serde_json::Value = serde_json::from_slice(r.payload)
-                .map_err(|e| format!("{file}: record at byte offset {}: {e}", r.offset))?;
-            let line = serde_json::json!({"segment": seg, "offset": r.offset, "update": update});
-            writeln!(out, "{line}").map_err(|e| e.to_string())?;
-            n += 1;
-        }
-        if let Tail::Torn { offset, reason, .. } = decoded.tail {
-            eprintln!("{file}: torn final record at byte offset {offset}: {reason}");
-        }
-    }
-    Ok(n)
 }
