@@ -1133,10 +1133,19 @@ impl Dispatcher {
             )));
         }
         let worker = req.worker_address.as_str();
-        if !self.state.workers.contains_key(worker) {
-            return Err(DispatchError::NotFound(format!(
-                "Worker with address {worker} not found."
-            )));
+        match self.state.workers.get(worker) {
+            None => {
+                return Err(DispatchError::NotFound(format!(
+                    "Worker with address {worker} not found."
+                )));
+            }
+            Some(w) if !w.alive => {
+                return Err(DispatchError::FailedPrecondition(format!(
+                    "worker {worker} was declared lost (no heartbeat for the worker timeout) and \
+                     its splits were handed to other workers; send a heartbeat to rejoin"
+                )));
+            }
+            Some(_) => {}
         }
         let has_task = it
             .tasks

@@ -257,7 +257,7 @@ impl WorkerList {
 }
 
 /// The durable state of a dispatcher.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct State {
     /// Next generated dataset id.
     pub next_dataset_id: u64,
@@ -432,6 +432,24 @@ pub enum Update {
     },
 }
 
+impl PartialEq for State {
+    /// Equality of the durable fields (the lookup indexes are derived from them).
+    fn eq(&self, o: &Self) -> bool {
+        self.next_dataset_id == o.next_dataset_id
+            && self.next_job_id == o.next_job_id
+            && self.next_iteration_id == o.next_iteration_id
+            && self.next_client_id == o.next_client_id
+            && self.next_task_id == o.next_task_id
+            && self.datasets == o.datasets
+            && self.workers == o.workers
+            && self.worker_list == o.worker_list
+            && self.jobs == o.jobs
+            && self.iterations == o.iterations
+            && self.clients == o.clients
+            && self.tasks == o.tasks
+    }
+}
+
 impl State {
     /// An empty state whose static sharding list is `worker_addresses`.
     pub fn new(worker_addresses: Vec<String>) -> Self {
@@ -580,11 +598,16 @@ pub fn apply(state: &mut State, update: &Update) {
             }
             let tasks: Vec<TaskId> = w.tasks.iter().copied().collect();
             for t in tasks {
-                if let Some(task) = state.tasks.get_mut(&t) {
-                    let unfinished =
-                        state.iterations.get(&task.iteration_id).is_some_and(|i| !i.finished);
-                    if unfinished {
-                        task.abandoned = false;
+                let Some(task) = state.tasks.get_mut(&t) else { continue };
+                let unfinished =
+                    state.iterations.get(&task.iteration_id).is_some_and(|i| !i.finished);
+                if unfinished {
+                    task.abandoned = false;
+                } else {
+                    // Its iteration finished while the worker was away: the task is over.
+                    task.finished = true;
+                    if let Some(w) = state.workers.get_mut(address) {
+                        w.tasks.remove(&t);
                     }
                 }
             }
