@@ -89,6 +89,7 @@ impl Harness {
                     current_tasks: current.to_vec(),
                     tags: vec![],
                     worker_uid: None,
+                    incarnation: None,
                 },
             )
             .unwrap();
@@ -349,6 +350,7 @@ fn drain_splits(
                         repetition: 0,
                         split_provider_index: 0,
                         max_splits: Some(per_call),
+                        acknowledge: None,
                     },
                 )
                 .unwrap();
@@ -385,6 +387,7 @@ fn dynamic_splits_are_handed_out_exactly_once() {
                 repetition: 0,
                 split_provider_index: 0,
                 max_splits: None,
+                acknowledge: None,
             },
         )
         .unwrap();
@@ -399,6 +402,7 @@ fn dynamic_splits_are_handed_out_exactly_once() {
             repetition: 0,
             split_provider_index: 1,
             max_splits: None,
+            acknowledge: None,
         },
         lease.iteration_id,
     );
@@ -410,6 +414,7 @@ fn dynamic_splits_are_handed_out_exactly_once() {
             repetition: 0,
             split_provider_index: 0,
             max_splits: None,
+            acknowledge: None,
         },
         lease.iteration_id,
     );
@@ -421,6 +426,7 @@ fn dynamic_splits_are_handed_out_exactly_once() {
             repetition: 0,
             split_provider_index: 0,
             max_splits: Some(0),
+            acknowledge: None,
         },
         lease.iteration_id,
     );
@@ -442,6 +448,7 @@ fn a_lost_workers_splits_are_handed_out_again() {
         repetition: 0,
         split_provider_index: 0,
         max_splits: Some(n),
+        acknowledge: None,
     };
     // w2 takes two splits and dies with them.
     let lost = h.d.get_splits(Millis(10), lease.iteration_id, &req("w2", 2)).unwrap().splits;
@@ -543,6 +550,7 @@ fn a_restarted_worker_process_gives_back_its_splits_at_once() {
                     current_tasks: current,
                     tags: vec![],
                     worker_uid: Some(uid.into()),
+                    incarnation: None,
                 },
             )
             .unwrap();
@@ -560,6 +568,7 @@ fn a_restarted_worker_process_gives_back_its_splits_at_once() {
         repetition: 0,
         split_provider_index: 0,
         max_splits: Some(2),
+        acknowledge: None,
     };
     let first = h.d.get_splits(Millis(6), lease.iteration_id, &req).unwrap().splits;
     h.sync();
@@ -595,6 +604,7 @@ fn snapshot_compacts_the_journal() {
             repetition: 0,
             split_provider_index: 0,
             max_splits: Some(3),
+            acknowledge: None,
         },
     )
     .unwrap();

@@ -39,6 +39,7 @@ impl H {
                     current_tasks: current.to_vec(),
                     tags: vec![],
                     worker_uid: None,
+                    incarnation: None,
                 },
             )
             .unwrap();
@@ -201,6 +202,7 @@ fn consumers_vote_a_task_out_and_its_worker_rejoins() {
                 current_tasks: vec![t1],
                 tags: vec![],
                 worker_uid: None,
+                incarnation: None,
             },
         )
         .unwrap();

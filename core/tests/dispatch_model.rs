@@ -783,7 +783,7 @@ impl Model {
     }
 
     fn recover(&mut self, compact: bool) {
-        self.incarnation += 1;
+        // Recovery from the journal keeps the state's incarnation id.
         for w in self.workers.iter_mut().filter(|w| w.registered) {
             w.last_seen = self.now;
         }
@@ -1102,14 +1102,15 @@ fn expect_err<T: std::fmt::Debug>(r: &Result<T, DispatchError>, class: &'static 
 
 impl Sut {
     fn new() -> Self {
-        let d = Dispatcher::new(dispatcher_config(), incarnation(1), Millis(0)).unwrap();
-        Sut {
-            d,
-            journal: Vec::new(),
-            segment: segment_header().to_vec(),
-            obs: BTreeMap::new(),
-            finished: BTreeSet::new(),
+        let mut d = Dispatcher::new(dispatcher_config(), incarnation(1), Millis(0)).unwrap();
+        // The fresh state's first record (its incarnation id).
+        let mut journal = Vec::new();
+        let mut segment = segment_header().to_vec();
+        while let Some(u) = d.poll_journal() {
+            encode_update(&u, &mut segment).unwrap();
+            journal.push(u);
         }
+        Sut { d, journal, segment, obs: BTreeMap::new(), finished: BTreeSet::new() }
     }
 
     fn alive(&self, addr: &str) -> bool {
@@ -1156,6 +1157,7 @@ impl Sut {
                     current_tasks: current.iter().map(|t| TaskId(*t)).collect(),
                     tags: Vec::new(),
                     worker_uid: Some(format!("u{uid}")),
+                    incarnation: None,
                 };
                 let r = self.d.worker_heartbeat(now, &req).unwrap();
                 assert_eq!(r.incarnation, inc);
@@ -1278,6 +1280,7 @@ impl Sut {
                     repetition: *repetition,
                     split_provider_index: 0,
                     max_splits: Some(*max),
+                    acknowledge: None,
                 };
                 let r = self.d.get_splits(now, IterationId(*iteration), &req);
                 let (indices, end, retry) = match &step.expect {
@@ -1588,6 +1591,7 @@ fn heartbeat(
         current_tasks: current.to_vec(),
         tags: Vec::new(),
         worker_uid: None,
+        incarnation: None,
     };
     d.worker_heartbeat(Millis(now), &req).unwrap()
 }
@@ -1604,6 +1608,7 @@ fn ask(
         repetition: 0,
         split_provider_index: 0,
         max_splits: Some(max),
+        acknowledge: None,
     };
     let r = d.get_splits(Millis(now), it, &req)?;
     Ok((r.splits.iter().map(|s| s["start"].as_u64().unwrap()).collect(), r.end_of_splits))

@@ -215,7 +215,8 @@ fn raw_post(base: &str, path: &str, body: &str) -> shardwise_tests::HttpResponse
 fn kill_9_loses_nothing_acknowledged() {
     let dir = TempDir::new("kill9");
     let mut d = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
-    assert_eq!(ok(&d.call("GET", "/v1/version", None))["fault_tolerant"], true);
+    let version = ok(&d.call("GET", "/v1/version", None));
+    assert_eq!(version["fault_tolerant"], true);
     // A stream of state changes from another thread; the dispatcher is killed mid-stream.
     let url = d.url.clone();
     let writer = std::thread::spawn(move || {
@@ -231,7 +232,7 @@ fn kill_9_loses_nothing_acknowledged() {
         }
         acked
     });
-    // Kill once at least 50 changes were acknowledged (polling the live state, bounded).
+    // Kill once at least 60 records were committed (polling the live state, bounded).
     for _ in 0..10_000 {
         let r = d.call("GET", "/metrics", None);
         let done = r
@@ -240,14 +241,14 @@ fn kill_9_loses_nothing_acknowledged() {
             .find_map(|l| l.strip_prefix("shardwise_journal_records_total "))
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0);
-        if done >= 50 {
+        if done >= 60 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     d.kill();
     let acked = writer.join().unwrap();
-    assert!(acked.len() >= 50, "only {} acknowledged", acked.len());
+    assert!(acked.len() >= 30, "only {} acknowledged", acked.len());
     let d2 = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
     // The replay line is printed before the dispatcher reports ready.
     let mut printed = d2.output();
@@ -263,6 +264,8 @@ fn kill_9_loses_nothing_acknowledged() {
         let r = ok(&d2.call("GET", &format!("/v1/datasets/{id}"), None));
         assert_eq!(r["dataset"]["source"]["range"]["stop"], *stop, "dataset {id}");
     }
+    // A recovery keeps the state's incarnation: workers and clients carry on.
+    assert_eq!(ok(&d2.call("GET", "/v1/version", None))["incarnation"], version["incarnation"]);
     // New ids continue after the replayed ones.
     let next = ok(&d2.call(
         "POST",

@@ -148,6 +148,12 @@ pub struct WorkerHeartbeat {
     /// again at once instead of after the worker timeout.
     #[serde(default)]
     pub worker_uid: Option<String>,
+    /// The dispatcher incarnation the worker's `current_tasks` came from. When it is not this
+    /// dispatcher's (a restart without a journal, where ids start over), every current task
+    /// is to be deleted and every assigned task is new, even where ids coincide: the worker
+    /// applies `tasks_to_delete` before `new_tasks`.
+    #[serde(default)]
+    pub incarnation: Option<String>,
 }
 
 /// A task as a worker needs it.
@@ -340,6 +346,27 @@ pub struct GetSplits {
     /// How many splits at most (default 1).
     #[serde(default)]
     pub max_splits: Option<u32>,
+    /// Ids of leased splits this worker has finished. Splits it holds and does not
+    /// acknowledge are sent again instead of new ones, so a retried request whose reply was
+    /// lost is safe. Absent: every split the worker holds counts as finished (the simple
+    /// protocol for workers that only ask when they are done).
+    #[serde(default)]
+    pub acknowledge: Option<Vec<String>>,
+}
+
+/// A split's id on the wire: `"<repetition>:<index>"`.
+pub fn split_id(s: &SplitRef) -> String {
+    format!("{}:{}", s.repetition, s.index)
+}
+
+fn parse_split_id(id: &str) -> Result<SplitRef, DispatchError> {
+    let bad = || {
+        DispatchError::InvalidArgument(format!(
+            "{id:?} is not a split id (\"<repetition>:<index>\")"
+        ))
+    };
+    let (r, i) = id.split_once(':').ok_or_else(bad)?;
+    Ok(SplitRef { repetition: r.parse().map_err(|_| bad())?, index: i.parse().map_err(|_| bad())? })
 }
 
 /// Reply to get-split.
@@ -347,6 +374,8 @@ pub struct GetSplits {
 pub struct SplitsReply {
     /// The splits (chunks `{"start", "stop"}`, paths, or items).
     pub splits: Vec<Value>,
+    /// Their ids (`"<repetition>:<index>"`), to acknowledge them in the next request.
+    pub split_ids: Vec<String>,
     /// The repetition is over for this worker.
     pub end_of_splits: bool,
     /// No split now but the repetition is not over (splits are in flight elsewhere): ask
@@ -402,7 +431,7 @@ fn valid_id(id: &str) -> bool {
 }
 
 impl Dispatcher {
-    /// A fresh dispatcher. `incarnation` identifies this run in every reply.
+    /// A fresh dispatcher. `incarnation` identifies its state in every reply.
     pub fn new(
         config: DispatcherConfig,
         incarnation: String,
@@ -413,8 +442,9 @@ impl Dispatcher {
         Ok(Self::with_state(config, incarnation, state, now))
     }
 
-    /// A dispatcher recovered from its journal. Every known worker and client counts as
-    /// heard from at `now`.
+    /// A dispatcher recovered from its journal. It keeps the journal's incarnation id
+    /// (`incarnation` is used only when the journal is empty). Every known worker and client
+    /// counts as heard from at `now`.
     pub fn recover<'a>(
         config: DispatcherConfig,
         incarnation: String,
@@ -439,7 +469,7 @@ impl Dispatcher {
         let client_deadline =
             state.clients.keys().map(|c| (*c, now.plus(config.client_timeout))).collect();
         let next_check = now.plus(config.check_interval());
-        Dispatcher {
+        let mut d = Dispatcher {
             config,
             incarnation,
             state,
@@ -450,7 +480,14 @@ impl Dispatcher {
             next_check,
             rounds: BTreeMap::new(),
             removal_votes: BTreeMap::new(),
+        };
+        if d.state.incarnation.is_empty() {
+            let incarnation = d.incarnation.clone();
+            d.commit(Update::Started { incarnation });
+        } else {
+            d.incarnation = d.state.incarnation.clone();
         }
+        d
     }
 
     /// The durable state.
@@ -638,9 +675,15 @@ impl Dispatcher {
             }
         };
         let current: BTreeSet<TaskId> = req.current_tasks.iter().copied().collect();
-        let tasks_to_delete = current.iter().filter(|t| !assigned.contains(t)).copied().collect();
-        let new_ids: Vec<TaskId> =
-            assigned.iter().filter(|t| !current.contains(t)).copied().collect();
+        let stale = req.incarnation.as_ref().is_some_and(|i| *i != self.incarnation);
+        let (tasks_to_delete, new_ids): (Vec<TaskId>, Vec<TaskId>) = if stale {
+            (current.iter().copied().collect(), assigned.iter().copied().collect())
+        } else {
+            (
+                current.iter().filter(|t| !assigned.contains(t)).copied().collect(),
+                assigned.iter().filter(|t| !current.contains(t)).copied().collect(),
+            )
+        };
         let mut new_tasks = Vec::with_capacity(new_ids.len());
         for id in new_ids {
             if let Some(task) = self.state.tasks.get(&id) {
@@ -1100,8 +1143,9 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Get-split (DYNAMIC): acknowledges the worker's earlier splits of this iteration and
-    /// hands out up to `max_splits` more: splits of lost workers first, then fresh ones.
+    /// Get-split (DYNAMIC): acknowledges the worker's finished splits of this iteration
+    /// (`acknowledge`, or all it holds), sends again any it still holds, else hands out up to
+    /// `max_splits` more: splits of lost workers first, then fresh ones.
     /// The repetition ends for a worker only when none of its splits is in flight anywhere,
     /// so a worker lost later cannot take splits with it.
     pub fn get_splits(
@@ -1166,61 +1210,81 @@ impl Dispatcher {
             )));
         }
         self.worker_seen.insert(worker.to_owned(), now);
-        let mut assigned: Vec<SplitRef> = splits
-            .requeue
-            .iter()
-            .filter(|s| s.repetition == r)
-            .take(max as usize)
-            .copied()
-            .collect();
-        if r == splits.repetition {
-            let mut next = splits.next_index;
-            while assigned.len() < max as usize && next < splits.total {
-                assigned.push(SplitRef { repetition: r, index: next });
-                next += 1;
+        let held: Vec<SplitRef> = splits.leases.get(worker).cloned().unwrap_or_default();
+        let acked: Vec<SplitRef> = match &req.acknowledge {
+            None => held.clone(),
+            Some(ids) => {
+                let mut out = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let s = parse_split_id(id)?;
+                    if held.contains(&s) && !out.contains(&s) {
+                        out.push(s);
+                    }
+                }
+                out
             }
-        }
-        let had_leases = splits.leases.contains_key(worker);
+        };
+        let still_held: Vec<SplitRef> =
+            held.iter().filter(|s| !acked.contains(s)).copied().collect();
+        let mut assigned: Vec<SplitRef> = Vec::new();
         let mut advance_to = None;
         let mut end_of_splits = false;
         let mut retry_after_ms = None;
-        if assigned.is_empty() {
-            // Pending elsewhere, once this worker's own leases are acknowledged?
-            let pending_elsewhere = splits.requeue.iter().any(|s| s.repetition == r)
-                || splits
-                    .leases
-                    .iter()
-                    .any(|(w, l)| w != worker && l.iter().any(|s| s.repetition == r));
-            if pending_elsewhere {
-                retry_after_ms = Some(100);
-            } else {
-                end_of_splits = true;
-                if r == splits.repetition {
-                    advance_to = Some(r + 1);
+        if still_held.is_empty() {
+            assigned.extend(
+                splits.requeue.iter().filter(|s| s.repetition == r).take(max as usize).copied(),
+            );
+            if r == splits.repetition {
+                let mut next = splits.next_index;
+                while assigned.len() < max as usize && next < splits.total {
+                    assigned.push(SplitRef { repetition: r, index: next });
+                    next += 1;
+                }
+            }
+            if assigned.is_empty() {
+                // Is any split of this repetition leased elsewhere or waiting to go again?
+                let pending_elsewhere = splits.requeue.iter().any(|s| s.repetition == r)
+                    || splits
+                        .leases
+                        .iter()
+                        .any(|(w, l)| w != worker && l.iter().any(|s| s.repetition == r));
+                if pending_elsewhere {
+                    retry_after_ms = Some(100);
+                } else {
+                    end_of_splits = true;
+                    if r == splits.repetition {
+                        advance_to = Some(r + 1);
+                    }
                 }
             }
         }
+        // Unacknowledged splits are sent again (a retried request whose reply was lost gets
+        // the same splits); otherwise the newly assigned ones.
+        let sent: &[SplitRef] = if still_held.is_empty() { &assigned } else { &still_held };
         let job_split_size =
             self.state.jobs.get(&it.job_id).map_or(DEFAULT_SPLIT_SIZE, |j| j.split_size);
         let dataset_id =
             self.state.jobs.get(&it.job_id).map(|j| j.dataset_id.clone()).unwrap_or_default();
         let values: Vec<Value> = match self.state.datasets.get(&dataset_id) {
-            Some(ds) => assigned
+            Some(ds) => sent
                 .iter()
                 .filter_map(|s| split_at(&ds.def.source, job_split_size, s.index))
                 .collect(),
             None => return Err(not_found_dataset(&dataset_id)),
         };
-        if !assigned.is_empty() || had_leases || advance_to.is_some() {
+        let split_ids = sent.iter().map(split_id).collect();
+        if !assigned.is_empty() || !acked.is_empty() || advance_to.is_some() {
             self.commit(Update::ProduceSplits {
                 iteration_id,
                 worker_address: worker.to_owned(),
+                acked,
                 assigned,
                 advance_to,
             });
         }
         Ok(SplitsReply {
             splits: values,
+            split_ids,
             end_of_splits,
             retry_after_ms,
             incarnation: self.incarnation.clone(),

@@ -287,6 +287,11 @@ pub struct State {
     /// Tasks by id.
     #[serde(with = "pairs")]
     pub tasks: BTreeMap<TaskId, Task>,
+    /// The incarnation id of this state: chosen when a dispatcher starts without a journal
+    /// to recover, kept by every recovery from the journal. A change tells workers and
+    /// clients that the state they knew is gone (ids may start over).
+    #[serde(default)]
+    pub incarnation: String,
     /// Job id by name.
     #[serde(skip)]
     pub jobs_by_name: HashMap<String, JobId>,
@@ -413,17 +418,25 @@ pub enum Update {
         /// Iteration.
         iteration_id: IterationId,
     },
-    /// A get-split call: the worker's earlier leases are acknowledged and `assigned` become
-    /// its leases; `advance_to` moves the provider to a new repetition.
+    /// A get-split call: `acked` leases of the worker are done, `assigned` become its leases;
+    /// `advance_to` moves the provider to a new repetition.
     ProduceSplits {
         /// Iteration.
         iteration_id: IterationId,
         /// Worker.
         worker_address: String,
+        /// Leases acknowledged.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        acked: Vec<SplitRef>,
         /// Splits handed out.
         assigned: Vec<SplitRef>,
         /// The provider's next repetition, when this call ended one.
         advance_to: Option<u64>,
+    },
+    /// A dispatcher started on a fresh state with this incarnation id.
+    Started {
+        /// The id.
+        incarnation: String,
     },
     /// The whole state, for compaction: replay starts from here.
     Snapshot {
@@ -447,6 +460,7 @@ impl PartialEq for State {
             && self.iterations == o.iterations
             && self.clients == o.clients
             && self.tasks == o.tasks
+            && self.incarnation == o.incarnation
     }
 }
 
@@ -744,12 +758,17 @@ pub fn apply(state: &mut State, update: &Update) {
                 }
             }
         }
-        Update::ProduceSplits { iteration_id, worker_address, assigned, advance_to } => {
+        Update::ProduceSplits { iteration_id, worker_address, acked, assigned, advance_to } => {
             let Some(s) = state.iterations.get_mut(iteration_id).and_then(|i| i.splits.as_mut())
             else {
                 return;
             };
-            s.leases.remove(worker_address);
+            if let Some(held) = s.leases.get_mut(worker_address) {
+                held.retain(|x| !acked.contains(x));
+                if held.is_empty() {
+                    s.leases.remove(worker_address);
+                }
+            }
             for split in assigned {
                 s.requeue.remove(split);
                 if split.repetition == s.repetition && split.index >= s.next_index {
@@ -758,13 +777,19 @@ pub fn apply(state: &mut State, update: &Update) {
             }
             s.handed_out += assigned.len() as u64;
             if !assigned.is_empty() {
-                s.leases.insert(worker_address.clone(), assigned.clone());
+                s.leases
+                    .entry(worker_address.clone())
+                    .or_default()
+                    .extend(assigned.iter().copied());
             }
             if let Some(r) = advance_to {
                 s.repetition = *r;
                 s.next_index = 0;
             }
             state.recompute_finished(*iteration_id);
+        }
+        Update::Started { incarnation } => {
+            state.incarnation = incarnation.clone();
         }
         Update::Snapshot { state: snap } => {
             *state = (**snap).clone();

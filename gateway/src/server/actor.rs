@@ -87,6 +87,7 @@ pub struct Stats {
 pub struct Actor {
     tx: SyncSender<Box<dyn Job>>,
     ready: Arc<AtomicBool>,
+    incarnation: Arc<std::sync::OnceLock<String>>,
     broken: Arc<AtomicBool>,
     /// Counters.
     pub stats: Arc<Stats>,
@@ -139,13 +140,20 @@ impl Actor {
         let ready = Arc::new(AtomicBool::new(false));
         let broken = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Stats::default());
-        let actor =
-            Actor { tx, ready: ready.clone(), broken: broken.clone(), stats: stats.clone() };
+        let incarnation = Arc::new(std::sync::OnceLock::new());
+        let actor = Actor {
+            tx,
+            ready: ready.clone(),
+            incarnation: incarnation.clone(),
+            broken: broken.clone(),
+            stats: stats.clone(),
+        };
         std::thread::Builder::new()
             .name("shardwise-dispatcher".into())
             .spawn(move || match startup() {
                 Err(e) => on_started(Some(e)),
                 Ok((d, journal)) => {
+                    let _ = incarnation.set(d.incarnation().to_owned());
                     ready.store(true, Ordering::SeqCst);
                     on_started(None);
                     run(d, journal, rx, broken, stats);
@@ -153,6 +161,11 @@ impl Actor {
             })
             .expect("spawn the dispatcher thread");
         actor
+    }
+
+    /// The dispatcher's incarnation id (empty until replay finished).
+    pub fn incarnation(&self) -> &str {
+        self.incarnation.get().map_or("", String::as_str)
     }
 
     /// Whether replay finished.

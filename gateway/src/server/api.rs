@@ -1,6 +1,5 @@
 //! The v1 REST handlers: parse, call the dispatcher actor, map errors through the one table.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::Json;
@@ -25,8 +24,6 @@ use crate::problem::{PROBLEM_JSON, Problem};
 pub struct AppState {
     /// The dispatcher actor.
     pub actor: Actor,
-    /// This run's incarnation id.
-    pub incarnation: Arc<str>,
     /// Fault-tolerant mode.
     pub fault_tolerant: bool,
 }
@@ -119,7 +116,7 @@ where
 pub async fn version(State(s): State<AppState>) -> ApiResult {
     ok(&json!({
         "version": shardwise_core::dispatch::dispatcher::PROTOCOL_VERSION,
-        "incarnation": &*s.incarnation,
+        "incarnation": s.actor.incarnation(),
         "fault_tolerant": s.fault_tolerant,
     }))
 }
@@ -161,7 +158,7 @@ pub async fn register_dataset(
     Body(req): Body<RegisterDataset>,
 ) -> ApiResult {
     let id = run(&s, move |d, _| d.register_dataset(&req)).await?;
-    ok(&json!({ "dataset_id": id, "incarnation": &*s.incarnation }))
+    ok(&json!({ "dataset_id": id, "incarnation": s.actor.incarnation() }))
 }
 
 /// `GET /v1/datasets/{dataset_id}`.
@@ -177,7 +174,7 @@ pub async fn get_dataset(State(s): State<AppState>, Path(id): Path<String>) -> A
 /// `POST /v1/jobs`.
 pub async fn create_job(State(s): State<AppState>, Body(req): Body<CreateJob>) -> ApiResult {
     let id = run(&s, move |d, _| d.create_job(&req)).await?;
-    ok(&json!({ "job_id": id, "incarnation": &*s.incarnation }))
+    ok(&json!({ "job_id": id, "incarnation": s.actor.incarnation() }))
 }
 
 /// `GET /v1/jobs/{job_id}`.
@@ -233,7 +230,7 @@ pub async fn client_heartbeat(
 pub async fn release_client(State(s): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let id: ClientId = parse_id("client_id", &raw)?;
     run(&s, move |d, now| d.release_client(now, id)).await?;
-    ok(&json!({ "released": true, "incarnation": &*s.incarnation }))
+    ok(&json!({ "released": true, "incarnation": s.actor.incarnation() }))
 }
 
 /// `POST /v1/iterations/{iteration_id}/splits`.
@@ -263,7 +260,7 @@ pub async fn maybe_remove(
     let id: TaskId = parse_id("task_id", &raw)?;
     let removed =
         run(&s, move |d, _| d.maybe_remove_task(id, req.consumer_index, req.round)).await?;
-    ok(&json!({ "removed": removed, "incarnation": &*s.incarnation }))
+    ok(&json!({ "removed": removed, "incarnation": s.actor.incarnation() }))
 }
 
 /// `POST /v1/cluster/resolve`.
@@ -289,7 +286,7 @@ pub async fn healthz() -> ApiResult {
 /// `GET /readyz`: replay finished and the journal is writable.
 pub async fn readyz(State(s): State<AppState>) -> ApiResult {
     if s.actor.is_ready() {
-        ok(&json!({ "status": "ready", "incarnation": &*s.incarnation }))
+        ok(&json!({ "status": "ready", "incarnation": s.actor.incarnation() }))
     } else {
         Err(Problem::new("UNAVAILABLE", "the dispatcher is replaying its journal"))
     }

@@ -5,7 +5,6 @@ pub mod api;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -247,10 +246,9 @@ async fn serve(args: DispatcherArgs, config: DispatcherConfig) -> i32 {
             return 1;
         }
     };
-    let incarnation: Arc<str> = incarnation().into();
     let fault_tolerant = config.fault_tolerant;
     let work_dir = args.work_dir.clone();
-    let inc = incarnation.to_string();
+    let inc = incarnation();
     let startup: Startup = Box::new(move || {
         let t = now();
         match work_dir {
@@ -283,7 +281,7 @@ async fn serve(args: DispatcherArgs, config: DispatcherConfig) -> i32 {
             let _ = failed_tx.send(e);
         }
     });
-    let state = AppState { actor, incarnation, fault_tolerant };
+    let state = AppState { actor, fault_tolerant };
     let app = router(state, args.max_body_bytes);
     println!("shardwise dispatcher listening on http://{local}");
     let shutdown = async move {
