@@ -35,6 +35,9 @@ use shardwise_core::dispatch::{
     TargetWorkers, TaskId, Update, recover,
 };
 
+/// The dispatcher's incarnation id.
+const INCARNATION: &str = "bench";
+
 /// Records in the million-record journal benches.
 const RECORDS: usize = 1_000_000;
 
@@ -47,8 +50,6 @@ fn heartbeat(address: &str, current_tasks: Vec<TaskId>) -> WorkerHeartbeat {
     WorkerHeartbeat {
         worker_address: address.to_owned(),
         current_tasks,
-        tags: vec![],
-        incarnation: None,
         worker_uid: Some(format!(
             "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
             h >> 32,
@@ -57,6 +58,8 @@ fn heartbeat(address: &str, current_tasks: Vec<TaskId>) -> WorkerHeartbeat {
             (h >> 20) & 0xfff,
             h & 0xffff_ffff_ffff
         )),
+        incarnation: Some(INCARNATION.into()),
+        ..WorkerHeartbeat::default()
     }
 }
 
@@ -80,7 +83,8 @@ fn drain(d: &mut Dispatcher) -> usize {
 }
 
 fn new_dispatcher() -> Dispatcher {
-    Dispatcher::new(DispatcherConfig::default(), "bench".into(), Millis(0)).expect("valid config")
+    Dispatcher::new(DispatcherConfig::default(), INCARNATION.into(), Millis(0))
+        .expect("valid config")
 }
 
 fn register_workers(d: &mut Dispatcher, addresses: &[String]) {
@@ -131,23 +135,32 @@ fn get_splits_req(worker: &str, max_splits: u32) -> GetSplits {
     }
 }
 
+/// A dispatcher with one DYNAMIC iteration over `range(10^12)`, split size 1, and 8 workers
+/// with tasks, each of which already holds a lease (the steady state).
+fn split_fixture(max_splits: u32) -> (Dispatcher, IterationId, Vec<GetSplits>, Vec<Vec<String>>) {
+    let mut d = new_dispatcher();
+    let workers: Vec<String> = (0..8).map(worker_address).collect();
+    register_workers(&mut d, &workers);
+    let ds = dataset(&mut d, range(1_000_000_000_000));
+    let job_id = job(&mut d, &ds, ShardingPolicy::Dynamic, 1);
+    let (it, _client) = iteration(&mut d, 1, job_id);
+    let reqs: Vec<GetSplits> = workers.iter().map(|w| get_splits_req(w, max_splits)).collect();
+    let mut held = Vec::new();
+    for r in &reqs {
+        let reply = d.get_splits(Millis(1), it, r).expect("get_splits");
+        assert_eq!(reply.splits.len(), max_splits as usize);
+        assert_eq!(drain(&mut d), 1);
+        held.push(reply.split_ids);
+    }
+    (d, it, reqs, held)
+}
+
 fn get_split(c: &mut Criterion) {
     let mut group = c.benchmark_group("get_split");
     for max_splits in [1u32, 64] {
-        let mut d = new_dispatcher();
-        let workers: Vec<String> = (0..8).map(worker_address).collect();
-        register_workers(&mut d, &workers);
-        let ds = dataset(&mut d, range(1_000_000_000_000));
-        let job_id = job(&mut d, &ds, ShardingPolicy::Dynamic, 1);
-        let (it, _client) = iteration(&mut d, 1, job_id);
-        let reqs: Vec<GetSplits> = workers.iter().map(|w| get_splits_req(w, max_splits)).collect();
-        // Every worker holds a lease, as in the steady state.
-        for r in &reqs {
-            let reply = d.get_splits(Millis(1), it, r).expect("get_splits");
-            assert_eq!(reply.splits.len(), max_splits as usize);
-            assert_eq!(drain(&mut d), 1);
-        }
         group.throughput(Throughput::Elements(u64::from(max_splits)));
+        // Workers that acknowledge implicitly (`acknowledge` absent: everything held is done).
+        let (mut d, it, reqs, _) = split_fixture(max_splits);
         let mut i = 0usize;
         group.bench_function(BenchmarkId::new("max_splits", max_splits), |b| {
             b.iter(|| {
@@ -158,6 +171,25 @@ fn get_split(c: &mut Criterion) {
                 reply
             })
         });
+        // Workers that acknowledge explicitly, echoing the split ids of their last reply.
+        let (mut d, it, mut reqs, mut held) = split_fixture(max_splits);
+        let mut i = 0usize;
+        group.bench_function(BenchmarkId::new("max_splits_explicit_ack", max_splits), |b| {
+            b.iter(|| {
+                let w = i % reqs.len();
+                i += 1;
+                reqs[w].acknowledge = Some(std::mem::take(&mut held[w]));
+                let mut reply =
+                    d.get_splits(Millis(2 + i as u64), it, black_box(&reqs[w])).unwrap();
+                drain(&mut d);
+                held[w] = std::mem::take(&mut reply.split_ids);
+                reply
+            })
+        });
+        assert!(
+            held.iter().all(|h| h.len() == max_splits as usize),
+            "every worker holds max_splits splits"
+        );
     }
     group.finish();
 }

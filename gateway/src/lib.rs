@@ -6,6 +6,7 @@
 
 pub mod host;
 pub mod journal;
+pub mod openapi;
 pub mod problem;
 pub mod resolve;
 pub mod server;

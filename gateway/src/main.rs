@@ -17,6 +17,8 @@ enum Command {
     /// Run the dispatcher: the v1 REST API that registers workers and datasets, creates
     /// jobs and iterations and hands out splits (in memory by default; --work-dir journals).
     Dispatcher(DispatcherArgs),
+    /// Print the OpenAPI document of the REST API.
+    Openapi,
     /// Inspect a dispatcher's journal.
     #[command(subcommand)]
     Journal(JournalCommand),
@@ -39,6 +41,10 @@ fn main() {
     let code = match cli.command {
         Command::Resolve(args) => resolve::run(&args),
         Command::Dispatcher(args) => server::run(args),
+        Command::Openapi => {
+            print!("{}", shardwise_gateway::openapi::document_json());
+            0
+        }
         Command::Journal(JournalCommand::Dump { dir }) => {
             let stdout = std::io::stdout();
             match shardwise_gateway::journal::dump(&dir, &mut stdout.lock()) {

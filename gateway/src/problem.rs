@@ -11,7 +11,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// A problem object: `type`, `title`, `status`, `detail` and the machine-readable `code` (the
 /// gRPC-style status class TensorFlow uses, e.g. `INVALID_ARGUMENT`), plus optional members.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Problem {
     /// A URI naming the problem type.
     #[serde(rename = "type")]

@@ -194,6 +194,11 @@ fn every_error_is_a_problem() {
         assert_eq!(r.status, 400, "{raw}: {}", r.body);
         assert_eq!(r.json()["code"], "INVALID_ARGUMENT");
     }
+    // The OpenAPI document is served, and equals the checked-in one.
+    let served = ok(&d.call("GET", "/openapi.json", None));
+    let checked_in: Value =
+        serde_json::from_str(include_str!("../../openapi/openapi.json")).unwrap();
+    assert_eq!(served, checked_in);
     // The resolve contract over HTTP.
     let r = d.call("POST", "/v1/cluster/resolve", Some(json!({"resolver": {"simple": {"cluster": {"worker": ["a:1", "b:1"]}}}, "task_type": "worker", "task_id": 1})));
     assert_eq!(ok(&r)["role"]["is_chief"], false);

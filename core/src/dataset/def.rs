@@ -323,3 +323,44 @@ impl Serialize for TransformDef {
         self.to_json().serialize(serializer)
     }
 }
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for DatasetDef {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(
+                "A declarative dataset: `{\"source\": S, \"transforms\": [T, ...]}` with S one of \
+                 `{\"range\": {\"start\"?, \"stop\", \"step\"?}}`, `{\"list\": {\"elements\": [...]}}`, \
+                 `{\"files\": {\"paths\": [...], \"format\": \"lines\"|\"jsonl\"|\"bytes\"}}`, \
+                 `{\"splits\": {\"items\": [...]}}`, and T one of `{\"repeat\": n|null}`, \
+                 `{\"take\": n}`, `{\"skip\": n}`, `{\"shuffle\": {\"buffer\", \"seed\"}}`, \
+                 `{\"batch\": {\"size\", \"drop_remainder\"?}}`, `{\"shard_hint\": {}}`. \
+                 Unknown keys are errors.",
+            ))
+            .property(
+                "source",
+                ObjectBuilder::new()
+                    .schema_type(Type::Object)
+                    .description(Some("Exactly one of `range`, `list`, `files`, `splits`.")),
+            )
+            .required("source")
+            .property(
+                "transforms",
+                ArrayBuilder::new().items(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Object)
+                        .description(Some("One transform: a single key naming it.")),
+                ),
+            )
+            .examples([serde_json::json!({
+                "source": {"range": {"stop": 10}},
+                "transforms": [{"batch": {"size": 4}}]
+            })])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for DatasetDef {}

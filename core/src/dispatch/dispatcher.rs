@@ -99,6 +99,7 @@ impl DispatcherConfig {
 /// How a job divides data, as clients spell it: `"parallel_epochs"`,
 /// `"distributed_epoch"` or `{"sharding_policy": "OFF" | ...}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum ProcessingMode {
     /// `parallel_epochs` / `distributed_epoch`.
@@ -112,6 +113,7 @@ pub enum ProcessingMode {
 
 /// TensorFlow's legacy processing-mode names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NamedMode {
     /// OFF.
@@ -133,6 +135,7 @@ impl ProcessingMode {
 
 /// `POST /v1/workers/heartbeat`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WorkerHeartbeat {
     /// The worker's address.
@@ -158,6 +161,7 @@ pub struct WorkerHeartbeat {
 
 /// A task as a worker needs it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskDef {
     /// Task.
     pub task_id: TaskId,
@@ -189,6 +193,7 @@ pub struct TaskDef {
 
 /// Reply to a worker heartbeat.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerHeartbeatReply {
     /// Tasks to start.
     pub new_tasks: Vec<TaskDef>,
@@ -200,6 +205,7 @@ pub struct WorkerHeartbeatReply {
 
 /// One entry of a worker update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TaskProgress {
     /// Task.
@@ -210,6 +216,7 @@ pub struct TaskProgress {
 
 /// `POST /v1/workers/update`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WorkerUpdate {
     /// The worker.
@@ -221,6 +228,7 @@ pub struct WorkerUpdate {
 /// Reply to a worker update: entries are applied one by one; unknown task ids are reported,
 /// not fatal (a stale id never wedges a worker, unlike TensorFlow's #52252).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerUpdateReply {
     /// Task ids the dispatcher does not know.
     pub unknown_tasks: Vec<TaskId>,
@@ -230,6 +238,7 @@ pub struct WorkerUpdateReply {
 
 /// `POST /v1/datasets`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RegisterDataset {
     /// The definition.
@@ -244,6 +253,7 @@ pub struct RegisterDataset {
 
 /// `POST /v1/jobs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateJob {
     /// The dataset.
@@ -269,6 +279,7 @@ pub struct CreateJob {
 
 /// `POST /v1/jobs/{job_id}/iterations`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateIteration {
     /// Which pass over the job (default 0).
@@ -281,6 +292,7 @@ pub struct CreateIteration {
 
 /// Reply to get-or-create iteration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IterationLease {
     /// Iteration.
     pub iteration_id: IterationId,
@@ -292,6 +304,7 @@ pub struct IterationLease {
 
 /// `POST /v1/clients/{client_id}/heartbeat`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ClientHeartbeat {
     /// Coordinated reads: the round the client is in.
@@ -304,6 +317,7 @@ pub struct ClientHeartbeat {
 
 /// A task as a client sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskInfo {
     /// Task.
     pub task_id: TaskId,
@@ -321,6 +335,7 @@ pub struct TaskInfo {
 
 /// Reply to a client heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClientHeartbeatReply {
     /// Tasks of the iteration, in creation order.
     pub tasks: Vec<TaskInfo>,
@@ -334,6 +349,7 @@ pub struct ClientHeartbeatReply {
 
 /// `POST /v1/iterations/{iteration_id}/splits`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct GetSplits {
     /// The asking worker (its earlier splits of this iteration are acknowledged).
@@ -371,6 +387,7 @@ fn parse_split_id(id: &str) -> Result<SplitRef, DispatchError> {
 
 /// Reply to get-split.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SplitsReply {
     /// The splits (chunks `{"start", "stop"}`, paths, or items).
     pub splits: Vec<Value>,

@@ -41,6 +41,21 @@ macro_rules! id_type {
             }
         }
 
+        #[cfg(feature = "openapi")]
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .pattern(Some("^[0-9]+$"))
+                    .description(Some(concat!("A decimal id (", stringify!($name), ").")))
+                    .examples([serde_json::Value::String($first.to_string())])
+                    .into()
+            }
+        }
+
+        #[cfg(feature = "openapi")]
+        impl utoipa::ToSchema for $name {}
+
         impl std::str::FromStr for $name {
             type Err = String;
             fn from_str(s: &str) -> Result<Self, String> {
@@ -103,6 +118,7 @@ pub const FIRST_DATASET_ID: u64 = 1000;
 
 /// How an iteration's data is divided between workers (TensorFlow's `ShardingPolicy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ShardingPolicy {
     /// Every worker produces the whole dataset (`parallel_epochs`).
@@ -139,6 +155,7 @@ impl ShardingPolicy {
 
 /// Which workers a client reads from (TensorFlow's `TargetWorkers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum TargetWorkers {
     /// Skip remote workers tagged `COLOCATED`.

@@ -9,12 +9,14 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use shardwise_core::dispatch::dispatcher::{
-    ClientHeartbeat, CreateIteration, CreateJob, GetSplits, RegisterDataset, WorkerHeartbeat,
-    WorkerUpdate,
+    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, GetSplits, IterationLease,
+    RegisterDataset, SplitsReply, WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate,
+    WorkerUpdateReply,
 };
 use shardwise_core::dispatch::{ClientId, DispatchError, IterationId, JobId, TaskId};
+use utoipa::ToSchema;
 
 use super::actor::Actor;
 use crate::problem::{PROBLEM_JSON, Problem};
@@ -94,6 +96,131 @@ fn parse_id<T: std::str::FromStr<Err = String>>(name: &str, raw: &str) -> Result
 
 type ApiResult = Result<Response, Problem>;
 
+/// `GET /v1/version`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VersionInfo {
+    /// Protocol version.
+    pub version: u32,
+    /// The state's incarnation id (changes when a dispatcher without a journal restarts).
+    pub incarnation: String,
+    /// Journal records are fsynced before replies.
+    pub fault_tolerant: bool,
+}
+
+/// A registered worker.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkerInfo {
+    /// Its address.
+    pub worker_address: String,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// Tasks assigned to it.
+    pub tasks: Vec<TaskId>,
+    /// False once it missed heartbeats for the worker timeout.
+    pub alive: bool,
+}
+
+/// `GET /v1/workers`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkersList {
+    /// Every registered worker.
+    pub workers: Vec<WorkerInfo>,
+}
+
+/// `POST /v1/datasets`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DatasetRegistered {
+    /// The dataset's id.
+    pub dataset_id: String,
+    /// Incarnation.
+    pub incarnation: String,
+}
+
+/// `GET /v1/datasets/{dataset_id}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DatasetInfo {
+    /// Id.
+    pub dataset_id: String,
+    /// Definition.
+    pub dataset: shardwise_core::dataset::DatasetDef,
+    /// Client metadata.
+    pub metadata: Value,
+}
+
+/// `POST /v1/jobs`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobCreated {
+    /// The job's id.
+    pub job_id: JobId,
+    /// Incarnation.
+    pub incarnation: String,
+}
+
+/// An iteration as `GET /v1/jobs/{job_id}` shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct IterationInfo {
+    /// Id.
+    pub iteration_id: IterationId,
+    /// Client-side repetition.
+    pub repetition: u64,
+    /// All tasks done.
+    pub finished: bool,
+    /// Collected after its clients left.
+    pub garbage_collected: bool,
+    /// Clients holding a lease.
+    pub num_clients: u64,
+    /// Visible tasks.
+    pub tasks: Vec<TaskId>,
+}
+
+/// `GET /v1/jobs/{job_id}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobInfo {
+    /// Id.
+    pub job_id: JobId,
+    /// Name.
+    pub job_name: String,
+    /// Dataset.
+    pub dataset_id: String,
+    /// Sharding policy.
+    pub processing_mode: shardwise_core::dispatch::dispatcher::ProcessingMode,
+    /// Coordinated reads.
+    pub num_consumers: Option<u64>,
+    /// Which workers clients read.
+    pub target_workers: shardwise_core::dispatch::TargetWorkers,
+    /// TensorFlow's cross-trainer cache flag.
+    pub cross_trainer_cache: bool,
+    /// Elements per split.
+    pub split_size: u64,
+    /// Its iterations.
+    pub iterations: Vec<IterationInfo>,
+}
+
+/// `DELETE /v1/clients/{client_id}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Released {
+    /// Always true.
+    pub released: bool,
+    /// Incarnation.
+    pub incarnation: String,
+}
+
+/// `POST /v1/tasks/{task_id}/maybe-remove`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Removed {
+    /// The task is removed (every consumer agreed, or it was already gone).
+    pub removed: bool,
+    /// Incarnation.
+    pub incarnation: String,
+}
+
+/// `/healthz` and `/readyz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok` or `ready`.
+    pub status: String,
+}
+
 fn ok<T: Serialize>(v: &T) -> ApiResult {
     Ok(Json(serde_json::to_value(v).map_err(|e| Problem::new("INTERNAL", e.to_string()))?)
         .into_response())
@@ -113,15 +240,32 @@ where
 }
 
 /// `GET /v1/version`.
+#[utoipa::path(
+    get,
+    path = "/v1/version",
+    tag = "dispatcher",
+    operation_id = "version",
+    summary = "The dispatcher's protocol version, incarnation and mode.",
+    responses((status = 200, description = "Version information.", body = VersionInfo))
+)]
 pub async fn version(State(s): State<AppState>) -> ApiResult {
-    ok(&json!({
-        "version": shardwise_core::dispatch::dispatcher::PROTOCOL_VERSION,
-        "incarnation": s.actor.incarnation(),
-        "fault_tolerant": s.fault_tolerant,
-    }))
+    ok(&VersionInfo {
+        version: shardwise_core::dispatch::dispatcher::PROTOCOL_VERSION,
+        incarnation: s.actor.incarnation().to_owned(),
+        fault_tolerant: s.fault_tolerant,
+    })
 }
 
 /// `POST /v1/workers/heartbeat`.
+#[utoipa::path(
+    post,
+    path = "/v1/workers/heartbeat",
+    tag = "workers",
+    operation_id = "worker_heartbeat",
+    summary = "Register (first call) or heartbeat a worker; answers the tasks it should start and stop.",
+    request_body = WorkerHeartbeat,
+    responses((status = 200, description = "Tasks to start and to delete.", body = WorkerHeartbeatReply))
+)]
 pub async fn worker_heartbeat(
     State(s): State<AppState>,
     Body(req): Body<WorkerHeartbeat>,
@@ -130,83 +274,156 @@ pub async fn worker_heartbeat(
 }
 
 /// `POST /v1/workers/update`.
+#[utoipa::path(
+    post,
+    path = "/v1/workers/update",
+    tag = "workers",
+    operation_id = "worker_update",
+    summary = "Report task progress; each entry is applied on its own.",
+    request_body = WorkerUpdate,
+    responses((status = 200, description = "Applied; unknown task ids are listed.", body = WorkerUpdateReply))
+)]
 pub async fn worker_update(State(s): State<AppState>, Body(req): Body<WorkerUpdate>) -> ApiResult {
     ok(&run(&s, move |d, now| d.worker_update(now, &req)).await?)
 }
 
 /// `GET /v1/workers`.
+#[utoipa::path(
+    get,
+    path = "/v1/workers",
+    tag = "workers",
+    operation_id = "workers",
+    summary = "Every registered worker.",
+    responses((status = 200, description = "The workers.", body = WorkersList))
+)]
 pub async fn workers(State(s): State<AppState>) -> ApiResult {
-    let list = run(&s, |d, _| {
+    let workers = run(&s, |d, _| {
         Ok(d.workers()
-            .map(|w| {
-                json!({
-                    "worker_address": w.address,
-                    "tags": w.tags,
-                    "tasks": w.tasks.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
-                    "alive": w.alive,
-                })
+            .map(|w| WorkerInfo {
+                worker_address: w.address.clone(),
+                tags: w.tags.clone(),
+                tasks: w.tasks.iter().copied().collect(),
+                alive: w.alive,
             })
             .collect::<Vec<_>>())
     })
     .await?;
-    ok(&json!({ "workers": list }))
+    ok(&WorkersList { workers })
 }
 
 /// `POST /v1/datasets`.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets",
+    tag = "datasets",
+    operation_id = "register_dataset",
+    summary = "Get-or-register a dataset.",
+    request_body = RegisterDataset,
+    responses((status = 200, description = "The dataset id.", body = DatasetRegistered))
+)]
 pub async fn register_dataset(
     State(s): State<AppState>,
     Body(req): Body<RegisterDataset>,
 ) -> ApiResult {
     let id = run(&s, move |d, _| d.register_dataset(&req)).await?;
-    ok(&json!({ "dataset_id": id, "incarnation": s.actor.incarnation() }))
+    ok(&DatasetRegistered { dataset_id: id, incarnation: s.actor.incarnation().to_owned() })
 }
 
 /// `GET /v1/datasets/{dataset_id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{dataset_id}",
+    tag = "datasets",
+    operation_id = "get_dataset",
+    summary = "A registered dataset.",
+    params(("dataset_id" = String, Path, description = "The dataset id.")),
+    responses((status = 200, description = "The dataset.", body = DatasetInfo))
+)]
 pub async fn get_dataset(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
     let v = run(&s, move |d, _| {
         let ds = d.dataset(&id)?;
-        Ok(json!({ "dataset_id": ds.id, "dataset": ds.def, "metadata": ds.metadata }))
+        Ok(DatasetInfo {
+            dataset_id: ds.id.clone(),
+            dataset: ds.def.clone(),
+            metadata: ds.metadata.clone(),
+        })
     })
     .await?;
     ok(&v)
 }
 
 /// `POST /v1/jobs`.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs",
+    tag = "jobs",
+    operation_id = "create_job",
+    summary = "Get-or-create a job (named jobs are shared).",
+    request_body = CreateJob,
+    responses((status = 200, description = "The job id.", body = JobCreated))
+)]
 pub async fn create_job(State(s): State<AppState>, Body(req): Body<CreateJob>) -> ApiResult {
     let id = run(&s, move |d, _| d.create_job(&req)).await?;
-    ok(&json!({ "job_id": id, "incarnation": s.actor.incarnation() }))
+    ok(&JobCreated { job_id: id, incarnation: s.actor.incarnation().to_owned() })
 }
 
 /// `GET /v1/jobs/{job_id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{job_id}",
+    tag = "jobs",
+    operation_id = "get_job",
+    summary = "A job and its iterations.",
+    params(("job_id" = String, Path, description = "The job id.")),
+    responses((status = 200, description = "The job.", body = JobInfo))
+)]
 pub async fn get_job(State(s): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let id: JobId = parse_id("job_id", &raw)?;
     let v = run(&s, move |d, _| {
         let job = d.job(id)?;
-        let iterations: Vec<Value> = d
+        let iterations = d
             .state()
             .iterations
             .values()
             .filter(|i| i.job_id == id)
-            .map(|i| {
-                json!({
-                    "iteration_id": i.id, "repetition": i.repetition, "finished": i.finished,
-                    "garbage_collected": i.garbage_collected, "num_clients": i.num_clients,
-                    "tasks": i.tasks,
-                })
+            .map(|i| IterationInfo {
+                iteration_id: i.id,
+                repetition: i.repetition,
+                finished: i.finished,
+                garbage_collected: i.garbage_collected,
+                num_clients: i.num_clients,
+                tasks: i.tasks.clone(),
             })
             .collect();
-        Ok(json!({
-            "job_id": job.id, "job_name": job.name, "dataset_id": job.dataset_id,
-            "processing_mode": {"sharding_policy": job.policy}, "num_consumers": job.num_consumers,
-            "target_workers": job.target_workers, "cross_trainer_cache": job.cross_trainer_cache,
-            "split_size": job.split_size, "iterations": iterations,
-        }))
+        Ok(JobInfo {
+            job_id: job.id,
+            job_name: job.name.clone(),
+            dataset_id: job.dataset_id.clone(),
+            processing_mode: shardwise_core::dispatch::dispatcher::ProcessingMode::Policy {
+                sharding_policy: job.policy,
+            },
+            num_consumers: job.num_consumers,
+            target_workers: job.target_workers,
+            cross_trainer_cache: job.cross_trainer_cache,
+            split_size: job.split_size,
+            iterations,
+        })
     })
     .await?;
     ok(&v)
 }
 
 /// `POST /v1/jobs/{job_id}/iterations`.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{job_id}/iterations",
+    tag = "jobs",
+    operation_id = "create_iteration",
+    summary = "Get-or-create the iteration `(job, repetition)` and take a client lease on it.",
+    params(("job_id" = String, Path, description = "The job id.")),
+    request_body = CreateIteration,
+    responses((status = 200, description = "The iteration and this client's lease.", body = IterationLease))
+)]
 pub async fn create_iteration(
     State(s): State<AppState>,
     Path(raw): Path<String>,
@@ -217,6 +434,16 @@ pub async fn create_iteration(
 }
 
 /// `POST /v1/clients/{client_id}/heartbeat`.
+#[utoipa::path(
+    post,
+    path = "/v1/clients/{client_id}/heartbeat",
+    tag = "clients",
+    operation_id = "client_heartbeat",
+    summary = "Client heartbeat: the iteration's tasks and whether it is finished.",
+    params(("client_id" = String, Path, description = "The client lease id.")),
+    request_body = ClientHeartbeat,
+    responses((status = 200, description = "Tasks and progress.", body = ClientHeartbeatReply))
+)]
 pub async fn client_heartbeat(
     State(s): State<AppState>,
     Path(raw): Path<String>,
@@ -227,13 +454,32 @@ pub async fn client_heartbeat(
 }
 
 /// `DELETE /v1/clients/{client_id}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/clients/{client_id}",
+    tag = "clients",
+    operation_id = "release_client",
+    summary = "Release a client lease.",
+    params(("client_id" = String, Path, description = "The client lease id.")),
+    responses((status = 200, description = "Released.", body = Released))
+)]
 pub async fn release_client(State(s): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let id: ClientId = parse_id("client_id", &raw)?;
     run(&s, move |d, now| d.release_client(now, id)).await?;
-    ok(&json!({ "released": true, "incarnation": s.actor.incarnation() }))
+    ok(&Released { released: true, incarnation: s.actor.incarnation().to_owned() })
 }
 
 /// `POST /v1/iterations/{iteration_id}/splits`.
+#[utoipa::path(
+    post,
+    path = "/v1/iterations/{iteration_id}/splits",
+    tag = "workers",
+    operation_id = "get_splits",
+    summary = "Get-split (DYNAMIC): acknowledge finished splits and get more.",
+    params(("iteration_id" = String, Path, description = "The iteration id.")),
+    request_body = GetSplits,
+    responses((status = 200, description = "Splits, or the end of the repetition, or a retry hint.", body = SplitsReply))
+)]
 pub async fn get_splits(
     State(s): State<AppState>,
     Path(raw): Path<String>,
@@ -244,14 +490,26 @@ pub async fn get_splits(
 }
 
 /// Body of maybe-remove.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MaybeRemove {
+    /// The voting consumer.
     consumer_index: u64,
+    /// The round it cannot read the task in.
     round: u64,
 }
 
 /// `POST /v1/tasks/{task_id}/maybe-remove`.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{task_id}/maybe-remove",
+    tag = "clients",
+    operation_id = "maybe_remove",
+    summary = "Coordinated reads: vote to remove a task in a round.",
+    params(("task_id" = String, Path, description = "The task id.")),
+    request_body = MaybeRemove,
+    responses((status = 200, description = "Whether the task is removed.", body = Removed))
+)]
 pub async fn maybe_remove(
     State(s): State<AppState>,
     Path(raw): Path<String>,
@@ -260,10 +518,19 @@ pub async fn maybe_remove(
     let id: TaskId = parse_id("task_id", &raw)?;
     let removed =
         run(&s, move |d, _| d.maybe_remove_task(id, req.consumer_index, req.round)).await?;
-    ok(&json!({ "removed": removed, "incarnation": s.actor.incarnation() }))
+    ok(&Removed { removed, incarnation: s.actor.incarnation().to_owned() })
 }
 
 /// `POST /v1/cluster/resolve`.
+#[utoipa::path(
+    post,
+    path = "/v1/cluster/resolve",
+    tag = "cluster",
+    operation_id = "resolve",
+    summary = "Resolve a cluster (the `shardwise resolve` contract).",
+    request_body(content = Object, description = "A resolve request.", content_type = "application/json"),
+    responses((status = 200, description = "The resolved cluster, task, role and TF_CONFIG.", body = Object))
+)]
 pub async fn resolve(Body(req): Body<Value>) -> ApiResult {
     let text = req.to_string();
     let outcome = tokio::task::spawn_blocking(move || crate::resolve::resolve_text(&text))
@@ -279,20 +546,44 @@ pub async fn resolve(Body(req): Body<Value>) -> ApiResult {
 }
 
 /// `GET /healthz`: the process is up.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    operation_id = "healthz",
+    summary = "Liveness: the process is up.",
+    responses((status = 200, description = "Up.", body = Health))
+)]
 pub async fn healthz() -> ApiResult {
-    ok(&json!({ "status": "ok" }))
+    ok(&Health { status: "ok".into() })
 }
 
 /// `GET /readyz`: replay finished and the journal is writable.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    operation_id = "readyz",
+    summary = "Readiness: the journal is replayed.",
+    responses((status = 200, description = "Ready.", body = Health))
+)]
 pub async fn readyz(State(s): State<AppState>) -> ApiResult {
     if s.actor.is_ready() {
-        ok(&json!({ "status": "ready", "incarnation": s.actor.incarnation() }))
+        ok(&Health { status: "ready".into() })
     } else {
         Err(Problem::new("UNAVAILABLE", "the dispatcher is replaying its journal"))
     }
 }
 
 /// `GET /metrics`: Prometheus text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    operation_id = "metrics",
+    summary = "Prometheus metrics (text format).",
+    responses((status = 200, description = "Metrics.", body = String, content_type = "text/plain"))
+)]
 pub async fn metrics(State(s): State<AppState>) -> Response {
     let st = &s.actor.stats;
     let gauges = if s.actor.is_ready() {

@@ -11,7 +11,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::get;
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -135,43 +135,58 @@ fn incarnation() -> String {
     format!("{:x}-{:x}", nanos, std::process::id())
 }
 
+/// The API routes and their OpenAPI document (before state and layers).
+pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    use utoipa::OpenApi;
+    use utoipa_axum::router::OpenApiRouter;
+    use utoipa_axum::routes;
+    let (router, doc) = OpenApiRouter::with_openapi(crate::openapi::ApiDoc::openapi())
+        .routes(routes!(api::version))
+        .routes(routes!(api::worker_heartbeat))
+        .routes(routes!(api::worker_update))
+        .routes(routes!(api::workers))
+        .routes(routes!(api::register_dataset))
+        .routes(routes!(api::get_dataset))
+        .routes(routes!(api::create_job))
+        .routes(routes!(api::get_job))
+        .routes(routes!(api::create_iteration))
+        .routes(routes!(api::client_heartbeat))
+        .routes(routes!(api::release_client))
+        .routes(routes!(api::get_splits))
+        .routes(routes!(api::maybe_remove))
+        .routes(routes!(api::resolve))
+        .routes(routes!(api::healthz))
+        .routes(routes!(api::readyz))
+        .routes(routes!(api::metrics))
+        .split_for_parts();
+    (router, crate::openapi::complete(doc))
+}
+
 /// The router, with every rejection, unknown route, wrong method, oversized body, timeout
-/// and panic answered as problem+json.
+/// and panic answered as problem+json, and the OpenAPI document at `/openapi.json`.
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    Router::new()
-        .route("/v1/version", get(api::version))
-        .route("/v1/workers/heartbeat", post(api::worker_heartbeat))
-        .route("/v1/workers/update", post(api::worker_update))
-        .route("/v1/workers", get(api::workers))
-        .route("/v1/datasets", post(api::register_dataset))
-        .route("/v1/datasets/{dataset_id}", get(api::get_dataset))
-        .route("/v1/jobs", post(api::create_job))
-        .route("/v1/jobs/{job_id}", get(api::get_job))
-        .route("/v1/jobs/{job_id}/iterations", post(api::create_iteration))
-        .route("/v1/clients/{client_id}/heartbeat", post(api::client_heartbeat))
-        .route("/v1/clients/{client_id}", delete(api::release_client))
-        .route("/v1/iterations/{iteration_id}/splits", post(api::get_splits))
-        .route("/v1/tasks/{task_id}/maybe-remove", post(api::maybe_remove))
-        .route("/v1/cluster/resolve", post(api::resolve))
-        .route("/healthz", get(api::healthz))
-        .route("/readyz", get(api::readyz))
-        .route("/metrics", get(api::metrics))
-        .fallback(api::not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Duration::from_secs(30),
-        ))
-        .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| {
-            Problem::new(
-                "INTERNAL",
-                "the dispatcher hit a bug handling this request (a panic was caught)",
-            )
-            .into_response()
-        }))
-        .layer(axum::middleware::map_response(problem_for_empty_errors))
-        .with_state(state)
+    let (api, doc) = api_router();
+    let doc = std::sync::Arc::new(doc);
+    api.route(
+        "/openapi.json",
+        get(move || {
+            let doc = doc.clone();
+            async move { axum::Json(doc.as_ref().clone()) }
+        }),
+    )
+    .fallback(api::not_found)
+    .method_not_allowed_fallback(method_not_allowed)
+    .layer(DefaultBodyLimit::max(max_body_bytes))
+    .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(30)))
+    .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| {
+        Problem::new(
+            "INTERNAL",
+            "the dispatcher hit a bug handling this request (a panic was caught)",
+        )
+        .into_response()
+    }))
+    .layer(axum::middleware::map_response(problem_for_empty_errors))
+    .with_state(state)
 }
 
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Problem {

@@ -1,0 +1,96 @@
+//! The OpenAPI document: generated from the handlers' annotations (utoipa), completed with
+//! the problem responses every operation can give, checked in at `openapi/openapi.json`.
+
+use utoipa::OpenApi;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+
+use crate::problem::{PROBLEM_JSON, Problem};
+
+/// The document's fixed parts; the paths come from the router.
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(
+        title = "Shardwise",
+        description = "Coordination for distributed training input: cluster resolution and a \
+                       tf.data-service-style dispatcher (workers, datasets, jobs, iterations, \
+                       splits). Every error is an RFC 9457 problem (`application/problem+json`) \
+                       whose `code` is the status class (`INVALID_ARGUMENT`, `NOT_FOUND`, \
+                       `FAILED_PRECONDITION`, `UNAVAILABLE`, ...). Ids are decimal strings.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    tags(
+        (name = "dispatcher", description = "Version and mode."),
+        (name = "workers", description = "What workers call: heartbeat, task updates, splits."),
+        (name = "datasets", description = "Declarative datasets."),
+        (name = "jobs", description = "Jobs and iterations."),
+        (name = "clients", description = "What clients call while reading an iteration."),
+        (name = "cluster", description = "Cluster resolution (TF_CONFIG, Slurm, Kubernetes)."),
+        (name = "health", description = "Liveness, readiness and metrics."),
+    ),
+    components(schemas(Problem))
+)]
+pub struct ApiDoc;
+
+/// The problem responses any operation may give, with when.
+const PROBLEMS: &[(&str, &str)] = &[
+    (
+        "400",
+        "The request is invalid (`INVALID_ARGUMENT`): malformed JSON, unknown fields, bad ids or values.",
+    ),
+    ("404", "Something the request names does not exist (`NOT_FOUND`)."),
+    ("409", "The request conflicts with the state (`FAILED_PRECONDITION` or `ALREADY_EXISTS`)."),
+    ("413", "The request body is too large (`RESOURCE_EXHAUSTED`)."),
+    ("415", "The request body is not JSON."),
+    ("500", "A bug (`INTERNAL`): a panic was caught. Never bad input."),
+    (
+        "503",
+        "Not ready yet, overloaded, or the journal cannot be written (`UNAVAILABLE`); retry after `Retry-After`.",
+    ),
+];
+
+fn add_problems(op: &mut Operation, with_body: bool) {
+    for (status, description) in PROBLEMS {
+        if !with_body && (*status == "413" || *status == "415") {
+            continue;
+        }
+        op.responses.responses.entry((*status).to_owned()).or_insert_with(|| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(*description)
+                    .content(
+                        PROBLEM_JSON,
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("Problem")))
+                            .build(),
+                    )
+                    .build(),
+            )
+        });
+    }
+}
+
+/// Completes a generated document: every operation documents the problem responses.
+pub fn complete(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    for item in doc.paths.paths.values_mut() {
+        for (op, body) in [
+            (&mut item.get, false),
+            (&mut item.delete, false),
+            (&mut item.post, true),
+            (&mut item.put, true),
+        ] {
+            if let Some(op) = op {
+                add_problems(op, body);
+            }
+        }
+    }
+    doc
+}
+
+/// The whole document as pretty JSON (what `openapi/openapi.json` holds).
+pub fn document_json() -> String {
+    let (_, doc) = crate::server::api_router();
+    let mut text = doc.to_pretty_json().unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    text.push('\n');
+    text
+}
