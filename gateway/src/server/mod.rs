@@ -2,6 +2,7 @@
 
 pub mod actor;
 pub mod api;
+pub mod auth;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -90,6 +91,10 @@ pub struct DispatcherArgs {
     /// Also collect DYNAMIC iterations.
     #[arg(long, env = "SHARDWISE_GC_DYNAMIC_SHARDING_JOBS")]
     pub gc_dynamic_sharding_jobs: bool,
+    /// Require bearer tokens: a JSON file `{"tokens": [{"role": "admin"|"worker"|"client",
+    /// "token": "..."}]}`.
+    #[arg(long, env = "SHARDWISE_AUTH_TOKENS", value_name = "FILE")]
+    pub auth_tokens: Option<PathBuf>,
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "SHARDWISE_MAX_BODY_BYTES", default_value_t = 16 << 20)]
     pub max_body_bytes: usize,
@@ -164,8 +169,9 @@ pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 
 /// The router, with every rejection, unknown route, wrong method, oversized body, timeout
 /// and panic answered as problem+json, and the OpenAPI document at `/openapi.json`.
-pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Tokens>) -> Router {
     let (api, doc) = api_router();
+    let api = api.route_layer(axum::middleware::from_fn_with_state(tokens, auth::check));
     let doc = std::sync::Arc::new(doc);
     api.route(
         "/openapi.json",
@@ -230,6 +236,16 @@ pub fn run(args: DispatcherArgs) -> i32 {
         );
         return 2;
     }
+    let tokens = match &args.auth_tokens {
+        None => None,
+        Some(path) => match auth::Tokens::load(path) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("shardwise dispatcher: {e}");
+                return 2;
+            }
+        },
+    };
     let config = args.config();
     if let Err(e) = config.validate() {
         eprintln!("shardwise dispatcher: {e}");
@@ -242,10 +258,14 @@ pub fn run(args: DispatcherArgs) -> i32 {
             return 1;
         }
     };
-    runtime.block_on(serve(args, config))
+    runtime.block_on(serve(args, config, tokens))
 }
 
-async fn serve(args: DispatcherArgs, config: DispatcherConfig) -> i32 {
+async fn serve(
+    args: DispatcherArgs,
+    config: DispatcherConfig,
+    tokens: Option<auth::Tokens>,
+) -> i32 {
     let addr = format!("{}:{}", args.host, args.port);
     let listener = match tokio::net::TcpListener::bind(&addr).await {
         Ok(l) => l,
@@ -297,7 +317,7 @@ async fn serve(args: DispatcherArgs, config: DispatcherConfig) -> i32 {
         }
     });
     let state = AppState { actor, fault_tolerant };
-    let app = router(state, args.max_body_bytes);
+    let app = router(state, args.max_body_bytes, tokens);
     println!("shardwise dispatcher listening on http://{local}");
     let shutdown = async move {
         tokio::select! {

@@ -1,0 +1,249 @@
+//! Optional bearer-token authentication (`--auth-tokens FILE`): each token has a role, each
+//! route requires one. Tokens are compared in constant time and never logged or echoed.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use crate::problem::Problem;
+
+/// A caller's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Everything.
+    Admin,
+    /// Worker routes: heartbeat, update, splits.
+    Worker,
+    /// Dataset, job, iteration, client and cluster routes.
+    Client,
+}
+
+/// What a route requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No token needed.
+    Open,
+    /// Any valid token.
+    Any,
+    /// This role (or admin).
+    Only(Role),
+}
+
+/// The route table: every route of the API and what it requires. A route missing here
+/// requires admin (so a new route cannot slip through unprotected).
+pub fn access(method: &Method, path: &str) -> Access {
+    match (method.as_str(), path) {
+        (_, "/healthz" | "/readyz" | "/openapi.json") => Access::Open,
+        ("GET", "/v1/version") => Access::Any,
+        (
+            "POST",
+            "/v1/workers/heartbeat" | "/v1/workers/update" | "/v1/iterations/{iteration_id}/splits",
+        ) => Access::Only(Role::Worker),
+        ("POST", "/v1/datasets" | "/v1/jobs" | "/v1/jobs/{job_id}/iterations")
+        | ("GET", "/v1/datasets/{dataset_id}" | "/v1/jobs/{job_id}")
+        | ("POST", "/v1/clients/{client_id}/heartbeat" | "/v1/tasks/{task_id}/maybe-remove")
+        | ("DELETE", "/v1/clients/{client_id}")
+        | ("POST", "/v1/cluster/resolve") => Access::Only(Role::Client),
+        _ => Access::Only(Role::Admin),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenFile {
+    tokens: Vec<TokenEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    role: Role,
+    token: String,
+}
+
+/// The configured tokens.
+#[derive(Clone)]
+pub struct Tokens(Arc<Vec<(Vec<u8>, Role)>>);
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tokens({} configured, values hidden)", self.0.len())
+    }
+}
+
+impl Tokens {
+    /// Reads `{"tokens": [{"role": "admin"|"worker"|"client", "token": "..."}]}`.
+    pub fn load(path: &Path) -> Result<Tokens, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read --auth-tokens {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("--auth-tokens {}: {e}", path.display()))
+    }
+
+    /// Parses a token file's text.
+    pub fn parse(text: &str) -> Result<Tokens, String> {
+        let file: TokenFile =
+            shardwise_core::json::from_str_strict(text).map_err(|e| e.to_string())?;
+        if file.tokens.is_empty() {
+            return Err("no tokens are configured".into());
+        }
+        let mut out: Vec<(Vec<u8>, Role)> = Vec::new();
+        for (i, t) in file.tokens.into_iter().enumerate() {
+            if t.token.len() < 16 {
+                return Err(format!("token {i} is shorter than 16 characters"));
+            }
+            if t.token.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+                return Err(format!("token {i} contains whitespace or control characters"));
+            }
+            if out.iter().any(|(x, _)| ct_eq(x, t.token.as_bytes())) {
+                return Err(format!("token {i} is listed twice"));
+            }
+            out.push((t.token.into_bytes(), t.role));
+        }
+        Ok(Tokens(Arc::new(out)))
+    }
+
+    /// The role of a presented token (checked against every token, in constant time).
+    fn role_of(&self, presented: &[u8]) -> Option<Role> {
+        let mut found = None;
+        for (token, role) in self.0.iter() {
+            if ct_eq(token, presented) {
+                found = Some(*role);
+            }
+        }
+        found
+    }
+}
+
+/// Constant-time equality (time depends on the lengths only).
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= usize::from(x ^ y);
+    }
+    diff == 0
+}
+
+fn unauthenticated(detail: &str) -> Response {
+    let mut res = Problem::new("UNAUTHENTICATED", detail).into_response();
+    res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    res
+}
+
+/// The middleware: checks the route's access against the bearer token.
+pub async fn check(
+    State(tokens): State<Option<Tokens>>,
+    path: Option<MatchedPath>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Some(tokens) = tokens else { return next.run(req).await };
+    let route = path.as_ref().map_or(req.uri().path(), |p| p.as_str()).to_owned();
+    let need = access(req.method(), &route);
+    if need == Access::Open {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .map(<[u8]>::to_vec);
+    let Some(presented) = presented else {
+        return unauthenticated("this route needs `Authorization: Bearer <token>`");
+    };
+    let Some(role) = tokens.role_of(&presented) else {
+        return unauthenticated("the bearer token is not valid");
+    };
+    match need {
+        Access::Only(want) if role != want && role != Role::Admin => Problem::new(
+            "PERMISSION_DENIED",
+            format!("{} {route} needs the {want:?} role", req.method()).to_lowercase(),
+        )
+        .into_response(),
+        _ => next.run(req).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_files_are_validated() {
+        assert!(Tokens::parse(r#"{"tokens": []}"#).is_err());
+        assert!(
+            Tokens::parse(r#"{"tokens": [{"role": "root", "token": "0123456789abcdef"}]}"#)
+                .is_err()
+        );
+        assert!(Tokens::parse(r#"{"tokens": [{"role": "admin", "token": "short"}]}"#).is_err());
+        let dup = r#"{"tokens": [{"role": "admin", "token": "0123456789abcdef"}, {"role": "client", "token": "0123456789abcdef"}]}"#;
+        assert!(Tokens::parse(dup).is_err());
+        let t = Tokens::parse(r#"{"tokens": [{"role": "worker", "token": "0123456789abcdef"}]}"#)
+            .unwrap();
+        assert_eq!(t.role_of(b"0123456789abcdef"), Some(Role::Worker));
+        assert_eq!(t.role_of(b"0123456789abcde"), None);
+        assert!(!format!("{t:?}").contains("0123"), "tokens never printed");
+    }
+
+    #[test]
+    fn constant_time_eq() {
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd"));
+        assert!(!ct_eq(b"abc", b"ab"));
+        assert!(!ct_eq(b"", b"a"));
+    }
+}
+
+#[cfg(test)]
+mod table {
+    use super::*;
+
+    /// Every documented operation has a deliberate access level: a new route fails this test
+    /// until it is added here (and to `access`).
+    #[test]
+    fn every_openapi_route_has_its_role() {
+        let doc: serde_json::Value =
+            serde_json::from_str(include_str!("../../../openapi/openapi.json")).unwrap();
+        let expected: &[(&str, &str, Access)] = &[
+            ("get", "/v1/version", Access::Any),
+            ("post", "/v1/workers/heartbeat", Access::Only(Role::Worker)),
+            ("post", "/v1/workers/update", Access::Only(Role::Worker)),
+            ("post", "/v1/iterations/{iteration_id}/splits", Access::Only(Role::Worker)),
+            ("get", "/v1/workers", Access::Only(Role::Admin)),
+            ("post", "/v1/datasets", Access::Only(Role::Client)),
+            ("get", "/v1/datasets/{dataset_id}", Access::Only(Role::Client)),
+            ("post", "/v1/jobs", Access::Only(Role::Client)),
+            ("get", "/v1/jobs/{job_id}", Access::Only(Role::Client)),
+            ("post", "/v1/jobs/{job_id}/iterations", Access::Only(Role::Client)),
+            ("post", "/v1/clients/{client_id}/heartbeat", Access::Only(Role::Client)),
+            ("delete", "/v1/clients/{client_id}", Access::Only(Role::Client)),
+            ("post", "/v1/tasks/{task_id}/maybe-remove", Access::Only(Role::Client)),
+            ("post", "/v1/cluster/resolve", Access::Only(Role::Client)),
+            ("get", "/healthz", Access::Open),
+            ("get", "/readyz", Access::Open),
+            ("get", "/metrics", Access::Only(Role::Admin)),
+        ];
+        let mut seen = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for method in item.as_object().unwrap().keys() {
+                let want = expected
+                    .iter()
+                    .find(|(m, p, _)| m == method && p == path)
+                    .unwrap_or_else(|| panic!("{method} {path} has no entry in the auth table"))
+                    .2;
+                let m = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
+                assert_eq!(access(&m, path), want, "{method} {path}");
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, expected.len());
+        assert_eq!(access(&Method::GET, "/openapi.json"), Access::Open);
+    }
+}
