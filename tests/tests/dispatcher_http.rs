@@ -199,6 +199,10 @@ fn every_error_is_a_problem() {
     let checked_in: Value =
         serde_json::from_str(include_str!("../../openapi/openapi.json")).unwrap();
     assert_eq!(served, checked_in);
+    // Swagger UI, from vendored assets.
+    let docs = d.call("GET", "/docs/", None);
+    assert_eq!(docs.status, 200);
+    assert!(docs.body.contains("Swagger UI"));
     // The resolve contract over HTTP.
     let r = d.call("POST", "/v1/cluster/resolve", Some(json!({"resolver": {"simple": {"cluster": {"worker": ["a:1", "b:1"]}}}, "task_type": "worker", "task_id": 1})));
     assert_eq!(ok(&r)["role"]["is_chief"], false);

@@ -40,6 +40,7 @@ pub enum Access {
 pub fn access(method: &Method, path: &str) -> Access {
     match (method.as_str(), path) {
         (_, "/healthz" | "/readyz" | "/openapi.json") => Access::Open,
+        (_, p) if p == "/docs" || p.starts_with("/docs/") => Access::Open,
         ("GET", "/v1/version") => Access::Any,
         (
             "POST",

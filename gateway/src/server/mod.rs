@@ -12,7 +12,6 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -172,27 +171,26 @@ pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Tokens>) -> Router {
     let (api, doc) = api_router();
     let api = api.route_layer(axum::middleware::from_fn_with_state(tokens, auth::check));
-    let doc = std::sync::Arc::new(doc);
-    api.route(
-        "/openapi.json",
-        get(move || {
-            let doc = doc.clone();
-            async move { axum::Json(doc.as_ref().clone()) }
-        }),
-    )
-    .fallback(api::not_found)
-    .method_not_allowed_fallback(method_not_allowed)
-    .layer(DefaultBodyLimit::max(max_body_bytes))
-    .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(30)))
-    .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| {
-        Problem::new(
-            "INTERNAL",
-            "the dispatcher hit a bug handling this request (a panic was caught)",
-        )
-        .into_response()
-    }))
-    .layer(axum::middleware::map_response(problem_for_empty_errors))
-    .with_state(state)
+    // Swagger UI from assets vendored in the build (no network), reading /openapi.json.
+    let docs: Router<AppState> =
+        utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc).into();
+    api.merge(docs)
+        .fallback(api::not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Duration::from_secs(30),
+        ))
+        .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| {
+            Problem::new(
+                "INTERNAL",
+                "the dispatcher hit a bug handling this request (a panic was caught)",
+            )
+            .into_response()
+        }))
+        .layer(axum::middleware::map_response(problem_for_empty_errors))
+        .with_state(state)
 }
 
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Problem {
