@@ -328,3 +328,28 @@ fn flags_are_validated() {
         assert!(err.contains("exited with Some(2)"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn sigterm_shuts_down_cleanly_and_keeps_the_journal() {
+    let dir = TempDir::new("sigterm");
+    let mut d = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
+    ok(&d.call(
+        "POST",
+        "/v1/datasets",
+        Some(json!({"dataset": {"source": {"range": {"stop": 4}}}})),
+    ));
+    let pid = d.child.id().to_string();
+    let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let mut exited = None;
+    for _ in 0..5_000 {
+        if let Some(s) = d.child.try_wait().unwrap() {
+            exited = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert_eq!(exited.and_then(|s| s.code()), Some(0), "exits with 0 on SIGTERM");
+    let d2 = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
+    assert_eq!(d2.call("GET", "/v1/datasets/1000", None).status, 200);
+}

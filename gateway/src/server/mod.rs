@@ -318,13 +318,17 @@ async fn serve(
     let app = router(state, args.max_body_bytes, tokens);
     println!("shardwise dispatcher listening on http://{local}");
     let shutdown = async move {
+        // A startup failure is sent on `failed_rx`; a successful start drops the sender.
+        let failed = async move {
+            match failed_rx.await {
+                Ok(e) => e,
+                Err(_) => std::future::pending::<String>().await,
+            }
+        };
         tokio::select! {
-            r = failed_rx => {
-                if let Ok(e) = r {
-                    eprintln!("shardwise dispatcher: refusing to start: {e}");
-                    return Some(e);
-                }
-                std::future::pending::<Option<String>>().await
+            e = failed => {
+                eprintln!("shardwise dispatcher: refusing to start: {e}");
+                Some(e)
             }
             () = shutdown_signal() => None,
         }
