@@ -12,7 +12,9 @@ fn ok(r: &shardwise_tests::HttpResponse) -> Value {
 #[test]
 fn seed_flow_parallel_epochs() {
     let d = Dispatcher::start(&[]);
-    let v = ok(&d.call("GET", "/v1/version", None));
+    let r = d.call("GET", "/v1/version", None);
+    assert!(r.header("x-request-id").is_some_and(|id| id.len() >= 32), "a request id is echoed");
+    let v = ok(&r);
     assert_eq!(v["fault_tolerant"], false);
     let incarnation = v["incarnation"].as_str().unwrap().to_owned();
     let ds = ok(&d.call(

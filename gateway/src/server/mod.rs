@@ -177,6 +177,22 @@ pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Token
     api.merge(docs)
         .fallback(api::not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // Request ids: kept from `x-request-id` or generated, logged, and echoed in the reply.
+        .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
+        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(
+            |req: &axum::http::Request<_>| {
+                let id = req
+                    .headers()
+                    .get("x-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-")
+                    .to_owned();
+                tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+            },
+        ))
+        .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
+            tower_http::request_id::MakeRequestUuid,
+        ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -249,6 +265,11 @@ pub fn run(args: DispatcherArgs) -> i32 {
         eprintln!("shardwise dispatcher: {e}");
         return 2;
     }
+    // Logs on stderr; `SHARDWISE_LOG` (e.g. `info`, `shardwise_gateway=debug`) sets the level.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDWISE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
