@@ -424,7 +424,7 @@ pub struct Dispatcher {
     config: DispatcherConfig,
     incarnation: String,
     state: State,
-    worker_seen: BTreeMap<String, Millis>,
+    worker_seen: std::collections::HashMap<String, Millis>,
     client_deadline: BTreeMap<ClientId, Millis>,
     journal: VecDeque<Update>,
     events: VecDeque<Event>,
@@ -539,17 +539,24 @@ impl Dispatcher {
     }
 
     fn commit(&mut self, update: Update) {
-        let finished_before: BTreeSet<IterationId> =
-            self.state.iterations.values().filter(|i| i.finished).map(|i| i.id).collect();
+        // Which iterations this update may finish (to report them as events).
+        let watch: Vec<IterationId> = match &update {
+            Update::ProduceSplits { iteration_id, .. } => vec![*iteration_id],
+            Update::FinishTask { task_id } => {
+                self.state.tasks.get(task_id).map(|t| t.iteration_id).into_iter().collect()
+            }
+            Update::WorkerLost { .. } => self.state.iterations.keys().copied().collect(),
+            _ => Vec::new(),
+        };
+        let open: Vec<IterationId> = watch
+            .into_iter()
+            .filter(|i| self.state.iterations.get(i).is_some_and(|it| !it.finished))
+            .collect();
         apply(&mut self.state, &update);
-        if matches!(
-            update,
-            Update::FinishTask { .. } | Update::ProduceSplits { .. } | Update::WorkerLost { .. }
-        ) {
-            for it in self.state.iterations.values() {
-                if it.finished && !it.garbage_collected && !finished_before.contains(&it.id) {
-                    self.events.push_back(Event::IterationFinished { iteration_id: it.id });
-                }
+        for id in open {
+            if self.state.iterations.get(&id).is_some_and(|it| it.finished && !it.garbage_collected)
+            {
+                self.events.push_back(Event::IterationFinished { iteration_id: id });
             }
         }
         self.journal.push_back(update);

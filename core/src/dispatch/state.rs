@@ -64,8 +64,9 @@ pub struct Job {
     pub split_size: u64,
 }
 
-/// One split of a repetition: `(repetition, index)`.
+/// One split of a repetition: `(repetition, index)`; `[repetition, index]` in records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(from = "(u64, u64)", into = "(u64, u64)")]
 pub struct SplitRef {
     /// The split provider's repetition.
     pub repetition: u64,
@@ -94,6 +95,18 @@ pub struct SplitState {
     pub requeue: BTreeSet<SplitRef>,
     /// Splits handed out so far (fresh and again), for metrics.
     pub handed_out: u64,
+}
+
+impl From<(u64, u64)> for SplitRef {
+    fn from((repetition, index): (u64, u64)) -> Self {
+        SplitRef { repetition, index }
+    }
+}
+
+impl From<SplitRef> for (u64, u64) {
+    fn from(s: SplitRef) -> Self {
+        (s.repetition, s.index)
+    }
 }
 
 impl SplitState {
@@ -306,7 +319,7 @@ pub struct State {
 /// One durable state change. The journal is a sequence of these; [`apply`] gives each its
 /// meaning, for the live path and for replay alike.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Update {
     /// A dataset was registered.
@@ -502,18 +515,19 @@ impl State {
 
     fn recompute_finished(&mut self, iteration_id: IterationId) {
         let Some(it) = self.iterations.get(&iteration_id) else { return };
-        if it.finished || it.tasks.is_empty() {
+        // Cheapest checks first: this runs on every get-split.
+        if it.finished || it.tasks.is_empty() || it.splits.as_ref().is_some_and(SplitState::pending)
+        {
             return;
         }
-        let tasks: Vec<&Task> = it.tasks.iter().filter_map(|t| self.tasks.get(t)).collect();
-        let all_done = tasks.iter().all(|t| t.finished || t.abandoned);
-        let some_finished = tasks.iter().any(|t| t.finished);
-        let splits_pending = it.splits.as_ref().is_some_and(SplitState::pending);
-        if all_done
-            && some_finished
-            && !splits_pending
-            && let Some(it) = self.iterations.get_mut(&iteration_id)
-        {
+        let mut some_finished = false;
+        for t in it.tasks.iter().filter_map(|t| self.tasks.get(t)) {
+            if !(t.finished || t.abandoned) {
+                return;
+            }
+            some_finished |= t.finished;
+        }
+        if some_finished && let Some(it) = self.iterations.get_mut(&iteration_id) {
             it.finished = true;
         }
     }

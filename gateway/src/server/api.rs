@@ -222,7 +222,9 @@ pub struct Health {
 }
 
 fn ok<T: Serialize>(v: &T) -> ApiResult {
-    Ok(Json(serde_json::to_value(v).map_err(|e| Problem::new("INTERNAL", e.to_string()))?)
+    // Serialized straight to bytes (no intermediate JSON value tree).
+    let body = serde_json::to_vec(v).map_err(|e| Problem::new("INTERNAL", e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
         .into_response())
 }
 

@@ -1,0 +1,1247 @@
+//! HTTP load generator for `shardwise dispatcher` (issue 4's benchmark).
+//!
+//! ```sh
+//! cargo run --release -p shardwise-examples --example load -- [--seconds 3] [--workers 100]
+//! ```
+//!
+//! It starts its own dispatcher (the release `shardwise` binary next to this executable, or
+//! `--shardwise PATH`) on 127.0.0.1 port 0, once in memory and once with `--work-dir <tmp>
+//! --fault-tolerant` (group-committed fsync), registers a dataset, `--workers` workers, a
+//! DYNAMIC job (`distributed_epoch`, split_size 1) and an iteration, then drives each workload
+//! at each concurrency: a fixed number of keep-alive HTTP/1.1 connections, one request in
+//! flight per connection (closed loop), for `--seconds` each and at most `--max-requests`.
+//!
+//! Workloads: `healthz` (`GET /healthz`: no dispatcher work, the HTTP stack's own cost),
+//! `worker_hb` (steady-state worker heartbeats reporting the current task, cycling over the
+//! workers), `client_hb` (the iteration client's heartbeat) and `get_split` (each connection
+//! is one worker with a task in the iteration, asking for one split and acknowledging the
+//! previous one).
+//!
+//! Measured per run: calls/s, p50/p99 latency, errors (any non-200 or unexpected reply), the
+//! dispatcher's CPU per call (utime+stime of `/proc/<pid>/stat`, all threads, in clock ticks
+//! assumed to be 100 Hz, the Linux `USER_HZ`), the part of it spent on the dispatcher actor
+//! thread (`/proc/<pid>/task/*/stat`, thread `shardwise-dispat...`), and this process's own
+//! CPU per call (it shares the machine's cores). Output: a Markdown table per mode and the
+//! issue's goals against TensorFlow's figures in `shared/reference/peer_results.md`.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+/// Linux `USER_HZ`: the unit of utime/stime in `/proc/*/stat` (`getconf CLK_TCK`). Assumed,
+/// not read (that needs `sysconf`, i.e. libc).
+const CLK_TCK: f64 = 100.0;
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// `/readyz` is polled at most this many times, this far apart.
+const READY_POLLS: u32 = 200;
+const READY_POLL_GAP: Duration = Duration::from_millis(25);
+/// Elements of the benchmark's range: get-split (split_size 1) never runs out.
+const RANGE_STOP: u64 = 1 << 40;
+
+// TensorFlow 2.21 (peer_results.md, "Control plane"): dispatcher CPU µs/call ranges and the
+// best calls/s at 8 threads.
+const TF_BEST_8_THREADS: f64 = 10_654.0;
+const GROUP_COMMIT_CEILING_64: (f64, f64) = (24_000.0, 73_500.0);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    Healthz,
+    WorkerHeartbeat,
+    ClientHeartbeat,
+    GetSplit,
+}
+
+impl Workload {
+    const ALL: [Workload; 4] = [
+        Workload::Healthz,
+        Workload::WorkerHeartbeat,
+        Workload::ClientHeartbeat,
+        Workload::GetSplit,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Healthz => "healthz",
+            Workload::WorkerHeartbeat => "worker_hb",
+            Workload::ClientHeartbeat => "client_hb",
+            Workload::GetSplit => "get_split",
+        }
+    }
+
+    /// TensorFlow's matching row: name and dispatcher CPU µs/call range.
+    fn tf_row(self) -> (&'static str, f64, f64) {
+        match self {
+            Workload::Healthz => ("GetVersion", 60.0, 87.0),
+            Workload::WorkerHeartbeat => ("WorkerHeartbeat", 63.0, 84.0),
+            Workload::ClientHeartbeat => ("ClientHeartbeat", 66.0, 80.0),
+            Workload::GetSplit => ("GetSplit", 69.0, 89.0),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Memory,
+    FaultTolerant,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Memory => "in-memory",
+            Mode::FaultTolerant => "fault-tolerant (--work-dir, group-commit fsync)",
+        }
+    }
+    fn short(self) -> &'static str {
+        match self {
+            Mode::Memory => "memory",
+            Mode::FaultTolerant => "ft",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Options {
+    shardwise: Option<PathBuf>,
+    workers: usize,
+    seconds: f64,
+    max_requests: u64,
+    warmup: u64,
+    concurrency: Vec<usize>,
+    modes: Vec<Mode>,
+    workloads: Vec<Workload>,
+    client_threads: usize,
+    tmp_dir: PathBuf,
+    max_splits: u32,
+}
+
+const USAGE: &str = "\
+usage: load [OPTIONS]
+  --shardwise PATH       the shardwise binary (default: target/release/shardwise next to this
+                         example; built with `cargo build --release -p shardwise-gateway` if missing)
+  --workers N            workers to register (default 100)
+  --seconds S            duration of each run (default 3)
+  --max-requests N       at most this many requests per run (default 1000000)
+  --warmup N             requests per connection before each timed run (default 20)
+  --concurrency LIST     connection counts (default 1,8,64)
+  --modes LIST           memory,ft (default both)
+  --workloads LIST       healthz,worker_hb,client_hb,get_split (default all)
+  --max-splits N         splits per get_split call (default 1)
+  --client-threads N     this generator's tokio worker threads (default 1: current-thread)
+  --tmp-dir DIR          where the fault-tolerant work dir is created (default: the system
+                         temp dir; it must be a real disk for fsync to mean anything)";
+
+fn parse_args() -> Result<Options, String> {
+    let mut o = Options {
+        shardwise: None,
+        workers: 100,
+        seconds: 3.0,
+        max_requests: 1_000_000,
+        warmup: 20,
+        concurrency: vec![1, 8, 64],
+        modes: vec![Mode::Memory, Mode::FaultTolerant],
+        workloads: Workload::ALL.to_vec(),
+        client_threads: 1,
+        tmp_dir: std::env::temp_dir(),
+        max_splits: 1,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
+        let num =
+            |v: String| v.parse::<u64>().map_err(|_| format!("{flag}: {v:?} is not a number"));
+        match flag.as_str() {
+            "--shardwise" => o.shardwise = Some(PathBuf::from(value()?)),
+            "--workers" => o.workers = num(value()?)? as usize,
+            "--seconds" => {
+                let v = value()?;
+                o.seconds = v.parse().map_err(|_| format!("--seconds: {v:?} is not a number"))?;
+            }
+            "--max-requests" => o.max_requests = num(value()?)?,
+            "--warmup" => o.warmup = num(value()?)?,
+            "--client-threads" => o.client_threads = num(value()?)? as usize,
+            "--tmp-dir" => o.tmp_dir = PathBuf::from(value()?),
+            "--max-splits" => {
+                o.max_splits = u32::try_from(num(value()?)?)
+                    .ok()
+                    .filter(|n| (1..=1024).contains(n))
+                    .ok_or("--max-splits must be in 1..=1024")?;
+            }
+            "--concurrency" => {
+                o.concurrency = value()?
+                    .split(',')
+                    .map(|c| c.trim().parse::<usize>().map_err(|_| format!("--concurrency: {c:?}")))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--modes" => {
+                o.modes = value()?
+                    .split(',')
+                    .map(|m| match m.trim() {
+                        "memory" => Ok(Mode::Memory),
+                        "ft" => Ok(Mode::FaultTolerant),
+                        other => Err(format!("--modes: {other:?} (memory or ft)")),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--workloads" => {
+                o.workloads = value()?
+                    .split(',')
+                    .map(|w| {
+                        Workload::ALL
+                            .into_iter()
+                            .find(|k| k.name() == w.trim())
+                            .ok_or_else(|| format!("--workloads: unknown {w:?}"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            other => return Err(format!("unknown option {other:?}\n{USAGE}")),
+        }
+    }
+    if o.workers == 0 {
+        return Err("--workers must be at least 1".into());
+    }
+    if !(o.seconds > 0.0 && o.seconds <= 600.0) {
+        return Err("--seconds must be in (0, 600]".into());
+    }
+    if o.concurrency.iter().any(|&c| c == 0 || c > 1024) {
+        return Err("--concurrency values must be in 1..=1024".into());
+    }
+    if o.client_threads == 0 || o.client_threads > 64 {
+        return Err("--client-threads must be in 1..=64".into());
+    }
+    let max_conc = o.concurrency.iter().copied().max().unwrap_or(1);
+    if o.workloads.contains(&Workload::GetSplit) && max_conc > o.workers {
+        return Err(format!(
+            "get_split runs one worker per connection: --workers ({}) must be at least the \
+             largest --concurrency ({max_conc})",
+            o.workers
+        ));
+    }
+    Ok(o)
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU accounting from /proc.
+
+/// utime + stime, in clock ticks, of `/proc/<pid>/stat` (or a task's stat file).
+fn ticks_of(stat_path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(stat_path).ok()?;
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct CpuSample {
+    /// The whole dispatcher process.
+    dispatcher: u64,
+    /// Its actor thread (the state machine and the journal).
+    actor: u64,
+    /// This process.
+    me: u64,
+    /// The whole machine: busy (user, nice, system, irq, softirq) ticks of `/proc/stat`.
+    machine: u64,
+}
+
+fn sample_cpu(pid: u32) -> CpuSample {
+    let dispatcher = ticks_of(Path::new(&format!("/proc/{pid}/stat"))).unwrap_or(0);
+    let mut actor = 0;
+    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for entry in dir.flatten() {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            // `comm` keeps 15 bytes of the thread name `shardwise-dispatcher`.
+            if comm.trim_end().starts_with("shardwise-disp") {
+                actor += ticks_of(&entry.path().join("stat")).unwrap_or(0);
+            }
+        }
+    }
+    let me = ticks_of(Path::new("/proc/self/stat")).unwrap_or(0);
+    let machine = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|t| {
+            let cpu = t.lines().next()?.strip_prefix("cpu ")?.to_owned();
+            let f: Vec<u64> = cpu.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            // user nice system idle iowait irq softirq steal ...
+            Some(f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)?)
+        })
+        .unwrap_or(0);
+    CpuSample { dispatcher, actor, me, machine }
+}
+
+fn ticks_to_micros(ticks: u64) -> f64 {
+    ticks as f64 * 1e6 / CLK_TCK
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP client: one hyper HTTP/1.1 connection per task, one request in flight.
+
+type Conn = SendRequest<Full<Bytes>>;
+
+async fn connect(addr: SocketAddr) -> Result<Conn, String> {
+    let stream =
+        tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| format!("set_nodelay: {e}"))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// One request; `Ok((status, body))` or a transport error.
+async fn send(
+    conn: &mut Conn,
+    method: &Method,
+    uri: &Uri,
+    body: Bytes,
+) -> Result<(StatusCode, Bytes), String> {
+    let fut = async {
+        conn.ready().await.map_err(|e| format!("connection closed: {e}"))?;
+        let req = Request::builder()
+            .method(method.clone())
+            .uri(uri.clone())
+            .header(HOST, HeaderValue::from_static("127.0.0.1"))
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(Full::new(body))
+            .map_err(|e| format!("request: {e}"))?;
+        let res = conn.send_request(req).await.map_err(|e| format!("send: {e}"))?;
+        let status = res.status();
+        let body = res
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("reading the reply: {e}"))?
+            .to_bytes();
+        Ok((status, body))
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no reply within {REQUEST_TIMEOUT:?}")),
+    }
+}
+
+/// A setup call that must answer 200 with JSON.
+async fn call_json(
+    conn: &mut Conn,
+    method: Method,
+    path: &str,
+    body: Value,
+) -> Result<Value, String> {
+    let uri: Uri = path.parse().map_err(|e| format!("{path}: {e}"))?;
+    let payload = if method == Method::GET { Bytes::new() } else { Bytes::from(body.to_string()) };
+    let (status, reply) = send(conn, &method, &uri, payload).await?;
+    if status != StatusCode::OK {
+        return Err(format!(
+            "{method} {path} answered {status}: {}",
+            String::from_utf8_lossy(&reply)
+        ));
+    }
+    serde_json::from_slice(&reply).map_err(|e| format!("{method} {path}: bad JSON reply: {e}"))
+}
+
+fn id_text(v: &Value, field: &str) -> Result<String, String> {
+    match &v[field] {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        other => Err(format!("reply field {field:?} is {other}, not an id (in {v})")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The dispatcher process.
+
+struct Dispatcher {
+    child: Child,
+    addr: SocketAddr,
+    work_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("pid", &self.child.id())
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(dir) = &self.work_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn find_or_build_shardwise(opts: &Options) -> Result<PathBuf, String> {
+    if let Some(p) = &opts.shardwise {
+        return if p.is_file() {
+            Ok(p.clone())
+        } else {
+            Err(format!("{} does not exist", p.display()))
+        };
+    }
+    // This example runs as target/release/examples/load.
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let release = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| format!("cannot find the target dir from {}", exe.display()))?
+        .to_path_buf();
+    let bin = release.join("shardwise");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    eprintln!(
+        "load: {} is missing; building it: cargo build --release -p shardwise-gateway",
+        bin.display()
+    );
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "shardwise-gateway"])
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() || !bin.is_file() {
+        return Err(format!(
+            "`cargo build --release -p shardwise-gateway` failed ({status}); pass --shardwise PATH"
+        ));
+    }
+    Ok(bin)
+}
+
+fn start_dispatcher(bin: &Path, mode: Mode, tmp: &Path) -> Result<Dispatcher, String> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["dispatcher", "--host", "127.0.0.1", "--port", "0"]);
+    let work_dir = match mode {
+        Mode::Memory => None,
+        Mode::FaultTolerant => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let dir = tmp.join(format!("shardwise-load-{}-{nanos}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            cmd.arg("--work-dir").arg(&dir).arg("--fault-tolerant");
+            Some(dir)
+        }
+    };
+    // Only the flags given here count: no SHARDWISE_* from the environment.
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SHARDWISE_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).stdin(Stdio::null());
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    // Reads (and keeps draining) the dispatcher's stdout.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                // Nobody listens any more: keep draining so the child never blocks.
+                continue;
+            }
+        }
+    });
+    let mut d = Dispatcher { child, addr: SocketAddr::from(([127, 0, 0, 1], 0)), work_dir };
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .map_err(|_| "the dispatcher did not print its listening line".to_string())?;
+        eprintln!("load: [dispatcher] {line}");
+        if let Some(url) = line.strip_prefix("shardwise dispatcher listening on http://") {
+            d.addr = url.trim().parse().map_err(|e| format!("listening line {line:?}: {e}"))?;
+            break;
+        }
+    }
+    // Forward anything else it prints, off the measurement path.
+    std::thread::spawn(move || {
+        while let Ok(line) = rx.recv() {
+            eprintln!("load: [dispatcher] {line}");
+        }
+    });
+    Ok(d)
+}
+
+async fn wait_ready(addr: SocketAddr) -> Result<(), String> {
+    let uri: Uri = "/readyz".parse().map_err(|e| format!("{e}"))?;
+    let mut last = String::new();
+    for _ in 0..READY_POLLS {
+        match connect(addr).await {
+            Ok(mut c) => match send(&mut c, &Method::GET, &uri, Bytes::new()).await {
+                Ok((StatusCode::OK, _)) => return Ok(()),
+                Ok((s, b)) => last = format!("{s}: {}", String::from_utf8_lossy(&b)),
+                Err(e) => last = e,
+            },
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(READY_POLL_GAP).await;
+    }
+    Err(format!("/readyz did not answer 200 in time (last: {last})"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Setup.
+
+#[derive(Debug)]
+struct Fixture {
+    iteration_id: String,
+    client_id: String,
+    /// Per worker: its address and its steady-state heartbeat body.
+    workers: Vec<(String, Bytes)>,
+    /// Per worker: the split ids (raw JSON list items) to acknowledge next.
+    acks: Vec<String>,
+}
+
+async fn setup(addr: SocketAddr, workers: usize) -> Result<Fixture, String> {
+    let mut c = connect(addr).await?;
+    let ds = call_json(
+        &mut c,
+        Method::POST,
+        "/v1/datasets",
+        json!({"dataset": {"source": {"range": {"stop": RANGE_STOP}}}}),
+    )
+    .await?;
+    let dataset_id = id_text(&ds, "dataset_id")?;
+    let addresses: Vec<String> =
+        (0..workers).map(|i| format!("127.0.0.1:{}", 20_000 + i)).collect();
+    for a in &addresses {
+        call_json(&mut c, Method::POST, "/v1/workers/heartbeat", json!({"worker_address": a}))
+            .await?;
+    }
+    let job = call_json(
+        &mut c,
+        Method::POST,
+        "/v1/jobs",
+        json!({"dataset_id": dataset_id, "processing_mode": "distributed_epoch", "split_size": 1}),
+    )
+    .await?;
+    let job_id = id_text(&job, "job_id")?;
+    let it = call_json(&mut c, Method::POST, &format!("/v1/jobs/{job_id}/iterations"), json!({}))
+        .await?;
+    let iteration_id = id_text(&it, "iteration_id")?;
+    let client_id = id_text(&it, "client_id")?;
+    // Each worker learns its task (steady state from then on: it reports it).
+    let mut hb = Vec::with_capacity(workers);
+    for a in &addresses {
+        let r =
+            call_json(&mut c, Method::POST, "/v1/workers/heartbeat", json!({"worker_address": a}))
+                .await?;
+        let tasks: Vec<Value> = r["new_tasks"]
+            .as_array()
+            .map(|t| t.iter().map(|t| t["task_id"].clone()).collect())
+            .unwrap_or_default();
+        if tasks.len() != 1 {
+            return Err(format!("worker {a} should have exactly one task, got reply {r}"));
+        }
+        let body = json!({"worker_address": a, "current_tasks": tasks}).to_string();
+        hb.push((a.clone(), Bytes::from(body)));
+    }
+    // Check the steady state once.
+    let (first, body) = &hb[0];
+    let uri: Uri = "/v1/workers/heartbeat".parse().map_err(|e| format!("{e}"))?;
+    let (s, r) = send(&mut c, &Method::POST, &uri, body.clone()).await?;
+    if s != StatusCode::OK || !steady_heartbeat(&r) {
+        return Err(format!(
+            "worker {first}'s heartbeat is not in steady state: {s} {}",
+            String::from_utf8_lossy(&r)
+        ));
+    }
+    Ok(Fixture { iteration_id, client_id, workers: hb, acks: vec![String::new(); workers] })
+}
+
+fn steady_heartbeat(body: &[u8]) -> bool {
+    contains(body, b"\"new_tasks\":[]") && contains(body, b"\"tasks_to_delete\":[]")
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The raw items of the reply's `"split_ids":[...]` (e.g. `"0:17"`), without parsing the
+/// whole reply (the generator's CPU counts: it shares the cores).
+fn split_ids_raw(body: &[u8]) -> Option<&str> {
+    const KEY: &[u8] = b"\"split_ids\":[";
+    let start = body.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let len = body[start..].iter().position(|&b| b == b']')?;
+    std::str::from_utf8(&body[start..start + len]).ok()
+}
+
+// ---------------------------------------------------------------------------------------
+// One timed run.
+
+#[derive(Debug)]
+struct ConnResult {
+    latencies_us: Vec<u32>,
+    errors: u64,
+    first_error: Option<String>,
+    end: Instant,
+    /// get_split: (worker index, ids to acknowledge next).
+    ack: Option<(usize, String)>,
+}
+
+#[derive(Debug, Clone)]
+struct RunResult {
+    workload: Workload,
+    conns: usize,
+    calls: u64,
+    secs: f64,
+    p50: u32,
+    p99: u32,
+    errors: u64,
+    first_error: Option<String>,
+    disp_us: f64,
+    actor_us: f64,
+    me_us: f64,
+    disp_cores: f64,
+    /// Cores busy with anything else (other processes: a compiler would skew the run).
+    other_cores: f64,
+    hit_cap: bool,
+    /// Journal commits (fsyncs in fault-tolerant mode) and records during the run, from
+    /// `/metrics` (None when the server has no such metric).
+    commits: Option<u64>,
+    records: Option<u64>,
+}
+
+impl RunResult {
+    fn rate(&self) -> f64 {
+        self.calls as f64 / self.secs
+    }
+}
+
+struct Shared {
+    addr: SocketAddr,
+    workload: Workload,
+    iteration_id: String,
+    client_id: String,
+    workers: Vec<(String, Bytes)>,
+    issued: AtomicU64,
+    max_requests: u64,
+    warmup: u64,
+    max_splits: u32,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("workload", &self.workload).finish()
+    }
+}
+
+/// What one request of a connection looks like.
+struct Plan {
+    method: Method,
+    uri: Uri,
+}
+
+fn plan(sh: &Shared) -> Result<Plan, String> {
+    let (method, path) = match sh.workload {
+        Workload::Healthz => (Method::GET, "/healthz".to_string()),
+        Workload::WorkerHeartbeat => (Method::POST, "/v1/workers/heartbeat".to_string()),
+        Workload::ClientHeartbeat => {
+            (Method::POST, format!("/v1/clients/{}/heartbeat", sh.client_id))
+        }
+        Workload::GetSplit => (Method::POST, format!("/v1/iterations/{}/splits", sh.iteration_id)),
+    };
+    Ok(Plan { method, uri: path.parse().map_err(|e| format!("{path}: {e}"))? })
+}
+
+fn split_body(worker: &str, max_splits: u32, ack: &str) -> Bytes {
+    Bytes::from(format!(
+        "{{\"worker_address\":\"{worker}\",\"repetition\":0,\"split_provider_index\":0,\
+         \"max_splits\":{max_splits},\"acknowledge\":[{ack}]}}"
+    ))
+}
+
+/// One connection's closed loop. `index` picks its worker(s).
+async fn connection(
+    sh: Arc<Shared>,
+    index: usize,
+    conns: usize,
+    mut ack: String,
+    barrier: Arc<tokio::sync::Barrier>,
+    mut start: tokio::sync::watch::Receiver<Option<(Instant, Instant)>>,
+) -> ConnResult {
+    let mut res = ConnResult {
+        latencies_us: Vec::new(),
+        errors: 0,
+        first_error: None,
+        end: Instant::now(),
+        ack: None,
+    };
+    let fail = |res: &mut ConnResult, e: String| {
+        res.errors += 1;
+        if res.first_error.is_none() {
+            res.first_error = Some(e);
+        }
+    };
+    let nworkers = sh.workers.len();
+    let mut step = 0usize;
+    let mut conn = None;
+    let mut plan_ = None;
+    match (connect(sh.addr).await, plan(&sh)) {
+        (Ok(c), Ok(p)) => {
+            conn = Some(c);
+            plan_ = Some(p);
+        }
+        (Err(e), _) | (_, Err(e)) => fail(&mut res, e),
+    }
+    // One request; Ok(()) or the error text.
+    macro_rules! one {
+        ($conn:expr, $plan:expr) => {{
+            let body = match sh.workload {
+                Workload::Healthz => Bytes::new(),
+                Workload::ClientHeartbeat => Bytes::from_static(b"{}"),
+                Workload::WorkerHeartbeat => {
+                    let w = (index + step * conns) % nworkers;
+                    sh.workers[w].1.clone()
+                }
+                Workload::GetSplit => split_body(&sh.workers[index].0, sh.max_splits, &ack),
+            };
+            step += 1;
+            match send($conn, &$plan.method, &$plan.uri, body).await {
+                Err(e) => Err((e, true)),
+                Ok((status, reply)) if status != StatusCode::OK => {
+                    Err((format!("{status}: {}", String::from_utf8_lossy(&reply)), false))
+                }
+                Ok((_, reply)) => match sh.workload {
+                    Workload::WorkerHeartbeat if !steady_heartbeat(&reply) => Err((
+                        format!(
+                            "heartbeat not in steady state: {}",
+                            String::from_utf8_lossy(&reply)
+                        ),
+                        false,
+                    )),
+                    Workload::GetSplit => match split_ids_raw(&reply) {
+                        Some(ids) if !ids.is_empty() && ids != ack => {
+                            ack.clear();
+                            ack.push_str(ids);
+                            Ok(())
+                        }
+                        _ => Err((
+                            format!(
+                                "get-split gave no new split (acknowledged [{ack}]): {}",
+                                String::from_utf8_lossy(&reply)
+                            ),
+                            false,
+                        )),
+                    },
+                    _ => Ok(()),
+                },
+            }
+        }};
+    }
+    // Warm-up (not measured).
+    if let (Some(c), Some(p)) = (conn.as_mut(), plan_.as_ref()) {
+        for _ in 0..sh.warmup {
+            if let Err((e, fatal)) = one!(c, p) {
+                fail(&mut res, format!("warm-up: {e}"));
+                if fatal {
+                    conn = None;
+                }
+                break;
+            }
+        }
+    }
+    barrier.wait().await;
+    let Ok(times) = start.wait_for(Option::is_some).await.map(|v| *v) else {
+        res.end = Instant::now();
+        return res;
+    };
+    let Some((_, deadline)) = times else { unreachable!("waited for Some") };
+    if res.errors == 0
+        && let (Some(c), Some(p)) = (conn.as_mut(), plan_.as_ref())
+    {
+        loop {
+            if Instant::now() >= deadline
+                || sh.issued.fetch_add(1, Ordering::Relaxed) >= sh.max_requests
+            {
+                break;
+            }
+            let t0 = Instant::now();
+            let r = one!(c, p);
+            let us = u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX);
+            match r {
+                Ok(()) => res.latencies_us.push(us),
+                Err((e, fatal)) => {
+                    fail(&mut res, e);
+                    if fatal {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    res.end = Instant::now();
+    if sh.workload == Workload::GetSplit {
+        res.ack = Some((index, ack));
+    }
+    res
+}
+
+/// The dispatcher's Prometheus counters (`name value` lines).
+async fn scrape_metrics(conn: &mut Option<Conn>) -> HashMap<String, u64> {
+    let mut out = HashMap::new();
+    let (Some(c), Ok(uri)) = (conn.as_mut(), "/metrics".parse::<Uri>()) else { return out };
+    if let Ok((StatusCode::OK, body)) = send(c, &Method::GET, &uri, Bytes::new()).await {
+        for line in String::from_utf8_lossy(&body).lines().filter(|l| !l.starts_with('#')) {
+            if let Some((k, v)) = line.split_once(' ')
+                && let Ok(v) = v.trim().parse::<u64>()
+            {
+                out.insert(k.to_owned(), v);
+            }
+        }
+    }
+    out
+}
+
+fn percentile(sorted: &[u32], q: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+async fn run_one(
+    fx: &mut Fixture,
+    addr: SocketAddr,
+    pid: u32,
+    workload: Workload,
+    conns: usize,
+    opts: &Options,
+) -> RunResult {
+    let sh = Arc::new(Shared {
+        addr,
+        workload,
+        iteration_id: fx.iteration_id.clone(),
+        client_id: fx.client_id.clone(),
+        workers: fx.workers.clone(),
+        issued: AtomicU64::new(0),
+        max_requests: opts.max_requests,
+        warmup: opts.warmup,
+        max_splits: opts.max_splits,
+    });
+    let mut metrics_conn = connect(addr).await.ok();
+    let barrier = Arc::new(tokio::sync::Barrier::new(conns + 1));
+    let (start_tx, start_rx) = tokio::sync::watch::channel(None);
+    let mut tasks = Vec::with_capacity(conns);
+    for i in 0..conns {
+        let ack = if workload == Workload::GetSplit { fx.acks[i].clone() } else { String::new() };
+        tasks.push(tokio::spawn(connection(
+            sh.clone(),
+            i,
+            conns,
+            ack,
+            barrier.clone(),
+            start_rx.clone(),
+        )));
+    }
+    // Every connection is up and warm (bounded by the request timeout per warm-up request).
+    barrier.wait().await;
+    let m0 = scrape_metrics(&mut metrics_conn).await;
+    let before = sample_cpu(pid);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(opts.seconds);
+    let _ = start_tx.send(Some((start, deadline)));
+    let mut lat = Vec::new();
+    let mut errors = 0;
+    let mut first_error = None;
+    let mut end = start;
+    for t in tasks {
+        match t.await {
+            Ok(r) => {
+                lat.extend_from_slice(&r.latencies_us);
+                errors += r.errors;
+                if first_error.is_none() {
+                    first_error = r.first_error;
+                }
+                end = end.max(r.end);
+                if let Some((i, ack)) = r.ack {
+                    fx.acks[i] = ack;
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                first_error.get_or_insert_with(|| format!("connection task failed: {e}"));
+            }
+        }
+    }
+    let after = sample_cpu(pid);
+    let m1 = scrape_metrics(&mut metrics_conn).await;
+    let delta = |k: &str| match (m0.get(k), m1.get(k)) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(*a)),
+        _ => None,
+    };
+    let secs = end.duration_since(start).as_secs_f64().max(1e-9);
+    lat.sort_unstable();
+    let calls = lat.len() as u64;
+    let per = |a: u64, b: u64| {
+        if calls == 0 { f64::NAN } else { ticks_to_micros(a.saturating_sub(b)) / calls as f64 }
+    };
+    RunResult {
+        workload,
+        conns,
+        calls,
+        secs,
+        p50: percentile(&lat, 0.50),
+        p99: percentile(&lat, 0.99),
+        errors,
+        first_error,
+        disp_us: per(after.dispatcher, before.dispatcher),
+        actor_us: per(after.actor, before.actor),
+        me_us: per(after.me, before.me),
+        disp_cores: ticks_to_micros(after.dispatcher.saturating_sub(before.dispatcher))
+            / 1e6
+            / secs,
+        other_cores: ticks_to_micros(after.machine.saturating_sub(before.machine).saturating_sub(
+            after.dispatcher.saturating_sub(before.dispatcher) + after.me.saturating_sub(before.me),
+        )) / 1e6
+            / secs,
+        hit_cap: sh.issued.load(Ordering::Relaxed) >= opts.max_requests,
+        commits: delta("shardwise_journal_commits_total"),
+        records: delta("shardwise_journal_records_total"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Output.
+
+fn fmt_int(x: f64) -> String {
+    if !x.is_finite() {
+        return "-".into();
+    }
+    let s = format!("{:.0}", x);
+    let (sign, digits) = s.strip_prefix('-').map_or(("", s.as_str()), |d| ("-", d));
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    format!("{sign}{out}")
+}
+
+fn fmt_f(x: f64, prec: usize) -> String {
+    if x.is_finite() { format!("{x:.prec$}") } else { "-".into() }
+}
+
+fn print_table(mode: Mode, results: &[RunResult]) {
+    println!("\n### {}\n", mode.name());
+    println!(
+        "| workload | conns | calls | calls/s | p50 µs | p99 µs | errors | dispatcher CPU µs/call \
+         | of which actor thread | dispatcher cores busy | load generator CPU µs/call \
+         | other processes, cores | journal commits | records per commit |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results {
+        println!(
+            "| {} | {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.workload.name(),
+            r.conns,
+            fmt_int(r.calls as f64),
+            if r.hit_cap { " (cap)" } else { "" },
+            fmt_int(r.rate()),
+            r.p50,
+            r.p99,
+            r.errors,
+            fmt_f(r.disp_us, 1),
+            fmt_f(r.actor_us, 1),
+            fmt_f(r.disp_cores, 2),
+            fmt_f(r.me_us, 1),
+            fmt_f(r.other_cores, 2),
+            r.commits.filter(|&c| c > 0).map_or_else(|| "-".to_string(), |c| fmt_int(c as f64)),
+            match (r.commits, r.records) {
+                (Some(c), Some(n)) if c > 0 => fmt_f(n as f64 / c as f64, 1),
+                _ => "-".to_string(),
+            },
+        );
+    }
+    for r in results.iter().filter(|r| r.errors > 0) {
+        println!(
+            "\n{} x {} conns: {} errors; first: {}",
+            r.workload.name(),
+            r.conns,
+            r.errors,
+            r.first_error.as_deref().unwrap_or("?")
+        );
+    }
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok { "**met**" } else { "**missed**" }
+}
+
+/// Other processes kept the machine busy during the run: its figures are skewed.
+const BUSY_MACHINE: f64 = 0.2;
+
+fn busy_note(r: &RunResult) -> String {
+    if r.other_cores > BUSY_MACHINE {
+        format!(" (machine busy: {:.2} other cores)", r.other_cores)
+    } else {
+        String::new()
+    }
+}
+
+fn print_goals(all: &HashMap<&'static str, Vec<RunResult>>, opts: &Options) {
+    println!("\n## Goals (issue 4) against TensorFlow 2.21 (peer_results.md)\n");
+    println!(
+        "1. Dispatcher CPU per call at most a fifth of TensorFlow's (midpoint of the matching \
+         row's range; TensorFlow measured at 1 and 8 client threads, its fault-tolerant journal \
+         unsynced; healthz is compared with GetVersion as the do-nothing baseline):\n"
+    );
+    println!(
+        "| mode | workload | TF row (µs/call, midpoint) | conns | Shardwise µs/call | ratio | goal <= 0.20 |"
+    );
+    println!("|---|---|---|---:|---:|---:|---|");
+    for mode in &opts.modes {
+        let Some(rs) = all.get(mode.short()) else { continue };
+        for r in rs {
+            let (row, lo, hi) = r.workload.tf_row();
+            let mid = (lo + hi) / 2.0;
+            let ratio = r.disp_us / mid;
+            println!(
+                "| {} | {} | {row} ({lo:.0}-{hi:.0}, {mid:.1}) | {} | {} | {} | {}{} |",
+                mode.short(),
+                r.workload.name(),
+                r.conns,
+                fmt_f(r.disp_us, 1),
+                fmt_f(ratio, 3),
+                met(ratio <= 0.2),
+                busy_note(r)
+            );
+        }
+    }
+    let goal2 = 5.0 * TF_BEST_8_THREADS;
+    println!(
+        "\n2. In-memory calls/s at 8 connections at least 5x TensorFlow's best \
+         ({} /s at 8 threads), i.e. >= {} /s:\n",
+        fmt_int(TF_BEST_8_THREADS),
+        fmt_int(goal2)
+    );
+    println!(
+        "| workload | calls/s at 8 conns | x TF best | goal >= 5x | dispatcher-only bound \
+         (2 cores / dispatcher CPU per call) |"
+    );
+    println!("|---|---:|---:|---|---:|");
+    if let Some(rs) = all.get(Mode::Memory.short()) {
+        for r in rs.iter().filter(|r| r.conns == 8) {
+            let x = r.rate() / TF_BEST_8_THREADS;
+            let goal = if r.workload == Workload::Healthz { "(baseline)" } else { met(x >= 5.0) };
+            println!(
+                "| {} | {} | {} | {goal}{} | {} /s |",
+                r.workload.name(),
+                fmt_int(r.rate()),
+                fmt_f(x, 2),
+                busy_note(r),
+                fmt_int(2e6 / r.disp_us)
+            );
+        }
+    }
+    let (lo, hi) = GROUP_COMMIT_CEILING_64;
+    println!(
+        "\n3. Fault-tolerant get-split at 64 connections at least half the group-commit ceiling \
+         measured on this machine ({}-{} req/s at 64 conns), i.e. >= {} /s (half the low end; \
+         {} /s is half the high end):\n",
+        fmt_int(lo),
+        fmt_int(hi),
+        fmt_int(lo / 2.0),
+        fmt_int(hi / 2.0)
+    );
+    if let Some(r) = all
+        .get(Mode::FaultTolerant.short())
+        .and_then(|rs| rs.iter().find(|r| r.workload == Workload::GetSplit && r.conns == 64))
+    {
+        println!(
+            "fault-tolerant get_split at 64 conns: {} /s = {} of half the low end, {} of half the \
+             high end: {}{}",
+            fmt_int(r.rate()),
+            fmt_f(r.rate() / (lo / 2.0), 2),
+            fmt_f(r.rate() / (hi / 2.0), 2),
+            met(r.rate() >= lo / 2.0),
+            busy_note(r)
+        );
+    } else {
+        println!("(not run: needs --modes ft, --workloads get_split and --concurrency 64)");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+async fn bench_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<Vec<RunResult>, String> {
+    let d = start_dispatcher(bin, mode, &opts.tmp_dir)?;
+    let pid = d.child.id();
+    wait_ready(d.addr).await?;
+    // healthz alone needs no dispatcher state (and works against any server that answers
+    // /readyz and /healthz, e.g. a trivial axum server as a baseline of the HTTP stack).
+    let mut fx = if opts.workloads.iter().all(|w| *w == Workload::Healthz) {
+        Fixture {
+            iteration_id: String::new(),
+            client_id: String::new(),
+            workers: Vec::new(),
+            acks: Vec::new(),
+        }
+    } else {
+        setup(d.addr, opts.workers).await?
+    };
+    eprintln!(
+        "load: {} dispatcher pid {pid} at {}: {} workers, iteration {}, client {}",
+        mode.short(),
+        d.addr,
+        opts.workers,
+        fx.iteration_id,
+        fx.client_id
+    );
+    let mut results = Vec::new();
+    for &w in &opts.workloads {
+        for &c in &opts.concurrency {
+            let r = run_one(&mut fx, d.addr, pid, w, c, opts).await;
+            eprintln!(
+                "load: {} {} x {c}: {} calls/s, p50 {} µs, p99 {} µs, {} errors, dispatcher {} µs/call",
+                mode.short(),
+                w.name(),
+                fmt_int(r.rate()),
+                r.p50,
+                r.p99,
+                r.errors,
+                fmt_f(r.disp_us, 1)
+            );
+            results.push(r);
+        }
+    }
+    if mode == Mode::FaultTolerant
+        && let Some(dir) = &d.work_dir
+    {
+        let bytes = tree_bytes(dir, 3);
+        eprintln!("load: journal in {}: {} bytes", dir.display(), fmt_int(bytes as f64));
+    }
+    // Metrics of the run (journal commits vs records tell the group-commit batch size).
+    if let Ok(mut c) = connect(d.addr).await
+        && let Ok(uri) = "/metrics".parse::<Uri>()
+        && let Ok((StatusCode::OK, body)) = send(&mut c, &Method::GET, &uri, Bytes::new()).await
+    {
+        let text = String::from_utf8_lossy(&body);
+        let vals: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.starts_with("shardwise_"))
+            .map(str::to_owned)
+            .collect();
+        eprintln!("load: {} /metrics: {}", mode.short(), vals.join("; "));
+    }
+    drop(d);
+    Ok(results)
+}
+
+/// Bytes of the files under `dir`, `depth` levels down at most.
+fn tree_bytes(dir: &Path, depth: u32) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else { return 0 };
+    rd.flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() && depth > 0 => tree_bytes(&e.path(), depth - 1),
+            Ok(m) if m.is_file() => m.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn main() {
+    let opts = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("load: {e}");
+            std::process::exit(2);
+        }
+    };
+    let bin = match find_or_build_shardwise(&opts) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("load: {e}");
+            std::process::exit(1);
+        }
+    };
+    let runtime = if opts.client_threads == 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(opts.client_threads)
+            .enable_all()
+            .build()
+    };
+    let runtime = match runtime {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("load: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let age = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .map_or_else(|| "?".to_string(), |d| fmt_int(d.as_secs_f64()));
+    let mut all: HashMap<&'static str, Vec<RunResult>> = HashMap::new();
+    println!("# Shardwise dispatcher load test\n");
+    println!(
+        "binary {} (built {age} s ago); {} workers; {} s per run (at most {} requests); \
+         {} warm-up requests per connection; get_split asks for {} split(s) per call; load \
+         generator on {} tokio thread(s); {} CPUs; CPU from /proc/*/stat utime+stime at an \
+         assumed {} ticks/s (resolution {} ms per sample). \"other processes\" is the rest of \
+         the machine's busy time during the run: above {BUSY_MACHINE} cores the run is skewed.",
+        bin.display(),
+        opts.workers,
+        opts.seconds,
+        fmt_int(opts.max_requests as f64),
+        opts.warmup,
+        opts.max_splits,
+        opts.client_threads,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        CLK_TCK,
+        1000.0 / CLK_TCK
+    );
+    let mut failed = false;
+    for &mode in &opts.modes {
+        match runtime.block_on(bench_mode(&bin, mode, &opts)) {
+            Ok(rs) => {
+                print_table(mode, &rs);
+                failed |= rs.iter().any(|r| r.errors > 0);
+                all.insert(mode.short(), rs);
+            }
+            Err(e) => {
+                eprintln!("load: {} mode failed: {e}", mode.short());
+                failed = true;
+            }
+        }
+    }
+    print_goals(&all, &opts);
+    if failed {
+        std::process::exit(1);
+    }
+}
