@@ -22,11 +22,11 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use serde_json::{Value, json};
+use serde_json::json;
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::dispatcher::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, ProcessingMode, RegisterDataset,
-    TaskProgress, WorkerHeartbeat, WorkerUpdate,
+    SplitId, TaskProgress, WorkerHeartbeat, WorkerUpdate,
 };
 use shardwise_core::dispatch::framing::{Tail, segment_header};
 use shardwise_core::dispatch::journal::{decode_updates, encode_update};
@@ -138,7 +138,7 @@ fn get_splits_req(worker: &str, max_splits: u32) -> GetSplits {
 
 /// A dispatcher with one DYNAMIC iteration over `range(10^12)`, split size 1, and 8 workers
 /// with tasks, each of which already holds a lease (the steady state).
-fn split_fixture(max_splits: u32) -> (Dispatcher, IterationId, Vec<GetSplits>, Vec<Vec<String>>) {
+fn split_fixture(max_splits: u32) -> (Dispatcher, IterationId, Vec<GetSplits>, Vec<Vec<SplitId>>) {
     let mut d = new_dispatcher();
     let workers: Vec<String> = (0..8).map(worker_address).collect();
     register_workers(&mut d, &workers);
@@ -488,9 +488,9 @@ fn describe() {
     let (it, _) = iteration(&mut d, 1, job_id);
     let reply = d.get_splits(Millis(2), it, &get_splits_req(&worker_address(0), 1)).unwrap();
     let record = d.poll_journal().expect("one record");
-    let splits: &[Value] = &reply.splits;
     eprintln!(
-        "get_split: reply splits {splits:?}, record {}",
+        "get_split: reply splits {}, record {}",
+        serde_json::to_string(&reply.splits).unwrap(),
         serde_json::to_string(&record).unwrap()
     );
 }

@@ -355,7 +355,7 @@ fn drain_splits(
                 )
                 .unwrap();
             h.sync();
-            got.extend(r.splits);
+            got.extend(r.splits.into_iter().map(Value::from));
             done[i] = r.end_of_splits;
         }
     }
@@ -455,7 +455,13 @@ fn a_lost_workers_splits_are_handed_out_again() {
     h.sync();
     assert_eq!(lost.len(), 2);
     // w1 takes the rest; the repetition is not over while w2's splits are in flight.
-    let mut got = h.d.get_splits(Millis(10), lease.iteration_id, &req("w1", 2)).unwrap().splits;
+    let mut got: Vec<Value> =
+        h.d.get_splits(Millis(10), lease.iteration_id, &req("w1", 2))
+            .unwrap()
+            .splits
+            .into_iter()
+            .map(Value::from)
+            .collect();
     h.sync();
     let r = h.d.get_splits(Millis(10), lease.iteration_id, &req("w1", 2)).unwrap();
     h.sync();

@@ -48,7 +48,7 @@ use proptest::sample::select;
 use proptest::strategy::Union;
 use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
-use serde_json::json;
+use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::dispatcher::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, ProcessingMode, RegisterDataset,
@@ -1296,6 +1296,7 @@ impl Sut {
                     .splits
                     .iter()
                     .map(|s| {
+                        let s = Value::from(s.clone());
                         let start = s["start"].as_u64().unwrap();
                         let stop = s["stop"].as_u64().unwrap();
                         assert_eq!(start % shape.split_size, 0, "{s}");
@@ -1611,7 +1612,10 @@ fn ask(
         acknowledge: None,
     };
     let r = d.get_splits(Millis(now), it, &req)?;
-    Ok((r.splits.iter().map(|s| s["start"].as_u64().unwrap()).collect(), r.end_of_splits))
+    Ok((
+        r.splits.into_iter().map(|s| Value::from(s)["start"].as_u64().unwrap()).collect(),
+        r.end_of_splits,
+    ))
 }
 
 fn task_of(d: &Dispatcher, it: IterationId, w: &str) -> TaskId {

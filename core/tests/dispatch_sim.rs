@@ -20,7 +20,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Sharding};
 use shardwise_core::dispatch::dispatcher::{
-    CreateIteration, SplitsReply, WorkerHeartbeat, WorkerHeartbeatReply,
+    CreateIteration, Split, SplitId, SplitsReply, WorkerHeartbeat, WorkerHeartbeatReply,
 };
 use shardwise_core::dispatch::{Event, IterationId, Millis, ShardingPolicy, TaskId};
 use support::*;
@@ -594,8 +594,14 @@ fn get_splits(sim: &mut Sim, it: IterationId, worker: &str, max: u32) -> SplitsR
     sim.dispatch(|d, now| d.get_splits(now, it, &splits_req(worker, 0, max))).expect("get_splits")
 }
 
-fn starts(splits: &[Value]) -> Vec<i64> {
-    splits.iter().map(|s| s["start"].as_i64().expect("a chunk")).collect()
+fn starts(splits: &[Split]) -> Vec<u64> {
+    splits
+        .iter()
+        .map(|s| match s {
+            Split::Chunk { start, .. } => *start,
+            other => panic!("{other:?} is not a chunk"),
+        })
+        .collect()
 }
 
 /// Two workers, `range(40)` DYNAMIC in splits of 10, one iteration.
@@ -615,7 +621,7 @@ fn two_workers_dynamic() -> (Sim, IterationId) {
 
 /// Drains the rest of the repetition with `w1` (heartbeating it and running the timers),
 /// returning the split starts it got and whether it saw the end.
-fn drain_with_w1(sim: &mut Sim, it: IterationId, until: u64) -> (Vec<i64>, bool) {
+fn drain_with_w1(sim: &mut Sim, it: IterationId, until: u64) -> (Vec<u64>, bool) {
     let mut got = Vec::new();
     while sim.now.0 < until {
         sim.now = sim.now.plus(Millis(100));
@@ -704,7 +710,7 @@ fn lost_get_split_reply_is_sent_again() {
         .dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default()))
         .expect("iteration")
         .iteration_id;
-    let ask = |sim: &mut Sim, acks: Vec<String>| {
+    let ask = |sim: &mut Sim, acks: Vec<SplitId>| {
         sim.dispatch(|d, now| d.get_splits(now, it, &splits_req_ack("w1", 0, 1, acks)))
             .expect("get_splits")
     };

@@ -53,7 +53,8 @@ pub use def::{
 pub use error::DatasetError;
 pub use pipeline::{Pipeline, Sharding, Step, validate_sharding};
 pub use split::{
-    SplitElements, element_at, elements_of_split, num_splits, split_at, validate_split_size,
+    SplitElements, chunk_at, element_at, elements_of_split, num_splits, split_at,
+    validate_split_size,
 };
 
 /// The default `split_size` of a job: element positions per split of a `range` or `list`.

@@ -54,6 +54,22 @@ fn len_u64(len: usize) -> u64 {
     u64::try_from(len).unwrap_or(u64::MAX)
 }
 
+/// Split `index` of a range/list source as `(start, stop)` without building JSON.
+pub fn chunk_at(source: &SourceDef, split_size: u64, index: u64) -> Option<(u64, u64)> {
+    match source {
+        SourceDef::Range(_) | SourceDef::List(_) => {
+            let len = positions(source)?;
+            let size = split_size.max(1);
+            let start = index.checked_mul(size)?;
+            if start >= len {
+                return None;
+            }
+            Some((start, start.saturating_add(size).min(len)))
+        }
+        _ => None,
+    }
+}
+
 /// The element at `position` (0-based) of a `range` or `list` source, or the item at that
 /// position of a `splits` source; `None` past the end and for `files`.
 pub fn element_at(source: &SourceDef, position: u64) -> Option<Value> {

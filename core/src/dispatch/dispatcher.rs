@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::error::DispatchError;
 use super::state::{Job, SplitRef, State, Task, Update, apply};
 use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId};
-use crate::dataset::{DatasetDef, Sharding, num_splits, split_at, validate_sharding};
+use crate::dataset::{DatasetDef, Sharding, chunk_at, num_splits, split_at, validate_sharding};
 
 /// The protocol version `GET /v1/version` reports.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -367,7 +367,7 @@ pub struct GetSplits {
     /// lost is safe. Absent: every split the worker holds counts as finished (the simple
     /// protocol for workers that only ask when they are done).
     #[serde(default)]
-    pub acknowledge: Option<Vec<String>>,
+    pub acknowledge: Option<Vec<SplitId>>,
 }
 
 /// A split's id on the wire: `"<repetition>:<index>"`.
@@ -385,14 +385,99 @@ fn parse_split_id(id: &str) -> Result<SplitRef, DispatchError> {
     Ok(SplitRef { repetition: r.parse().map_err(|_| bad())?, index: i.parse().map_err(|_| bad())? })
 }
 
+/// One split of a get-split reply, serialized exactly like the JSON value it stands for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Split {
+    /// A chunk of element positions.
+    Chunk {
+        /// First position.
+        start: u64,
+        /// End (exclusive).
+        stop: u64,
+    },
+    /// A path or item.
+    Item(Value),
+}
+
+impl From<Split> for Value {
+    fn from(s: Split) -> Value {
+        match s {
+            Split::Chunk { start, stop } => serde_json::json!({"start": start, "stop": stop}),
+            Split::Item(v) => v,
+        }
+    }
+}
+
+/// A split equals the JSON value it serializes to.
+impl PartialEq<Value> for Split {
+    fn eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Split::Chunk { start, stop }, Value::Object(o)) => {
+                o.len() == 2
+                    && o.get("start").and_then(Value::as_u64) == Some(*start)
+                    && o.get("stop").and_then(Value::as_u64) == Some(*stop)
+            }
+            (Split::Chunk { .. }, _) => false,
+            (Split::Item(v), other) => v == other,
+        }
+    }
+}
+
+/// A split id, `"<repetition>:<index>"` on the wire, a pair of integers in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitId(pub SplitRef);
+
+impl Serialize for SplitId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{}:{}", self.0.repetition, self.0.index))
+    }
+}
+
+impl<'de> Deserialize<'de> for SplitId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        parse_split_id(&s).map(SplitId).map_err(|e| serde::de::Error::custom(e.detail()))
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for SplitId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some("^[0-9]+:[0-9]+$"))
+            .description(Some("A split id, `\"<repetition>:<index>\"`."))
+            .examples([Value::String("0:0".into())])
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for SplitId {}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for Split {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        // Any JSON value: a chunk object, a path string or a list item.
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::SchemaType::AnyValue)
+            .description(Some("A split: a chunk `{\"start\", \"stop\"}`, a path or an item."))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for Split {}
+
 /// Reply to get-split.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SplitsReply {
     /// The splits (chunks `{"start", "stop"}`, paths, or items).
-    pub splits: Vec<Value>,
+    pub splits: Vec<Split>,
     /// Their ids (`"<repetition>:<index>"`), to acknowledge them in the next request.
-    pub split_ids: Vec<String>,
+    pub split_ids: Vec<SplitId>,
     /// The repetition is over for this worker.
     pub end_of_splits: bool,
     /// No split now but the repetition is not over (splits are in flight elsewhere): ask
@@ -540,20 +625,23 @@ impl Dispatcher {
 
     fn commit(&mut self, update: Update) {
         // Which iterations this update may finish (to report them as events).
-        let watch: Vec<IterationId> = match &update {
-            Update::ProduceSplits { iteration_id, .. } => vec![*iteration_id],
-            Update::FinishTask { task_id } => {
-                self.state.tasks.get(task_id).map(|t| t.iteration_id).into_iter().collect()
+        let is_open =
+            |s: &State, i: &IterationId| s.iterations.get(i).is_some_and(|it| !it.finished);
+        // The common cases watch one iteration: no allocation.
+        let one: Option<IterationId> = match &update {
+            Update::ProduceSplits { iteration_id, .. } => Some(*iteration_id),
+            Update::FinishTask { task_id } => self.state.tasks.get(task_id).map(|t| t.iteration_id),
+            _ => None,
+        }
+        .filter(|i| is_open(&self.state, i));
+        let many: Vec<IterationId> = match &update {
+            Update::WorkerLost { .. } => {
+                self.state.iterations.keys().copied().filter(|i| is_open(&self.state, i)).collect()
             }
-            Update::WorkerLost { .. } => self.state.iterations.keys().copied().collect(),
             _ => Vec::new(),
         };
-        let open: Vec<IterationId> = watch
-            .into_iter()
-            .filter(|i| self.state.iterations.get(i).is_some_and(|it| !it.finished))
-            .collect();
         apply(&mut self.state, &update);
-        for id in open {
+        for id in one.into_iter().chain(many) {
             if self.state.iterations.get(&id).is_some_and(|it| it.finished && !it.garbage_collected)
             {
                 self.events.push_back(Event::IterationFinished { iteration_id: id });
@@ -666,6 +754,26 @@ impl Dispatcher {
                 "Worker tags cannot be empty. Got tags {{{}}}",
                 req.tags.join(", ")
             )));
+        }
+        // Fast path: a live worker of this incarnation, same uid, reporting exactly its tasks.
+        if let Some(w) = self.state.workers.get(addr)
+            && w.alive
+            && (req.worker_uid.is_none() || w.uid == req.worker_uid)
+            && req.incarnation.as_ref().is_none_or(|i| *i == self.incarnation)
+            && self.state.open_round_robin.is_empty()
+            && w.tasks.iter().eq(req.current_tasks.iter())
+        {
+            match self.worker_seen.get_mut(addr) {
+                Some(t) => *t = now,
+                None => {
+                    self.worker_seen.insert(addr.to_owned(), now);
+                }
+            }
+            return Ok(WorkerHeartbeatReply {
+                new_tasks: Vec::new(),
+                tasks_to_delete: Vec::new(),
+                incarnation: self.incarnation.clone(),
+            });
         }
         let known = self.state.workers.get(addr).map(|w| (w.alive, w.uid.clone()));
         let uid = req.worker_uid.clone();
@@ -1215,7 +1323,13 @@ impl Dispatcher {
             }
             Some(_) => {}
         }
-        let has_task = it
+        // The worker's open tasks first (a handful), the iteration's whole task list only
+        // when none matches (a finished task still entitles the worker to ask).
+        let has_task = self.state.workers.get(worker).is_some_and(|w| {
+            w.tasks
+                .iter()
+                .any(|t| self.state.tasks.get(t).is_some_and(|t| t.iteration_id == iteration_id))
+        }) || it
             .tasks
             .iter()
             .filter_map(|t| self.state.tasks.get(t))
@@ -1233,23 +1347,42 @@ impl Dispatcher {
                 splits.repetition
             )));
         }
-        self.worker_seen.insert(worker.to_owned(), now);
-        let held: Vec<SplitRef> = splits.leases.get(worker).cloned().unwrap_or_default();
+        match self.worker_seen.get_mut(worker) {
+            Some(t) => *t = now,
+            None => {
+                self.worker_seen.insert(worker.to_owned(), now);
+            }
+        }
+        let held: &[SplitRef] = splits.leases.get(worker).map_or(&[], Vec::as_slice);
         let acked: Vec<SplitRef> = match &req.acknowledge {
-            None => held.clone(),
+            None => held.to_vec(),
             Some(ids) => {
-                let mut out = Vec::with_capacity(ids.len());
-                for id in ids {
-                    let s = parse_split_id(id)?;
-                    if held.contains(&s) && !out.contains(&s) {
-                        out.push(s);
+                let parsed: Vec<SplitRef> = ids.iter().map(|id| id.0).collect();
+                if parsed.as_slice() == held {
+                    parsed // the usual case: the ids of the last reply, in order
+                } else if parsed.len() > 16 {
+                    let held_set: std::collections::HashSet<&SplitRef> = held.iter().collect();
+                    let mut seen = std::collections::HashSet::with_capacity(parsed.len());
+                    parsed.into_iter().filter(|s| held_set.contains(s) && seen.insert(*s)).collect()
+                } else {
+                    let mut out = Vec::with_capacity(parsed.len());
+                    for s in parsed {
+                        if held.contains(&s) && !out.contains(&s) {
+                            out.push(s);
+                        }
                     }
+                    out
                 }
-                out
             }
         };
-        let still_held: Vec<SplitRef> =
-            held.iter().filter(|s| !acked.contains(s)).copied().collect();
+        let still_held: Vec<SplitRef> = if acked.len() == held.len() {
+            Vec::new() // acked is a duplicate-free subset of held
+        } else if held.len() > 16 {
+            let acked_set: std::collections::HashSet<&SplitRef> = acked.iter().collect();
+            held.iter().filter(|s| !acked_set.contains(s)).copied().collect()
+        } else {
+            held.iter().filter(|s| !acked.contains(s)).copied().collect()
+        };
         let mut assigned: Vec<SplitRef> = Vec::new();
         let mut advance_to = None;
         let mut end_of_splits = false;
@@ -1287,16 +1420,18 @@ impl Dispatcher {
         let sent: &[SplitRef] = if still_held.is_empty() { &assigned } else { &still_held };
         let job_split_size =
             self.state.jobs.get(&it.job_id).map_or(DEFAULT_SPLIT_SIZE, |j| j.split_size);
-        let dataset_id =
-            self.state.jobs.get(&it.job_id).map(|j| j.dataset_id.clone()).unwrap_or_default();
-        let values: Vec<Value> = match self.state.datasets.get(&dataset_id) {
+        let dataset_id = self.state.jobs.get(&it.job_id).map_or("", |j| j.dataset_id.as_str());
+        let values: Vec<Split> = match self.state.datasets.get(dataset_id) {
             Some(ds) => sent
                 .iter()
-                .filter_map(|s| split_at(&ds.def.source, job_split_size, s.index))
+                .filter_map(|s| match chunk_at(&ds.def.source, job_split_size, s.index) {
+                    Some((start, stop)) => Some(Split::Chunk { start, stop }),
+                    None => split_at(&ds.def.source, job_split_size, s.index).map(Split::Item),
+                })
                 .collect(),
-            None => return Err(not_found_dataset(&dataset_id)),
+            None => return Err(not_found_dataset(dataset_id)),
         };
-        let split_ids = sent.iter().map(split_id).collect();
+        let split_ids = sent.iter().map(|s| SplitId(*s)).collect();
         if !assigned.is_empty() || !acked.is_empty() || advance_to.is_some() {
             self.commit(Update::ProduceSplits {
                 iteration_id,

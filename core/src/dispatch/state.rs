@@ -777,11 +777,26 @@ pub fn apply(state: &mut State, update: &Update) {
             else {
                 return;
             };
-            if let Some(held) = s.leases.get_mut(worker_address) {
-                held.retain(|x| !acked.contains(x));
-                if held.is_empty() {
-                    s.leases.remove(worker_address);
+            // One lookup of the worker's leases; the Vec is reused in place.
+            match s.leases.get_mut(worker_address) {
+                Some(held) => {
+                    if held.as_slice() == acked.as_slice() {
+                        held.clear();
+                    } else if held.len() * acked.len() > 256 {
+                        let acked: std::collections::HashSet<&SplitRef> = acked.iter().collect();
+                        held.retain(|x| !acked.contains(x));
+                    } else {
+                        held.retain(|x| !acked.contains(x));
+                    }
+                    held.extend_from_slice(assigned);
+                    if held.is_empty() {
+                        s.leases.remove(worker_address);
+                    }
                 }
+                None if !assigned.is_empty() => {
+                    s.leases.insert(worker_address.clone(), assigned.clone());
+                }
+                None => {}
             }
             for split in assigned {
                 s.requeue.remove(split);
@@ -790,12 +805,6 @@ pub fn apply(state: &mut State, update: &Update) {
                 }
             }
             s.handed_out += assigned.len() as u64;
-            if !assigned.is_empty() {
-                s.leases
-                    .entry(worker_address.clone())
-                    .or_default()
-                    .extend(assigned.iter().copied());
-            }
             if let Some(r) = advance_to {
                 s.repetition = *r;
                 s.next_index = 0;

@@ -27,8 +27,8 @@ use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
 use shardwise_core::dispatch::dispatcher::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, IterationLease, NamedMode,
-    ProcessingMode, RegisterDataset, SplitsReply, TaskDef, TaskInfo, TaskProgress, WorkerHeartbeat,
-    WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply,
+    ProcessingMode, RegisterDataset, SplitId, SplitsReply, TaskDef, TaskInfo, TaskProgress,
+    WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply,
 };
 use shardwise_core::dispatch::framing::{Tail, segment_header};
 use shardwise_core::dispatch::journal::{decode_updates, encode_update};
@@ -159,7 +159,7 @@ pub(crate) fn splits_req_ack(
     worker: &str,
     repetition: u64,
     max: u32,
-    acks: Vec<String>,
+    acks: Vec<SplitId>,
 ) -> GetSplits {
     GetSplits {
         worker_address: worker.into(),
@@ -311,7 +311,7 @@ pub(crate) struct WorkerTask {
     split_outstanding: bool,
     /// Ids of the splits received last; acknowledged by the next request (the worker asks
     /// only when their elements were read), so a lost reply is simply asked again.
-    acks: Vec<String>,
+    acks: Vec<SplitId>,
     retry_at: Millis,
     /// The pipeline ended (its completion is reported).
     pub(crate) ended: bool,
@@ -1297,7 +1297,7 @@ impl Sim {
                 let got = !reply.splits.is_empty() || reply.end_of_splits;
                 t.acks = reply.split_ids;
                 for s in reply.splits {
-                    p.provide_split(repetition, Some(s));
+                    p.provide_split(repetition, Some(s.into()));
                 }
                 if reply.end_of_splits {
                     p.provide_split(repetition, None);
