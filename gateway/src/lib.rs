@@ -6,6 +6,8 @@
 
 pub mod host;
 pub mod journal;
+pub mod kubernetes;
+pub mod live_cluster;
 pub mod openapi;
 pub mod problem;
 pub mod resolve;

@@ -7,6 +7,7 @@ use shardwise_core::cluster::request::ResolveRequest;
 use shardwise_core::cluster::{ClusterError, ClusterResolver};
 
 use crate::host::host_inputs;
+use crate::kubernetes::KubeApi;
 use crate::problem::Problem;
 
 /// Arguments of `shardwise resolve`.
@@ -29,10 +30,22 @@ pub struct Outcome {
     pub exit_code: i32,
 }
 
-/// Resolves a request text with the host's inputs (offline: Kubernetes needs inline pods
-/// until a live API client is configured).
-pub fn resolve_text(text: &str) -> Outcome {
-    match try_resolve(text) {
+/// The Kubernetes API, connected on first use (a failed connection is not remembered, so
+/// a kubeconfig that appears later is used).
+#[derive(Debug, Default)]
+pub struct KubeSlot(tokio::sync::OnceCell<KubeApi>);
+
+impl KubeSlot {
+    /// The connection, made now if there is none yet.
+    pub async fn get(&self) -> Result<&KubeApi, ClusterError> {
+        self.0.get_or_try_init(KubeApi::connect).await
+    }
+}
+
+/// Resolves a request text with the host's inputs; Kubernetes resolvers without inline
+/// `pods` list them from the API `kube` connects to.
+pub async fn resolve_text(text: &str, kube: &KubeSlot) -> Outcome {
+    match try_resolve(text, kube).await {
         Ok(reply) => Outcome { json: reply, exit_code: 0 },
         Err(e) => Outcome {
             json: serde_json::to_value(Problem::from(&e)).unwrap_or_default(),
@@ -41,10 +54,19 @@ pub fn resolve_text(text: &str) -> Outcome {
     }
 }
 
-fn try_resolve(text: &str) -> Result<serde_json::Value, ClusterError> {
+async fn try_resolve(text: &str, kube: &KubeSlot) -> Result<serde_json::Value, ClusterError> {
     let request = ResolveRequest::from_json(text)?;
-    let host = host_inputs(&request)?;
-    let resolver = request.build(&host)?;
+    let req = request.clone();
+    // Host inputs may run `nvidia-smi`: off the async threads.
+    let mut resolver = tokio::task::spawn_blocking(move || {
+        let host = host_inputs(&req)?;
+        req.build(&host)
+    })
+    .await
+    .map_err(|e| ClusterError::invalid_input(format!("the resolve task failed: {e}")))??;
+    if !resolver.kubernetes_without_pods().is_empty() {
+        resolver.attach_pods(kube.get().await?).await?;
+    }
     // Touch the cluster first so that a missing pod source is reported as such.
     resolver.cluster_spec()?;
     let reply = request.resolve_with(&resolver)?;
@@ -72,7 +94,14 @@ pub fn run(args: &ResolveArgs) -> i32 {
             return 2;
         }
     };
-    let outcome = resolve_text(&text);
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("shardwise resolve: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let outcome = runtime.block_on(resolve_text(&text, &KubeSlot::default()));
     let rendered = if args.compact {
         serde_json::to_string(&outcome.json)
     } else {

@@ -1,6 +1,8 @@
 //! Helpers for Shardwise's black-box tests: find the real `shardwise` binary and run it.
 #![forbid(unsafe_code)]
 
+pub mod fake_k8s;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -328,11 +328,21 @@ impl KubernetesConfig {
     }
 }
 
-/// A Kubernetes resolver over a configuration and (once fetched) a pod snapshot.
+/// Where a Kubernetes resolver's pods come from.
+#[derive(Debug, Clone)]
+enum Pods {
+    /// One list per selector, resolved in TensorFlow's order on every call.
+    Snapshot(PodSnapshot),
+    /// A membership kept by a watch, with stable task indices.
+    Live(Box<Membership>),
+}
+
+/// A Kubernetes resolver over a configuration and (once fetched) a pod snapshot, or a live
+/// [`Membership`] kept current by a watch.
 #[derive(Debug, Clone)]
 pub struct KubernetesResolver {
     config: KubernetesConfig,
-    snapshot: Option<PodSnapshot>,
+    snapshot: Option<Pods>,
     task_type: Option<String>,
     task_id: Option<TaskIndex>,
     rpc_layer: Option<String>,
@@ -357,13 +367,34 @@ impl KubernetesResolver {
     pub fn config(&self) -> &KubernetesConfig {
         &self.config
     }
-    /// Whether pods have been attached.
+    /// Whether pods (a snapshot or a live membership) have been attached.
     pub fn has_snapshot(&self) -> bool {
         self.snapshot.is_some()
     }
     /// Attaches the pods the API returned.
     pub fn set_snapshot(&mut self, snapshot: PodSnapshot) {
-        self.snapshot = Some(snapshot);
+        self.snapshot = Some(Pods::Snapshot(snapshot));
+    }
+    /// Attaches an (empty) live membership for this configuration, for a watch to feed
+    /// through [`KubernetesResolver::membership_mut`]: task indices then stay stable as pods
+    /// come and go, instead of being recomputed from each list.
+    pub fn go_live(&mut self) -> Result<(), ClusterError> {
+        self.snapshot = Some(Pods::Live(Box::new(Membership::new(self.config.clone())?)));
+        Ok(())
+    }
+    /// The live membership, when [`KubernetesResolver::go_live`] attached one.
+    pub fn membership(&self) -> Option<&Membership> {
+        match &self.snapshot {
+            Some(Pods::Live(m)) => Some(m),
+            _ => None,
+        }
+    }
+    /// The live membership, mutably (for the watch that feeds it).
+    pub fn membership_mut(&mut self) -> Option<&mut Membership> {
+        match &mut self.snapshot {
+            Some(Pods::Live(m)) => Some(m),
+            _ => None,
+        }
     }
     /// Chooses how `num_accelerators` filters a device list.
     pub fn with_device_match(mut self, device_match: DeviceMatch) -> Self {
@@ -375,7 +406,8 @@ impl KubernetesResolver {
 impl ClusterResolver for KubernetesResolver {
     fn cluster_spec(&self) -> Result<ClusterSpec, ClusterError> {
         match &self.snapshot {
-            Some(s) => self.config.resolve(s),
+            Some(Pods::Snapshot(s)) => self.config.resolve(s),
+            Some(Pods::Live(m)) => m.cluster_spec(),
             None => Err(ClusterError::precondition(
                 None,
                 "the Kubernetes resolver has no pods to resolve: it needs a Kubernetes API or \

@@ -188,12 +188,40 @@ impl Resolver {
         out
     }
 
+    /// Every Kubernetes resolver in the tree, in order (depth first).
+    pub fn kubernetes_mut(&mut self) -> Vec<&mut KubernetesResolver> {
+        let mut out = Vec::new();
+        self.collect_all_kubernetes(&mut out);
+        out
+    }
+
+    /// Every Kubernetes resolver in the tree, in the order of [`Resolver::kubernetes_mut`].
+    pub fn kubernetes(&self) -> Vec<&KubernetesResolver> {
+        match self {
+            Resolver::Kubernetes(k) => vec![k],
+            Resolver::Union(u) => u.members().iter().flat_map(Resolver::kubernetes).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     fn collect_kubernetes<'a>(&'a mut self, out: &mut Vec<&'a mut KubernetesResolver>) {
         match self {
             Resolver::Kubernetes(k) if !k.has_snapshot() => out.push(k),
             Resolver::Union(u) => {
                 for m in u.members_mut() {
                     m.collect_kubernetes(out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn collect_all_kubernetes<'a>(&'a mut self, out: &mut Vec<&'a mut KubernetesResolver>) {
+        match self {
+            Resolver::Kubernetes(k) => out.push(k),
+            Resolver::Union(u) => {
+                for m in u.members_mut() {
+                    m.collect_all_kubernetes(out);
                 }
             }
             _ => {}

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Path, Request, State};
+use axum::extract::{FromRequest, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
@@ -28,6 +28,10 @@ pub struct AppState {
     pub actor: Actor,
     /// Fault-tolerant mode.
     pub fault_tolerant: bool,
+    /// `--cluster-config`'s live cluster.
+    pub cluster: Option<std::sync::Arc<crate::live_cluster::LiveCluster>>,
+    /// The Kubernetes API for resolve requests without inline pods.
+    pub kube: std::sync::Arc<crate::resolve::KubeSlot>,
 }
 
 impl IntoResponse for Problem {
@@ -533,11 +537,9 @@ pub async fn maybe_remove(
     request_body(content = Object, description = "A resolve request.", content_type = "application/json"),
     responses((status = 200, description = "The resolved cluster, task, role and TF_CONFIG.", body = Object))
 )]
-pub async fn resolve(Body(req): Body<Value>) -> ApiResult {
+pub async fn resolve(State(s): State<AppState>, Body(req): Body<Value>) -> ApiResult {
     let text = req.to_string();
-    let outcome = tokio::task::spawn_blocking(move || crate::resolve::resolve_text(&text))
-        .await
-        .map_err(|e| Problem::new("INTERNAL", e.to_string()))?;
+    let outcome = crate::resolve::resolve_text(&text, &s.kube).await;
     if outcome.exit_code == 0 {
         Ok(Json(outcome.json).into_response())
     } else {
@@ -545,6 +547,67 @@ pub async fn resolve(Body(req): Body<Value>) -> ApiResult {
             .unwrap_or_else(|e| Problem::new("INTERNAL", e.to_string()));
         Err(p)
     }
+}
+
+/// The longest `GET /v1/cluster?wait=` honoured.
+const MAX_CLUSTER_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `GET /v1/cluster`.
+#[utoipa::path(
+    get,
+    path = "/v1/cluster",
+    tag = "cluster",
+    operation_id = "get_cluster",
+    summary = "The cluster of `--cluster-config`, kept live, with its freshness.",
+    description = "The resolve reply of the `--cluster-config` request plus `freshness`: whether \
+        Kubernetes watches keep it live, whether it is stale (a watch is failing and the last \
+        good membership is served) and for how long, and a `version` bumped on every change. \
+        With `after=V`, waits until the version passes V, at most `wait` (default 30s, at most \
+        60s), then answers with the current view.",
+    params(
+        ("after" = Option<u64>, Query, description = "Wait for a version greater than this."),
+        ("wait" = Option<String>, Query, description = "How long to wait at most (`500ms`, `30s`; default 30s, at most 60s).")
+    ),
+    responses((status = 200, description = "The cluster and its freshness.", body = Object))
+)]
+pub async fn get_cluster(State(s): State<AppState>, RawQuery(query): RawQuery) -> ApiResult {
+    let Some(cluster) = &s.cluster else {
+        return Err(Problem::new(
+            "NOT_FOUND",
+            "this dispatcher keeps no cluster: start it with --cluster-config FILE",
+        ));
+    };
+    let mut after = None;
+    let mut wait = std::time::Duration::from_secs(30);
+    for pair in query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "after" => {
+                after = Some(v.parse::<u64>().map_err(|_| {
+                    Problem::new(
+                        "INVALID_ARGUMENT",
+                        format!("after must be a version number, not {v:?}"),
+                    )
+                })?);
+            }
+            "wait" => {
+                wait = super::parse_duration(v)
+                    .map_err(|e| Problem::new("INVALID_ARGUMENT", format!("wait: {e}")))?
+                    .min(MAX_CLUSTER_WAIT);
+            }
+            other => {
+                return Err(Problem::new(
+                    "INVALID_ARGUMENT",
+                    format!("unknown query parameter {other:?} (expected after, wait)"),
+                ));
+            }
+        }
+    }
+    if let Some(after) = after {
+        cluster.wait_past(after, wait).await;
+    }
+    let view = cluster.view().map_err(|e| Problem::from(&e))?;
+    ok(&view)
 }
 
 /// `GET /healthz`: the process is up.

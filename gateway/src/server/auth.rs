@@ -41,7 +41,9 @@ pub fn access(method: &Method, path: &str) -> Access {
     match (method.as_str(), path) {
         (_, "/healthz" | "/readyz" | "/openapi.json") => Access::Open,
         (_, p) if p == "/docs" || p.starts_with("/docs/") => Access::Open,
-        ("GET", "/v1/version") => Access::Any,
+        // Every task of a training job reads the cluster (its TF_CONFIG), workers and
+        // clients alike.
+        ("GET", "/v1/version" | "/v1/cluster") => Access::Any,
         (
             "POST",
             "/v1/workers/heartbeat" | "/v1/workers/update" | "/v1/iterations/{iteration_id}/splits",
@@ -227,6 +229,7 @@ mod table {
             ("delete", "/v1/clients/{client_id}", Access::Only(Role::Client)),
             ("post", "/v1/tasks/{task_id}/maybe-remove", Access::Only(Role::Client)),
             ("post", "/v1/cluster/resolve", Access::Only(Role::Client)),
+            ("get", "/v1/cluster", Access::Any),
             ("get", "/healthz", Access::Open),
             ("get", "/readyz", Access::Open),
             ("get", "/metrics", Access::Only(Role::Admin)),

@@ -94,6 +94,10 @@ pub struct DispatcherArgs {
     /// "token": "..."}]}`.
     #[arg(long, env = "SHARDWISE_AUTH_TOKENS", value_name = "FILE")]
     pub auth_tokens: Option<PathBuf>,
+    /// Keep this resolve request (the `shardwise resolve` JSON) resolved and serve it at
+    /// `GET /v1/cluster`; Kubernetes resolvers without inline pods are kept live by watches.
+    #[arg(long, env = "SHARDWISE_CLUSTER_CONFIG", value_name = "FILE")]
+    pub cluster_config: Option<PathBuf>,
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "SHARDWISE_MAX_BODY_BYTES", default_value_t = 16 << 20)]
     pub max_body_bytes: usize,
@@ -159,6 +163,7 @@ pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(api::get_splits))
         .routes(routes!(api::maybe_remove))
         .routes(routes!(api::resolve))
+        .routes(routes!(api::get_cluster))
         .routes(routes!(api::healthz))
         .routes(routes!(api::readyz))
         .routes(routes!(api::metrics))
@@ -335,7 +340,17 @@ async fn serve(
             let _ = failed_tx.send(e);
         }
     });
-    let state = AppState { actor, fault_tolerant };
+    let cluster = match &args.cluster_config {
+        None => None,
+        Some(path) => match crate::live_cluster::LiveCluster::start(path).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("shardwise dispatcher: {e}");
+                return 2;
+            }
+        },
+    };
+    let state = AppState { actor, fault_tolerant, cluster, kube: Default::default() };
     let app = router(state, args.max_body_bytes, tokens);
     println!("shardwise dispatcher listening on http://{local}");
     let shutdown = async move {
