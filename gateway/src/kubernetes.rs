@@ -106,15 +106,15 @@ impl KubeApi {
         );
         let body = self.client.request_stream(get(&path)).await.map_err(|e| failure(&path, e))?;
         let lines = body.lines();
-        Ok(lines.map_err(move |e| ApiFailure::Other(format!("watch {path}: {e}"))).filter_map(
-            |line| async move {
+        Ok(lines
+            .map_err(move |e| ApiFailure::Other(format!("the watch GET {path} broke off: {e}")))
+            .filter_map(|line| async move {
                 match line {
                     Err(e) => Some(Err(e)),
                     Ok(l) if l.trim().is_empty() => None,
                     Ok(l) => Some(decode_event(&l)),
                 }
-            },
-        ))
+            }))
     }
 }
 

@@ -689,6 +689,11 @@ impl FakeKube {
         self.queue_faults(n, fault);
     }
 
+    /// Drops every queued fault (of [`FakeKube::fail_next`] and friends).
+    pub fn clear_faults(&self) {
+        self.shared.update(|st| st.faults.clear());
+    }
+
     fn queue_faults(&self, n: usize, fault: Fault) {
         self.shared.update(|st| st.faults.extend(std::iter::repeat_n(fault, n)));
     }

@@ -197,12 +197,18 @@ impl Dispatcher {
 
     /// Like [`Dispatcher::start`] but returns what it printed when it exits instead.
     pub fn try_start(args: &[&str]) -> Result<Dispatcher, String> {
+        Self::try_start_env(args, &[])
+    }
+
+    /// Like [`Dispatcher::try_start`], with extra environment variables.
+    pub fn try_start_env(args: &[&str], env: &[(&str, &str)]) -> Result<Dispatcher, String> {
         use std::io::BufRead;
         let mut child = Command::new(shardwise_bin())
             .arg("dispatcher")
             .args(["--port", "0"])
             .args(args)
             .env_remove("TF_CONFIG")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

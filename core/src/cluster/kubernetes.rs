@@ -816,6 +816,35 @@ mod tests {
     // TensorFlow's ordering and failure
 
     #[test]
+    fn a_live_resolver_resolves_from_its_membership_with_stable_indices() {
+        let mut r = KubernetesResolver::new(KubernetesConfig::default()).expect("resolver");
+        assert!(!r.has_snapshot());
+        r.go_live().expect("live");
+        assert!(r.has_snapshot() && r.membership().is_some());
+        assert!(matches!(r.cluster_spec(), Err(ClusterError::FailedPrecondition { .. })));
+        let m = r.membership_mut().expect("membership");
+        m.reset(
+            DEFAULT_SELECTOR,
+            &pod_list(vec![running("b", "10.0.0.2"), running("a", "10.0.0.1")]),
+        );
+        assert_eq!(
+            r.cluster_spec().expect("cluster").as_dict(),
+            json!({"worker": ["10.0.0.1:8470", "10.0.0.2:8470"]})
+        );
+        // "a" leaves: "b" keeps index 1 (a snapshot would renumber it to 0).
+        let m = r.membership_mut().expect("membership");
+        m.reset(DEFAULT_SELECTOR, &pod_list(vec![running("b", "10.0.0.2")]));
+        assert_eq!(
+            r.cluster_spec().expect("cluster").as_dict(),
+            json!({"worker": {"1": "10.0.0.2:8470"}})
+        );
+        assert_eq!(
+            r.master(Some("worker"), Some(1), None).expect("master"),
+            "grpc://10.0.0.2:8470"
+        );
+    }
+
+    #[test]
     fn sorts_each_selectors_pods_by_name_in_code_point_order() {
         let pods = pod_list_json(vec![
             running("w-2", "10.0.0.2"),
