@@ -235,10 +235,12 @@ fn cluster_config_errors_stop_startup_and_get_cluster_needs_one() {
         r#"{"resolver": {"kubernetes": {"job_to_label_mapping": {"w": ["a in"]}}}}"#,
     )
     .unwrap();
-    let err = Dispatcher::try_start(&["--cluster-config", &bad]).err().expect("refused");
+    let Err(err) = Dispatcher::try_start(&["--cluster-config", &bad]) else { panic!("started") };
     assert!(err.contains("--cluster-config") && err.contains("Some(2)"), "{err}");
     let missing = format!("{}/missing.json", dir.path());
-    let err = Dispatcher::try_start(&["--cluster-config", &missing]).err().expect("refused");
+    let Err(err) = Dispatcher::try_start(&["--cluster-config", &missing]) else {
+        panic!("started")
+    };
     assert!(err.contains("cannot read"), "{err}");
 
     // A static cluster is served, not live.

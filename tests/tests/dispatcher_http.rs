@@ -355,3 +355,38 @@ fn sigterm_shuts_down_cleanly_and_keeps_the_journal() {
     let d2 = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
     assert_eq!(d2.call("GET", "/v1/datasets/1000", None).status, 200);
 }
+
+#[test]
+fn metrics_count_and_time_every_route_and_the_journal() {
+    let dir = TempDir::new("metrics");
+    let d = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
+    let hb = json!({"worker_address": "127.0.0.1:7000", "current_tasks": []});
+    for _ in 0..3 {
+        ok(&d.call("POST", "/v1/workers/heartbeat", Some(hb.clone())));
+    }
+    let bad = d.call("POST", "/v1/workers/heartbeat", Some(json!({"worker_address": 7})));
+    assert_eq!(bad.status, 400);
+    assert_eq!(d.call("GET", "/v1/jobs/5999", None).status, 404);
+    let r = d.call("GET", "/metrics", None);
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    let m = &r.body;
+    for line in [
+        "shardwise_http_requests_total{method=\"POST\",route=\"/v1/workers/heartbeat\",status=\"2xx\"} 3",
+        "shardwise_http_requests_total{method=\"POST\",route=\"/v1/workers/heartbeat\",status=\"4xx\"} 1",
+        "shardwise_http_requests_total{method=\"GET\",route=\"/v1/jobs/{job_id}\",status=\"4xx\"} 1",
+        "shardwise_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/workers/heartbeat\"} 4",
+        "shardwise_http_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/workers/heartbeat\",le=\"+Inf\"} 4",
+        "# TYPE shardwise_journal_commit_duration_seconds histogram",
+        "shardwise_workers_alive 1",
+    ] {
+        assert!(m.lines().any(|l| l == line), "no line {line:?} in\n{m}");
+    }
+    // The first heartbeat registered the worker: one journal commit (fsynced) at least.
+    let commits = m
+        .lines()
+        .find_map(|l| l.strip_prefix("shardwise_journal_commit_duration_seconds_count "))
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("a commit count");
+    assert!(commits >= 1, "{m}");
+}

@@ -76,8 +76,8 @@ pub struct Stats {
     pub commits: AtomicU64,
     /// Records written.
     pub records: AtomicU64,
-    /// Total commit time, microseconds.
-    pub commit_micros: AtomicU64,
+    /// Commit durations.
+    pub commit_latency: super::metrics::Histogram,
     /// Requests handled.
     pub requests: AtomicU64,
 }
@@ -261,8 +261,7 @@ fn run(
                 let r = j.append(&records).and_then(|()| j.commit());
                 stats.commits.fetch_add(1, Ordering::Relaxed);
                 stats.records.fetch_add(records.len() as u64, Ordering::Relaxed);
-                let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                stats.commit_micros.fetch_add(micros, Ordering::Relaxed);
+                stats.commit_latency.observe(started.elapsed());
                 r
             }
             _ => Ok(()),

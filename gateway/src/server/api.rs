@@ -32,6 +32,8 @@ pub struct AppState {
     pub cluster: Option<std::sync::Arc<crate::live_cluster::LiveCluster>>,
     /// The Kubernetes API for resolve requests without inline pods.
     pub kube: std::sync::Arc<crate::resolve::KubeSlot>,
+    /// Per-route request counters and latencies.
+    pub routes: std::sync::Arc<super::metrics::RouteMetrics>,
 }
 
 impl IntoResponse for Problem {
@@ -673,48 +675,60 @@ pub async fn metrics(State(s): State<AppState>) -> Response {
         None
     };
     let mut out = String::new();
-    let mut line = |name: &str, help: &str, kind: &str, v: u64| {
+    let line = |out: &mut String, name: &str, help: &str, kind: &str, v: u64| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
     };
     line(
+        &mut out,
         "shardwise_requests_total",
         "Dispatcher requests handled.",
         "counter",
         st.requests.load(Ordering::Relaxed),
     );
     line(
+        &mut out,
         "shardwise_journal_commits_total",
         "Journal commits (one fsync each in fault-tolerant mode).",
         "counter",
         st.commits.load(Ordering::Relaxed),
     );
     line(
+        &mut out,
         "shardwise_journal_records_total",
         "Journal records written.",
         "counter",
         st.records.load(Ordering::Relaxed),
     );
-    line(
-        "shardwise_journal_commit_seconds_total",
-        "Time spent committing the journal.",
-        "counter",
-        st.commit_micros.load(Ordering::Relaxed) / 1_000_000,
+    out.push_str(
+        "# HELP shardwise_journal_commit_duration_seconds Journal commits (append, and fsync in \
+         fault-tolerant mode), by duration.\n# TYPE shardwise_journal_commit_duration_seconds \
+         histogram\n",
     );
+    st.commit_latency.render(&mut out, "shardwise_journal_commit_duration_seconds", "");
     if let Some((workers, iterations, splits)) = gauges {
         line(
+            &mut out,
             "shardwise_workers_alive",
             "Registered workers that are not lost.",
             "gauge",
             workers as u64,
         );
         line(
+            &mut out,
             "shardwise_iterations_open",
             "Iterations that are not finished.",
             "gauge",
             iterations as u64,
         );
-        line("shardwise_splits_handed_out_total", "DYNAMIC splits handed out.", "counter", splits);
+        line(
+            &mut out,
+            "shardwise_splits_handed_out_total",
+            "DYNAMIC splits handed out.",
+            "counter",
+            splits,
+        );
     }
+    s.routes.render(&mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 

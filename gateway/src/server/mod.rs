@@ -3,6 +3,7 @@
 pub mod actor;
 pub mod api;
 pub mod auth;
+pub mod metrics;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -175,7 +176,10 @@ pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 /// and panic answered as problem+json, and the OpenAPI document at `/openapi.json`.
 pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Tokens>) -> Router {
     let (api, doc) = api_router();
-    let api = api.route_layer(axum::middleware::from_fn_with_state(tokens, auth::check));
+    let routes = state.routes.clone();
+    let api = api
+        .route_layer(axum::middleware::from_fn_with_state(tokens, auth::check))
+        .route_layer(axum::middleware::from_fn_with_state(routes, metrics::track));
     // Swagger UI from assets vendored in the build (no network), reading /openapi.json.
     let docs: Router<AppState> =
         utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc).into();
@@ -350,7 +354,13 @@ async fn serve(
             }
         },
     };
-    let state = AppState { actor, fault_tolerant, cluster, kube: Default::default() };
+    let state = AppState {
+        actor,
+        fault_tolerant,
+        cluster,
+        kube: Default::default(),
+        routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),
+    };
     let app = router(state, args.max_body_bytes, tokens);
     println!("shardwise dispatcher listening on http://{local}");
     let shutdown = async move {
