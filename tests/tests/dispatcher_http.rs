@@ -13,7 +13,10 @@ fn ok(r: &shardwise_tests::HttpResponse) -> Value {
 fn seed_flow_parallel_epochs() {
     let d = Dispatcher::start(&[]);
     let r = d.call("GET", "/v1/version", None);
-    assert!(r.header("x-request-id").is_some_and(|id| id.len() >= 32), "a request id is echoed");
+    let id = r.header("x-request-id").expect("a request id is echoed").to_owned();
+    let again = d.call("GET", "/v1/version", None);
+    assert_ne!(again.header("x-request-id"), Some(id.as_str()), "ids are unique");
+    assert!(!id.is_empty());
     let v = ok(&r);
     assert_eq!(v["fault_tolerant"], false);
     let incarnation = v["incarnation"].as_str().unwrap().to_owned();
@@ -190,9 +193,25 @@ fn every_error_is_a_problem() {
             assert!(p.get(k).is_some(), "{method} {path}: problem lacks {k}");
         }
     }
-    // Invalid JSON and duplicate keys, sent raw.
-    for raw in ["{", r#"{"dataset": {}, "dataset": {}}"#] {
-        let r = raw_post(&d.url, "/v1/datasets", raw);
+    // Invalid JSON, duplicate keys (also nested, also in the directly decoded hot-path
+    // bodies) and unknown fields, sent raw.
+    for (path, raw) in [
+        ("/v1/datasets", "{"),
+        ("/v1/datasets", r#"{"dataset": {}, "dataset": {}}"#),
+        ("/v1/datasets", r#"{"dataset": {"source": {"range": {"stop": 1, "stop": 2}}}}"#),
+        ("/v1/workers/heartbeat", r#"{"worker_address": "a:1", "worker_address": "b:1"}"#),
+        ("/v1/workers/heartbeat", r#"{"worker_address": "a:1", "current_task": []}"#),
+        (
+            "/v1/workers/update",
+            r#"{"worker_address": "a:1", "updates": [{"task_id": "4000", "completed": true, "completed": false}]}"#,
+        ),
+        (
+            "/v1/iterations/2000/splits",
+            r#"{"worker_address": "a:1", "repetition": 0, "repetition": 1}"#,
+        ),
+        ("/v1/clients/3000/heartbeat", r#"{"current_round": 1, "current_round": 2}"#),
+    ] {
+        let r = raw_post(&d.url, path, raw);
         assert_eq!(r.status, 400, "{raw}: {}", r.body);
         assert_eq!(r.json()["code"], "INVALID_ARGUMENT");
     }

@@ -59,7 +59,35 @@ pub fn problem_of(e: &DispatchError) -> Problem {
 #[derive(Debug)]
 pub struct Body<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+/// How a request type is decoded.
+pub trait RequestBody: DeserializeOwned {
+    /// serde's derived decoding of this type already refuses unknown and repeated fields (a
+    /// struct with `deny_unknown_fields` all the way down and no free-form JSON inside), so it
+    /// is decoded directly, without the strict pass over a `Value` tree first.
+    const FLAT: bool = false;
+}
+
+impl RequestBody for WorkerHeartbeat {
+    const FLAT: bool = true;
+}
+impl RequestBody for WorkerUpdate {
+    const FLAT: bool = true;
+}
+impl RequestBody for ClientHeartbeat {
+    const FLAT: bool = true;
+}
+impl RequestBody for GetSplits {
+    const FLAT: bool = true;
+}
+impl RequestBody for MaybeRemove {
+    const FLAT: bool = true;
+}
+impl RequestBody for RegisterDataset {}
+impl RequestBody for CreateJob {}
+impl RequestBody for CreateIteration {}
+impl RequestBody for Value {}
+
+impl<S: Send + Sync, T: RequestBody> FromRequest<S> for Body<T> {
     type Rejection = Problem;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Problem> {
@@ -90,7 +118,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             p
         })?;
         let text = if bytes.is_empty() { &b"{}"[..] } else { &bytes[..] };
-        shardwise_core::json::from_slice_strict(text)
+        let decoded = if T::FLAT {
+            serde_json::from_slice(text).map_err(|e| e.to_string())
+        } else {
+            shardwise_core::json::from_slice_strict(text).map_err(|e| e.to_string())
+        };
+        decoded
             .map(Body)
             .map_err(|e| Problem::new("INVALID_ARGUMENT", format!("invalid request body: {e}")))
     }

@@ -177,9 +177,12 @@ pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Tokens>) -> Router {
     let (api, doc) = api_router();
     let routes = state.routes.clone();
-    let api = api
-        .route_layer(axum::middleware::from_fn_with_state(tokens, auth::check))
-        .route_layer(axum::middleware::from_fn_with_state(routes, metrics::track));
+    // Without tokens there is nothing to check: no layer at all, rather than one that passes.
+    let api = match tokens {
+        Some(t) => api.route_layer(axum::middleware::from_fn_with_state(Some(t), auth::check)),
+        None => api,
+    };
+    let api = api.route_layer(axum::middleware::from_fn_with_state(routes, metrics::track));
     // Swagger UI from assets vendored in the build (no network), reading /openapi.json.
     let docs: Router<AppState> =
         utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc).into();
@@ -190,6 +193,11 @@ pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Token
         .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(
             |req: &axum::http::Request<_>| {
+                // Building the span costs nothing measurable, filling it does: only when
+                // request logging is on.
+                if !tracing::enabled!(tracing::Level::INFO) {
+                    return tracing::Span::none();
+                }
                 let id = req
                     .headers()
                     .get("x-request-id")
@@ -199,9 +207,7 @@ pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Token
                 tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
             },
         ))
-        .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
-            tower_http::request_id::MakeRequestUuid,
-        ))
+        .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(RequestIds::new()))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -216,6 +222,32 @@ pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Token
         }))
         .layer(axum::middleware::map_response(problem_for_empty_errors))
         .with_state(state)
+}
+
+/// Request ids for requests that bring none: `<process start, hex>-<counter>`, unique per
+/// process and cheaper than a random UUID (no `getrandom` call per request).
+#[derive(Debug, Clone)]
+struct RequestIds {
+    prefix: std::sync::Arc<str>,
+    next: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl RequestIds {
+    fn new() -> RequestIds {
+        RequestIds { prefix: incarnation().into(), next: Default::default() }
+    }
+}
+
+impl tower_http::request_id::MakeRequestId for RequestIds {
+    fn make_request_id<B>(
+        &mut self,
+        _: &axum::http::Request<B>,
+    ) -> Option<tower_http::request_id::RequestId> {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        axum::http::HeaderValue::from_str(&format!("{}-{n:x}", self.prefix))
+            .ok()
+            .map(tower_http::request_id::RequestId::new)
+    }
 }
 
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Problem {
