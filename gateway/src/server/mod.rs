@@ -285,7 +285,16 @@ pub fn run(args: DispatcherArgs) -> i32 {
         }
     };
     runtime.block_on(async move {
-        let running = match start(args).await {
+        // Polled first, so the handlers are installed before the listening line is printed
+        // (a signal that arrives before a handler exists would be lost).
+        let signal = shutdown_signal();
+        tokio::pin!(signal);
+        let started = tokio::select! {
+            biased;
+            () = &mut signal => return 0,
+            r = start(args) => r,
+        };
+        let running = match started {
             Ok(r) => r,
             Err((code, e)) => {
                 eprintln!("shardwise dispatcher: {e}");
@@ -293,7 +302,7 @@ pub fn run(args: DispatcherArgs) -> i32 {
             }
         };
         println!("shardwise dispatcher listening on {}", running.url());
-        running.run_until_signal().await
+        running.run_until(signal).await
     })
 }
 
@@ -346,10 +355,16 @@ impl Running {
 
     /// Serves until SIGINT/SIGTERM (then stops gracefully) or until it stops by itself;
     /// returns the exit status.
-    pub async fn run_until_signal(mut self) -> i32 {
+    pub async fn run_until_signal(self) -> i32 {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Serves until `stop` resolves (then stops gracefully) or until it stops by itself;
+    /// returns the exit status.
+    pub async fn run_until(mut self, stop: impl std::future::Future<Output = ()>) -> i32 {
         tokio::select! {
             code = &mut self.task => code.unwrap_or(1),
-            () = shutdown_signal() => self.stop().await,
+            () = stop => self.stop().await,
         }
     }
 }

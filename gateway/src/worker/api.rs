@@ -15,6 +15,7 @@ use serde_json::Value;
 use shardwise_core::dispatch::TaskId;
 use utoipa::{IntoParams, ToSchema};
 
+use super::task::Gone;
 use super::{Lookup, Shared};
 use crate::problem::Problem;
 use crate::server::auth;
@@ -94,8 +95,9 @@ pub async fn get_elements(
     let shared = &w.0;
     let task = match shared.lookup(id) {
         Lookup::Live(t) => t,
-        Lookup::Gone(g) => return g.answer(id).map(|r| reply(r.elements, r.end_of_sequence)),
-        Lookup::Unknown => {
+        // A task lost in a dispatcher restart without state: its id may come back in the new
+        // incarnation (ids start over), so it reads as not known yet.
+        Lookup::Gone(Gone::Lost) | Lookup::Unknown => {
             shared.heartbeat_now.notify_one();
             return Err(Problem::new(
                 "NOT_FOUND",
@@ -105,6 +107,7 @@ pub async fn get_elements(
                 ),
             ));
         }
+        Lookup::Gone(g) => return g.answer(id).map(|r| reply(r.elements, r.end_of_sequence)),
     };
     let read = match (task.def.num_consumers, q.consumer_index, q.round) {
         (Some(n), Some(i), Some(_)) if i >= n => {

@@ -200,9 +200,11 @@ impl Shared {
             incarnation,
         };
         let reply: WorkerHeartbeatReply = self.rest.post("/v1/workers/heartbeat", &req).await?;
-        let mut lost: Option<(String, Vec<TaskId>)> = None;
-        {
+        // All under one lock: a client must never see the old task where the new incarnation
+        // reuses its id (ids start over after a restart without a journal).
+        let lost: Option<(String, Vec<TaskId>)> = {
             let mut t = self.lock();
+            let mut lost = None;
             if let Some(old) = t.incarnation.clone()
                 && old != reply.incarnation
             {
@@ -212,7 +214,6 @@ impl Shared {
                     ids.push(id);
                 }
                 ids.sort_unstable();
-                // Ids start over in the new incarnation: forget the old tombstones.
                 t.gone.clear();
                 t.gone_order.clear();
                 for id in &ids {
@@ -242,7 +243,8 @@ impl Shared {
                 tracing::info!(task_id = %id, iteration_id = %def.iteration_id, mode = def.processing_mode.as_str(), "task started");
                 t.live.insert(id, Arc::new(Task::new(def, self.buffer)));
             }
-        }
+            lost
+        };
         if let Some((old, ids)) = lost {
             self.report_new_incarnation(&old, &reply.incarnation, &ids).await;
         }
@@ -477,14 +479,19 @@ pub fn run(args: WorkerArgs) -> i32 {
         }
     };
     runtime.block_on(async move {
+        // Polled first, so the handlers are installed before the listening line is printed
+        // (a signal that arrives before a handler exists would be lost).
+        let signal = crate::server::shutdown_signal();
+        tokio::pin!(signal);
         let started = tokio::select! {
+            biased;
+            () = &mut signal => return 0,
             r = start(args) => r,
-            () = crate::server::shutdown_signal() => return 0,
         };
         match started {
             Ok(running) => {
                 println!("shardwise worker listening on {}", running.url());
-                running.run_until_signal().await
+                running.run_until(signal).await
             }
             Err((code, e)) => {
                 eprintln!("shardwise worker: {e}");
