@@ -194,13 +194,13 @@ struct Spawned {
     output: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
-/// Starts `shardwise SUBCOMMAND --port 0 ARGS` and waits for the line `shardwise SUBCOMMAND
+/// Starts `shardwise SUBCOMMAND --port PORT ARGS` and waits for the line `shardwise SUBCOMMAND
 /// listening on URL`; afterwards its stdout and stderr are collected in the background.
-fn spawn_server(subcommand: &str, args: &[&str]) -> Result<Spawned, String> {
+fn spawn_server(subcommand: &str, port: &str, args: &[&str]) -> Result<Spawned, String> {
     use std::io::BufRead;
     let mut child = Command::new(shardwise_bin())
         .arg(subcommand)
-        .args(["--port", "0"])
+        .args(["--port", port])
         .args(args)
         .env_remove("TF_CONFIG")
         .stdin(Stdio::null())
@@ -266,7 +266,12 @@ impl Dispatcher {
 
     /// Like [`Dispatcher::start`] but returns what it printed when it exits instead.
     pub fn try_start(args: &[&str]) -> Result<Dispatcher, String> {
-        let Spawned { child, url, startup, output } = spawn_server("dispatcher", args)?;
+        Self::try_start_on("0", args)
+    }
+
+    /// Like [`Dispatcher::try_start`] on a given port (e.g. the port of one that was killed).
+    pub fn try_start_on(port: &str, args: &[&str]) -> Result<Dispatcher, String> {
+        let Spawned { child, url, startup, output } = spawn_server("dispatcher", port, args)?;
         let mut d = Dispatcher { child, url, startup, output };
         // Ready when replay finished: poll /readyz, bounded (10 s); stop if it exits.
         for _ in 0..5_000 {
@@ -333,8 +338,19 @@ impl Worker {
     pub fn try_start(dispatcher: &str, args: &[&str]) -> Result<Worker, String> {
         let mut all = vec!["--dispatcher", dispatcher];
         all.extend_from_slice(args);
-        let Spawned { child, url, output, .. } = spawn_server("worker", &all)?;
+        let Spawned { child, url, output, .. } = spawn_server("worker", "0", &all)?;
         Ok(Worker { child, url, output })
+    }
+
+    /// Waits (bounded, 10 s) until its output contains `text`; false if it never does.
+    pub fn wait_for_output(&self, text: &str) -> bool {
+        for _ in 0..1_000 {
+            if self.output().contains(text) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        false
     }
 
     /// Its address as the dispatcher knows it (`HOST:PORT`).

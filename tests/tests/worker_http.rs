@@ -512,3 +512,44 @@ fn worker_with_tokens_presents_its_own_and_requires_a_client_token() {
     assert_eq!(ints(&got), [0, 1, 2, 3]);
     assert!(!w.output().contains(worker_token), "tokens are never printed");
 }
+
+#[test]
+fn worker_notices_a_dispatcher_restart_without_state_and_registers_again() {
+    let mut d = Dispatcher::start(&[]);
+    let port = d.url.rsplit(':').next().unwrap().to_owned();
+    let w = Worker::start(&d.url, &["--heartbeat-interval", "100ms"]);
+    let tasks =
+        raw_iteration(&d, json!({"source": {"range": {"stop": 1000}}}), json!("parallel_epochs"));
+    let (task, _) = &tasks[0];
+    let path = format!("/v1/tasks/{task}/elements?max=2");
+    let first = (0..1000).map(|_| w.call("GET", &path)).find(|r| r.status != 404).unwrap();
+    assert_eq!(ints(ok(&first)["elements"].as_array().unwrap()), [0, 1]);
+    // kill -9 and a restart on the same port without a journal: a new incarnation.
+    d.kill();
+    let d2 = Dispatcher::try_start_on(&port, &[]).expect("restarts on the same port");
+    // The worker registers again by itself, so a new epoch over it works (task ids start
+    // over: the new iteration's task has the old task's id, and never serves its data).
+    let got = read_all(&d2.url, json!({"source": {"range": {"stop": 3}}}), options()).unwrap();
+    assert_eq!(ints(&got), [0, 1, 2]);
+    assert!(w.wait_for_output("has a new incarnation"), "{}", w.output());
+    assert!(w.wait_for_output("is not fault tolerant"), "{}", w.output());
+    assert!(w.output().contains(&format!("[{task}]")), "{}", w.output());
+}
+
+#[test]
+fn worker_exits_cleanly_on_sigterm() {
+    let d = Dispatcher::start(&[]);
+    let mut w = Worker::start(&d.url, WORKER);
+    let pid = w.child.id().to_string();
+    let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let mut exited = None;
+    for _ in 0..5_000 {
+        if let Ok(Some(s)) = w.child.try_wait() {
+            exited = Some(s);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(exited.and_then(|s| s.code()), Some(0), "exits with 0 on SIGTERM");
+}
