@@ -393,6 +393,9 @@ struct TaskRead {
     unavailable_since: Option<Instant>,
 }
 
+/// The shortest gap between heartbeats the reader asks for at the end of an epoch.
+const NUDGE_GAP: Duration = Duration::from_millis(20);
+
 type Fetch = Pin<Box<dyn Future<Output = (TaskId, Result<ElementsReply, CallError>)> + Send>>;
 
 struct Reader {
@@ -522,6 +525,7 @@ impl Reader {
         let mut finished = false;
         let mut inflight: FuturesUnordered<Fetch> = FuturesUnordered::new();
         let mut next = 0usize;
+        let mut last_nudge: Option<Instant> = None;
         let max = self.options.elements_per_request.to_string();
         loop {
             let view = self.view.borrow_and_update().clone();
@@ -566,12 +570,23 @@ impl Reader {
                     None => skipped_any = true,
                 }
             }
-            if tasks.iter().all(|t| t.done) && inflight.is_empty() {
-                if finished || (skipped_any && !tasks.is_empty()) {
+            let mut wake_at = Instant::now() + Duration::from_secs(3600);
+            if !tasks.is_empty() && tasks.iter().all(|t| t.done) && inflight.is_empty() {
+                if finished || skipped_any {
                     return Ok(());
                 }
-                // Every task read is over; the dispatcher will say the iteration finished.
-                self.heartbeat_now.notify_one();
+                // Every task read is over, so the dispatcher acknowledged their completion:
+                // ask it now (at most every 20 ms) whether the iteration finished.
+                let due = last_nudge.map_or(Instant::now(), |t| t + NUDGE_GAP);
+                if Instant::now() >= due {
+                    last_nudge = Some(Instant::now());
+                    self.heartbeat_now.notify_one();
+                } else {
+                    wake_at = due;
+                }
+            } else if tasks.is_empty() && (finished || skipped_any) {
+                // An iteration without tasks, or every task skipped by `target_workers`.
+                return Ok(());
             }
             // Launch reads, round robin over the tasks that are ready.
             let now = Instant::now();
@@ -599,8 +614,7 @@ impl Reader {
                 .iter()
                 .filter(|t| !t.done && !t.in_flight)
                 .filter_map(|t| t.retry_at)
-                .min()
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+                .fold(wake_at, Instant::min);
             tokio::select! {
                 Some((id, result)) = inflight.next(), if !inflight.is_empty() => {
                     let Some(&i) = index.get(&id) else { continue };
