@@ -553,3 +553,21 @@ fn worker_exits_cleanly_on_sigterm() {
     }
     assert_eq!(exited.and_then(|s| s.code()), Some(0), "exits with 0 on SIGTERM");
 }
+
+#[test]
+fn target_workers_auto_skips_colocated_workers_and_any_reads_them() {
+    let d = Dispatcher::start(&[]);
+    let _plain = Worker::start(&d.url, WORKER);
+    let _colocated =
+        Worker::start(&d.url, &["--tags", "COLOCATED", "--heartbeat-interval", "200ms"]);
+    let ds = json!({"source": {"range": {"stop": 5}}});
+    // AUTO skips the COLOCATED worker's task and ends when the tasks it reads end.
+    let got = read_all(&d.url, ds.clone(), options()).unwrap();
+    assert_eq!(ints(&got), [0, 1, 2, 3, 4]);
+    let any = DistributeOptions {
+        target_workers: shardwise_core::dispatch::TargetWorkers::Any,
+        ..options()
+    };
+    let c = counts(&ints(&read_all(&d.url, ds, any).unwrap()));
+    assert!(c.len() == 5 && c.values().all(|n| *n == 2), "{c:?}");
+}
