@@ -287,7 +287,7 @@ struct View {
     error: Option<ClientError>,
 }
 
-/// Coordinated reads: the round this consumer is in and the block it agreed to.
+/// Coordinated reads: the last round this consumer started and the block it agreed to.
 #[derive(Debug, Default)]
 struct RoundState {
     current: AtomicU64,
@@ -675,7 +675,10 @@ impl Reader {
         tx: &mpsc::Sender<Result<Vec<Value>, ClientError>>,
     ) -> Result<(), ClientError> {
         let consumer = self.options.consumer_index.unwrap_or(0).to_string();
+        // The next round to read; `rounds.current` is the last round started, which is what
+        // the heartbeats report (a consumer waiting at a block at R reports R - 1).
         let mut round: u64 = 0;
+        let mut nudged_for: Option<u64> = None;
         loop {
             let view = self.view.borrow_and_update().clone();
             if let Some(e) = view.error {
@@ -690,7 +693,10 @@ impl Reader {
                 .filter(|t| t.starting_round <= round && !t.worker_lost)
                 .collect();
             if blocked || tasks.is_empty() {
-                if blocked {
+                // Tell the dispatcher at once that this consumer reached the block (once).
+                let limit = self.rounds.limit();
+                if blocked && nudged_for != limit {
+                    nudged_for = limit;
                     self.heartbeat_now.notify_one();
                 }
                 tokio::select! {
@@ -701,6 +707,7 @@ impl Reader {
                 }
                 continue;
             }
+            self.rounds.current.store(round, Ordering::SeqCst);
             for info in tasks {
                 let rest = self.worker_rest(&info.worker_address);
                 let path = format!("/v1/tasks/{}/elements", info.task_id);
@@ -745,7 +752,6 @@ impl Reader {
                 }
             }
             round += 1;
-            self.rounds.current.store(round, Ordering::SeqCst);
         }
     }
 }

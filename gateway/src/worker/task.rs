@@ -282,7 +282,8 @@ impl Task {
         }
     }
 
-    /// Coordinated read: consumer `consumer`'s element of round `round`. A round starts when
+    /// Coordinated read: consumer `consumer`'s element of round `round`. The first request
+    /// sets the first round (every consumer reads a task from the same round on). A round starts when
     /// `num_consumers` elements are buffered; each consumer gets its own (asking again in the
     /// same round gets the same one), and the next round starts once every consumer took
     /// its element.
@@ -309,10 +310,12 @@ impl Task {
                     drop(st);
                     return self.gone_kind().answer(self.def.task_id);
                 }
-                let starting_round = self.def.starting_round;
+                // The first request names the first round: a task that joined late is
+                // promoted at a round negotiated after its definition was sent, so the
+                // definition's `starting_round` may be stale.
                 let st = &mut *st;
                 let rr = st.rounds.get_or_insert_with(|| Rounds {
-                    round: starting_round,
+                    round,
                     slots: None,
                     taken: vec![false; n_us],
                 });
