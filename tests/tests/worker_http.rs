@@ -571,3 +571,77 @@ fn target_workers_auto_skips_colocated_workers_and_any_reads_them() {
     let c = counts(&ints(&read_all(&d.url, ds, any).unwrap()));
     assert!(c.len() == 5 && c.values().all(|n| *n == 2), "{c:?}");
 }
+
+#[test]
+fn distributed_epoch_over_files_and_split_items_reads_each_once() {
+    let dir = TempDir::new("dynfiles");
+    let paths: Vec<String> = (0..5)
+        .map(|i| {
+            let p = dir.0.join(format!("part-{i}.jsonl"));
+            std::fs::write(&p, format!("{{\"f\": {i}, \"n\": 0}}\n{{\"f\": {i}, \"n\": 1}}\n"))
+                .unwrap();
+            p.to_str().unwrap().to_owned()
+        })
+        .collect();
+    let d = Dispatcher::start(&[]);
+    let _w: Vec<Worker> = (0..2).map(|_| Worker::start(&d.url, WORKER)).collect();
+    let opts = DistributeOptions { processing_mode: distributed(), ..options() };
+    let ds = json!({"source": {"files": {"paths": paths, "format": "jsonl"}}});
+    let mut got: Vec<(i64, i64)> = read_all(&d.url, ds, opts.clone())
+        .unwrap()
+        .iter()
+        .map(|v| (v["f"].as_i64().unwrap(), v["n"].as_i64().unwrap()))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, (0..5).flat_map(|f| [(f, 0), (f, 1)]).collect::<Vec<_>>());
+    // A `splits` source: each item is one element.
+    let items: Vec<Value> = (0..30).map(|i| json!({"uri": format!("gs://b/{i}")})).collect();
+    let ds = json!({"source": {"splits": {"items": items.clone()}}});
+    let mut got = read_all(&d.url, ds, opts).unwrap();
+    got.sort_by_key(|v| v["uri"].as_str().unwrap()[7..].parse::<u32>().unwrap());
+    assert_eq!(got, items);
+}
+
+#[test]
+fn coordinated_reads_stay_aligned_when_a_worker_joins() {
+    let d = Dispatcher::start(&[]);
+    let _first = Worker::start(&d.url, WORKER);
+    let ds = json!({"source": {"range": {"stop": 1000000}}, "transforms": [{"repeat": null}]});
+    let (a, b) = runtime().block_on(async {
+        let consumer = |i: u64| {
+            let opts = DistributeOptions {
+                job_name: Some("joining".into()),
+                num_consumers: Some(2),
+                consumer_index: Some(i),
+                ..options()
+            };
+            distribute(&d.url, dataset(ds.clone()), opts)
+        };
+        let (mut s0, mut s1) = (consumer(0), consumer(1));
+        let mut a: Vec<Value> = Vec::new();
+        let mut b: Vec<Value> = Vec::new();
+        let read = async {
+            let mut second = None;
+            while a.len() < 200 {
+                let (x, y) = tokio::join!(s0.next(), s1.next());
+                a.push(x.expect("endless").expect("no error"));
+                b.push(y.expect("endless").expect("no error"));
+                if a.len() == 20 {
+                    // A second worker joins mid-read: its task is pending until both
+                    // consumers agreed on the round it starts in.
+                    let url = d.url.clone();
+                    second = Some(tokio::task::spawn_blocking(move || Worker::start(&url, WORKER)));
+                }
+            }
+            second.expect("started").await.expect("worker")
+        };
+        let _second = tokio::time::timeout(Duration::from_secs(60), read).await.expect("in time");
+        (ints(&a), ints(&b))
+    });
+    // Every step both consumers read the same task's round: consecutive elements.
+    for (j, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(*y, x + 1, "step {j}: {x} and {y} are not one round of one task");
+    }
+    // The second worker's task joined: its stream (starting at 0) shows up after step 20.
+    assert!(a[20..].iter().any(|x| *x < 10), "the new task was read: {a:?}");
+}
