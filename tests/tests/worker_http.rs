@@ -645,3 +645,57 @@ fn coordinated_reads_stay_aligned_when_a_worker_joins() {
     // The second worker's task joined: its stream (starting at 0) shows up after step 20.
     assert!(a[20..].iter().any(|x| *x < 10), "the new task was read: {a:?}");
 }
+
+/// The dispatcher killed with kill -9 mid-epoch in fault-tolerant mode and restarted on the
+/// same port and work dir: workers and the client retry while it is down and carry on (same
+/// incarnation), and the DYNAMIC epoch completes with every element exactly once.
+#[test]
+fn fault_tolerant_dispatcher_killed_mid_epoch_and_restarted_loses_nothing() {
+    let dir = TempDir::new("ftrestart");
+    let ft = ["--work-dir", dir.path(), "--fault-tolerant"];
+    let mut d = Dispatcher::start(&ft);
+    let port = d.url.rsplit(':').next().unwrap().to_owned();
+    let url = d.url.clone();
+    let _w: Vec<Worker> = (0..2)
+        .map(|_| Worker::start(&url, &["--heartbeat-interval", "100ms", "--buffer", "8"]))
+        .collect();
+    let opts = DistributeOptions {
+        processing_mode: distributed(),
+        split_size: Some(10),
+        elements_per_request: 4,
+        ..options()
+    };
+    let mut restarted = None;
+    let got = runtime().block_on(async {
+        let mut stream =
+            distribute(&url, dataset(json!({"source": {"range": {"stop": 2000}}})), opts);
+        let mut got = Vec::new();
+        let read = async {
+            while let Some(e) = stream.next().await {
+                got.push(e.expect("no error"));
+                if got.len() == 300 {
+                    d.kill();
+                    let port = port.clone();
+                    let ft: Vec<String> = ft.iter().map(|s| s.to_string()).collect();
+                    restarted = Some(
+                        tokio::task::spawn_blocking(move || {
+                            let args: Vec<&str> = ft.iter().map(String::as_str).collect();
+                            Dispatcher::try_start_on(&port, &args)
+                        })
+                        .await
+                        .expect("join")
+                        .expect("restarts"),
+                    );
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), read).await.expect("the epoch ends");
+        got
+    });
+    let mut got = ints(&got);
+    got.sort_unstable();
+    assert_eq!(got, (0..2000).collect::<Vec<_>>(), "every element exactly once");
+    let d2 = restarted.expect("restarted");
+    let job = ok(&d2.call("GET", "/v1/jobs/5000", None));
+    assert_eq!(job["iterations"][0]["finished"], true);
+}
