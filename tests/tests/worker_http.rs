@@ -699,3 +699,25 @@ fn fault_tolerant_dispatcher_killed_mid_epoch_and_restarted_loses_nothing() {
     let job = ok(&d2.call("GET", "/v1/jobs/5000", None));
     assert_eq!(job["iterations"][0]["finished"], true);
 }
+
+#[test]
+fn dropping_the_stream_releases_the_client() {
+    let d = Dispatcher::start(&[]);
+    let _w = Worker::start(&d.url, WORKER);
+    let released = runtime().block_on(async {
+        let ds = dataset(json!({"source": {"range": {"stop": 1000000}}}));
+        let first: Vec<Value> =
+            distribute(&d.url, ds, options()).take(3).try_collect().await.expect("three elements");
+        assert_eq!(ints(&first), [0, 1, 2]);
+        // The stream is dropped: its reader releases the lease in the background.
+        for _ in 0..1_000 {
+            let job = ok(&d.call("GET", "/v1/jobs/5000", None));
+            if job["iterations"][0]["num_clients"] == 0 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    });
+    assert!(released, "the client lease is released");
+}
