@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 use shardwise_gateway::resolve::{self, ResolveArgs};
 use shardwise_gateway::server::{self, DispatcherArgs};
+use shardwise_gateway::worker::{self, WorkerArgs};
 
 /// Shardwise: cluster resolution and data-split coordination for distributed training.
 #[derive(Debug, Parser)]
@@ -17,6 +18,9 @@ enum Command {
     /// Run the dispatcher: the v1 REST API that registers workers and datasets, creates
     /// jobs and iterations and hands out splits (in memory by default; --work-dir journals).
     Dispatcher(DispatcherArgs),
+    /// Run a worker: register with a dispatcher, run the tasks it hands out and serve their
+    /// elements to clients.
+    Worker(WorkerArgs),
     /// Print the OpenAPI document of the REST API.
     Openapi,
     /// Inspect a dispatcher's journal.
@@ -41,6 +45,7 @@ fn main() {
     let code = match cli.command {
         Command::Resolve(args) => resolve::run(&args),
         Command::Dispatcher(args) => server::run(args),
+        Command::Worker(args) => worker::run(args),
         Command::Openapi => {
             print!("{}", shardwise_gateway::openapi::document_json());
             0

@@ -27,6 +27,11 @@ use crate::problem::{PROBLEM_JSON, Problem};
         (name = "clients", description = "What clients call while reading an iteration."),
         (name = "cluster", description = "Cluster resolution (TF_CONFIG, Slurm, Kubernetes)."),
         (name = "health", description = "Liveness, readiness and metrics."),
+        (name = "worker-data-plane", description = "Served by `shardwise worker` on its own \
+                                                    address, not by the dispatcher: clients read \
+                                                    a task's elements there. Workers also serve \
+                                                    `/healthz` and this document at \
+                                                    `/openapi.json`."),
     ),
     components(schemas(Problem))
 )]
@@ -87,9 +92,23 @@ pub fn complete(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     doc
 }
 
+/// Adds the worker's routes (tag `worker-data-plane`) to the dispatcher's document: one
+/// document describes both servers.
+pub fn with_worker_paths(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    let (_, worker) = crate::worker::api::api_router();
+    doc.merge(worker);
+    complete(doc)
+}
+
+/// The whole document (dispatcher and worker routes).
+pub fn document() -> utoipa::openapi::OpenApi {
+    let (_, doc) = crate::server::api_router();
+    with_worker_paths(doc)
+}
+
 /// The whole document as pretty JSON (what `openapi/openapi.json` holds).
 pub fn document_json() -> String {
-    let (_, doc) = crate::server::api_router();
+    let doc = document();
     let mut text = doc.to_pretty_json().unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
     text.push('\n');
     text

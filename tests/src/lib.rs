@@ -188,6 +188,83 @@ pub struct Dispatcher {
     output: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
+/// A started `shardwise` server process: its child, URL, startup lines and output.
+struct Spawned {
+    child: std::process::Child,
+    url: String,
+    startup: Vec<String>,
+    output: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+/// Starts `shardwise SUBCOMMAND --port PORT ARGS` and waits for the line `shardwise SUBCOMMAND
+/// listening on URL`; afterwards its stdout and stderr are collected in the background.
+fn spawn_server(
+    subcommand: &str,
+    port: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<Spawned, String> {
+    use std::io::BufRead;
+    let mut child = Command::new(shardwise_bin())
+        .arg(subcommand)
+        .args(["--port", port])
+        .args(args)
+        .env_remove("TF_CONFIG")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    // Collect stderr from the start (a worker may log while it registers).
+    let output = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    if let Some(err) = child.stderr.take() {
+        let out = output.clone();
+        std::thread::spawn(move || {
+            let mut reader = std::io::BufReader::new(err);
+            let mut line = String::new();
+            while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                out.lock().expect("output lock").push_str(&line);
+                line.clear();
+            }
+        });
+    }
+    let stdout = child.stdout.take().expect("stdout");
+    let mut reader = std::io::BufReader::new(stdout);
+    let mut startup = Vec::new();
+    let prefix = format!("shardwise {subcommand} listening on ");
+    let url = loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+            let status = child.wait().map_err(|e| e.to_string())?;
+            // Let the stderr reader finish.
+            for _ in 0..100 {
+                if std::sync::Arc::strong_count(&output) == 1 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            let err = output.lock().map(|o| o.clone()).unwrap_or_default();
+            return Err(format!("exited with {:?}: {}{err}", status.code(), startup.join("")));
+        }
+        if let Some(rest) = line.trim().strip_prefix(&prefix) {
+            break rest.to_owned();
+        }
+        startup.push(line);
+    };
+    output.lock().expect("output lock").insert_str(0, &startup.concat());
+    // Keep draining stdout (so the child never blocks on a full pipe) into `output`.
+    let out = output.clone();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            out.lock().expect("output lock").push_str(&line);
+            line.clear();
+        }
+    });
+    Ok(Spawned { child, url, startup, output })
+}
+
 impl Dispatcher {
     /// Starts `shardwise dispatcher --port 0 ARGS` and waits for its listening line and for
     /// `/readyz` to answer 200.
@@ -202,58 +279,21 @@ impl Dispatcher {
 
     /// Like [`Dispatcher::try_start`], with extra environment variables.
     pub fn try_start_env(args: &[&str], env: &[(&str, &str)]) -> Result<Dispatcher, String> {
-        use std::io::BufRead;
-        let mut child = Command::new(shardwise_bin())
-            .arg("dispatcher")
-            .args(["--port", "0"])
-            .args(args)
-            .env_remove("TF_CONFIG")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| e.to_string())?;
-        let stdout = child.stdout.take().expect("stdout");
-        let mut reader = std::io::BufReader::new(stdout);
-        let mut startup = Vec::new();
-        let url = loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
-                let out = child.wait_with_output().map_err(|e| e.to_string())?;
-                return Err(format!(
-                    "exited with {:?}: {}{}",
-                    out.status.code(),
-                    startup.join(""),
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            if let Some(rest) = line.trim().strip_prefix("shardwise dispatcher listening on ") {
-                break rest.to_owned();
-            }
-            startup.push(line);
-        };
-        // Keep draining the pipes (so the child never blocks on a full one) into `output`.
-        let output = std::sync::Arc::new(std::sync::Mutex::new(startup.concat()));
-        let out = output.clone();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
-                out.lock().expect("output lock").push_str(&line);
-                line.clear();
-            }
-        });
-        if let Some(err) = child.stderr.take() {
-            let out = output.clone();
-            std::thread::spawn(move || {
-                let mut reader = std::io::BufReader::new(err);
-                let mut line = String::new();
-                while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
-                    out.lock().expect("output lock").push_str(&line);
-                    line.clear();
-                }
-            });
-        }
+        Self::try_start_on_env("0", args, env)
+    }
+
+    /// Like [`Dispatcher::try_start`] on a given port (e.g. the port of one that was killed).
+    pub fn try_start_on(port: &str, args: &[&str]) -> Result<Dispatcher, String> {
+        Self::try_start_on_env(port, args, &[])
+    }
+
+    /// Like [`Dispatcher::try_start_on`], with extra environment variables.
+    pub fn try_start_on_env(
+        port: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Dispatcher, String> {
+        let Spawned { child, url, startup, output } = spawn_server("dispatcher", port, args, env)?;
         let mut d = Dispatcher { child, url, startup, output };
         // Ready when replay finished: poll /readyz, bounded (10 s); stop if it exits.
         for _ in 0..5_000 {
@@ -294,6 +334,70 @@ impl Dispatcher {
 }
 
 impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A `shardwise worker` process on an ephemeral port, killed (SIGKILL) on drop.
+#[derive(Debug)]
+pub struct Worker {
+    /// The child process.
+    pub child: std::process::Child,
+    /// `http://HOST:PORT`, its advertised address.
+    pub url: String,
+    output: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Worker {
+    /// Starts `shardwise worker --port 0 --dispatcher DISPATCHER ARGS` and waits for its
+    /// listening line, which it prints once it registered with the dispatcher.
+    pub fn start(dispatcher: &str, args: &[&str]) -> Worker {
+        Self::try_start(dispatcher, args).unwrap_or_else(|e| panic!("worker did not start: {e}"))
+    }
+
+    /// Like [`Worker::start`] but returns what it printed when it exits instead.
+    pub fn try_start(dispatcher: &str, args: &[&str]) -> Result<Worker, String> {
+        let mut all = vec!["--dispatcher", dispatcher];
+        all.extend_from_slice(args);
+        let Spawned { child, url, output, .. } = spawn_server("worker", "0", &all, &[])?;
+        Ok(Worker { child, url, output })
+    }
+
+    /// Waits (bounded, 10 s) until its output contains `text`; false if it never does.
+    pub fn wait_for_output(&self, text: &str) -> bool {
+        for _ in 0..1_000 {
+            if self.output().contains(text) {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Its address as the dispatcher knows it (`HOST:PORT`).
+    pub fn address(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    /// Everything it printed so far (stdout and stderr).
+    pub fn output(&self) -> String {
+        self.output.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    /// A request to this worker.
+    pub fn call(&self, method: &str, path: &str) -> HttpResponse {
+        http(method, &self.url, path, None).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// SIGKILL, and wait for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
     fn drop(&mut self) {
         self.kill();
     }

@@ -76,7 +76,9 @@
 //!   sampling, `enumerate`, snapshot and nested-service datasets are TensorFlow graph ops.
 //! * JS-18's `service`, `protocol` and `compression` checks: Python API arguments.
 //! * Group H (CR-*) and group I (WT-*) need the worker's round-robin runner and the client's
-//!   `target_workers` filtering: they are end-to-end tests of the worker and client.
+//!   `target_workers` filtering: they are end-to-end tests of the worker and client
+//!   (`tests/tests/worker_http.rs`: aligned rounds, a worker joining coordinated reads,
+//!   `AUTO` skipping `COLOCATED` workers).
 
 pub mod dispatcher;
 pub mod error;

@@ -20,7 +20,7 @@ pub enum Role {
     Admin,
     /// Worker routes: heartbeat, update, splits.
     Worker,
-    /// Dataset, job, iteration, client and cluster routes.
+    /// Dataset, job, iteration, client and cluster routes, and a worker's element route.
     Client,
 }
 
@@ -52,7 +52,8 @@ pub fn access(method: &Method, path: &str) -> Access {
         | ("GET", "/v1/datasets/{dataset_id}" | "/v1/jobs/{job_id}")
         | ("POST", "/v1/clients/{client_id}/heartbeat" | "/v1/tasks/{task_id}/maybe-remove")
         | ("DELETE", "/v1/clients/{client_id}")
-        | ("POST", "/v1/cluster/resolve") => Access::Only(Role::Client),
+        | ("POST", "/v1/cluster/resolve")
+        | ("GET", "/v1/tasks/{task_id}/elements") => Access::Only(Role::Client),
         _ => Access::Only(Role::Admin),
     }
 }
@@ -233,6 +234,7 @@ mod table {
             ("get", "/healthz", Access::Open),
             ("get", "/readyz", Access::Open),
             ("get", "/metrics", Access::Only(Role::Admin)),
+            ("get", "/v1/tasks/{task_id}/elements", Access::Only(Role::Client)),
         ];
         let mut seen = 0;
         for (path, item) in doc["paths"].as_object().unwrap() {

@@ -104,6 +104,28 @@ pub struct DispatcherArgs {
     pub max_body_bytes: usize,
 }
 
+impl Default for DispatcherArgs {
+    /// The command line's defaults (in memory, 127.0.0.1:5050).
+    fn default() -> Self {
+        DispatcherArgs {
+            host: "127.0.0.1".into(),
+            port: 5050,
+            work_dir: None,
+            fault_tolerant: false,
+            worker_addresses: Vec::new(),
+            worker_timeout: Duration::from_secs(600),
+            client_timeout: Duration::from_secs(300),
+            client_first_heartbeat_grace: Duration::from_secs(1800),
+            job_gc_check_interval: Duration::from_secs(600),
+            job_gc_timeout: GcTimeout(Some(Duration::from_secs(300))),
+            gc_dynamic_sharding_jobs: false,
+            auth_tokens: None,
+            cluster_config: None,
+            max_body_bytes: 16 << 20,
+        }
+    }
+}
+
 /// `--job-gc-timeout`: a duration or `never`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcTimeout(pub Option<Duration>);
@@ -176,6 +198,8 @@ pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 /// and panic answered as problem+json, and the OpenAPI document at `/openapi.json`.
 pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Tokens>) -> Router {
     let (api, doc) = api_router();
+    // The one document: the dispatcher's routes and the worker's (tagged `worker-data-plane`).
+    let doc = crate::openapi::with_worker_paths(doc);
     let routes = state.routes.clone();
     // Without tokens there is nothing to check: no layer at all, rather than one that passes.
     let api = match tokens {
@@ -186,10 +210,20 @@ pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Token
     // Swagger UI from assets vendored in the build (no network), reading /openapi.json.
     let docs: Router<AppState> =
         utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc).into();
-    api.merge(docs)
-        .fallback(api::not_found)
+    common_layers(api.merge(docs).fallback(api::not_found), "dispatcher", max_body_bytes)
+        .with_state(state)
+}
+
+/// The layers every Shardwise server has: problem+json for wrong methods, request ids
+/// (kept from `x-request-id` or generated, logged, echoed), tracing, a body limit, a 30 s
+/// timeout, caught panics as `INTERNAL` problems, and a problem body for middleware answers.
+pub(crate) fn common_layers<S: Clone + Send + Sync + 'static>(
+    router: Router<S>,
+    who: &'static str,
+    max_body_bytes: usize,
+) -> Router<S> {
+    router
         .method_not_allowed_fallback(method_not_allowed)
-        // Request ids: kept from `x-request-id` or generated, logged, and echoed in the reply.
         .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(
             |req: &axum::http::Request<_>| {
@@ -213,15 +247,14 @@ pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Token
             StatusCode::SERVICE_UNAVAILABLE,
             Duration::from_secs(30),
         ))
-        .layer(CatchPanicLayer::custom(|_: Box<dyn std::any::Any + Send>| {
+        .layer(CatchPanicLayer::custom(move |_: Box<dyn std::any::Any + Send>| {
             Problem::new(
                 "INTERNAL",
-                "the dispatcher hit a bug handling this request (a panic was caught)",
+                format!("the {who} hit a bug handling this request (a panic was caught)"),
             )
             .into_response()
         }))
         .layer(axum::middleware::map_response(problem_for_empty_errors))
-        .with_state(state)
 }
 
 /// Request ids for requests that bring none: `<process start, hex>-<counter>`, unique per
@@ -285,32 +318,7 @@ async fn problem_for_empty_errors(res: Response) -> Response {
 
 /// Runs the dispatcher until SIGINT/SIGTERM; returns the process exit status.
 pub fn run(args: DispatcherArgs) -> i32 {
-    if args.fault_tolerant && args.work_dir.is_none() {
-        eprintln!(
-            "shardwise dispatcher: --fault-tolerant needs --work-dir (where the journal is kept)"
-        );
-        return 2;
-    }
-    let tokens = match &args.auth_tokens {
-        None => None,
-        Some(path) => match auth::Tokens::load(path) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                eprintln!("shardwise dispatcher: {e}");
-                return 2;
-            }
-        },
-    };
-    let config = args.config();
-    if let Err(e) = config.validate() {
-        eprintln!("shardwise dispatcher: {e}");
-        return 2;
-    }
-    // Logs on stderr; `SHARDWISE_LOG` (e.g. `info`, `shardwise_gateway=debug`) sets the level.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDWISE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -318,29 +326,113 @@ pub fn run(args: DispatcherArgs) -> i32 {
             return 1;
         }
     };
-    runtime.block_on(serve(args, config, tokens))
+    runtime.block_on(async move {
+        // Polled first, so the handlers are installed before the listening line is printed
+        // (a signal that arrives before a handler exists would be lost).
+        let signal = shutdown_signal();
+        tokio::pin!(signal);
+        let started = tokio::select! {
+            biased;
+            () = &mut signal => return 0,
+            r = start(args) => r,
+        };
+        let running = match started {
+            Ok(r) => r,
+            Err((code, e)) => {
+                eprintln!("shardwise dispatcher: {e}");
+                return code;
+            }
+        };
+        println!("shardwise dispatcher listening on {}", running.url());
+        running.run_until(signal).await
+    })
 }
 
-async fn serve(
-    args: DispatcherArgs,
-    config: DispatcherConfig,
-    tokens: Option<auth::Tokens>,
-) -> i32 {
+/// Logs on stderr; `SHARDWISE_LOG` (e.g. `info`, `shardwise_gateway=debug`) sets the level.
+pub(crate) fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDWISE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// A server running on this process's tokio runtime: `shardwise dispatcher` or `shardwise
+/// worker` started with [`start`] or [`crate::worker::start`]. Dropping it stops the server.
+#[derive(Debug)]
+pub struct Running {
+    addr: SocketAddr,
+    advertised: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<i32>,
+}
+
+impl Running {
+    pub(crate) fn new(
+        addr: SocketAddr,
+        advertised: String,
+        stop: tokio::sync::oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<i32>,
+    ) -> Running {
+        Running { addr, advertised, stop: Some(stop), task }
+    }
+
+    /// The bound socket address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://` and the address others use to reach it (for a worker, its advertised
+    /// address).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.advertised)
+    }
+
+    /// Stops it gracefully (in-flight requests finish) and returns its exit status.
+    pub async fn stop(mut self) -> i32 {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        (&mut self.task).await.unwrap_or(1)
+    }
+
+    /// Serves until SIGINT/SIGTERM (then stops gracefully) or until it stops by itself;
+    /// returns the exit status.
+    pub async fn run_until_signal(self) -> i32 {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Serves until `stop` resolves (then stops gracefully) or until it stops by itself;
+    /// returns the exit status.
+    pub async fn run_until(mut self, stop: impl std::future::Future<Output = ()>) -> i32 {
+        tokio::select! {
+            code = &mut self.task => code.unwrap_or(1),
+            () = stop => self.stop().await,
+        }
+    }
+}
+
+/// Starts a dispatcher on this tokio runtime: validates the arguments, binds, starts the
+/// actor (which replays the journal, if any) and serves. Errors carry the exit status (2 for
+/// bad arguments, 1 otherwise). A journal that cannot be replayed stops the server: it exits
+/// with status 1 after printing why.
+pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
+    if args.fault_tolerant && args.work_dir.is_none() {
+        return Err((
+            2,
+            "--fault-tolerant needs --work-dir (where the journal is kept)".to_owned(),
+        ));
+    }
+    let tokens = match &args.auth_tokens {
+        None => None,
+        Some(path) => Some(auth::Tokens::load(path).map_err(|e| (2, e))?),
+    };
+    let config = args.config();
+    config.validate().map_err(|e| (2, e.to_string()))?;
     let addr = format!("{}:{}", args.host, args.port);
-    let listener = match tokio::net::TcpListener::bind(&addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("shardwise dispatcher: cannot listen on {addr}: {e}");
-            return 1;
-        }
-    };
-    let local: SocketAddr = match listener.local_addr() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("shardwise dispatcher: {e}");
-            return 1;
-        }
-    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| (1, format!("cannot listen on {addr}: {e}")))?;
+    let local: SocketAddr = listener.local_addr().map_err(|e| (1, e.to_string()))?;
     let fault_tolerant = config.fault_tolerant;
     let work_dir = args.work_dir.clone();
     let inc = incarnation();
@@ -378,13 +470,9 @@ async fn serve(
     });
     let cluster = match &args.cluster_config {
         None => None,
-        Some(path) => match crate::live_cluster::LiveCluster::start(path).await {
-            Ok(c) => Some(c),
-            Err(e) => {
-                eprintln!("shardwise dispatcher: {e}");
-                return 2;
-            }
-        },
+        Some(path) => {
+            Some(crate::live_cluster::LiveCluster::start(path).await.map_err(|e| (2, e))?)
+        }
     };
     let state = AppState {
         actor,
@@ -394,41 +482,44 @@ async fn serve(
         routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),
     };
     let app = router(state, args.max_body_bytes, tokens);
-    println!("shardwise dispatcher listening on http://{local}");
-    let shutdown = async move {
-        // A startup failure is sent on `failed_rx`; a successful start drops the sender.
-        let failed = async move {
-            match failed_rx.await {
-                Ok(e) => e,
-                Err(_) => std::future::pending::<String>().await,
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            // A startup failure is sent on `failed_rx`; a successful start drops the sender.
+            let failed = async move {
+                match failed_rx.await {
+                    Ok(e) => e,
+                    Err(_) => std::future::pending::<String>().await,
+                }
+            };
+            tokio::select! {
+                e = failed => {
+                    eprintln!("shardwise dispatcher: refusing to start: {e}");
+                    Some(e)
+                }
+                _ = stop_rx => None,
             }
         };
-        tokio::select! {
-            e = failed => {
-                eprintln!("shardwise dispatcher: refusing to start: {e}");
-                Some(e)
-            }
-            () = shutdown_signal() => None,
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let result = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let failure = shutdown.await;
+                let _ = tx.send(failure);
+            })
+            .await;
+        if let Err(e) = result {
+            eprintln!("shardwise dispatcher: {e}");
+            return 1;
         }
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let failure = shutdown.await;
-            let _ = tx.send(failure);
-        })
-        .await;
-    if let Err(e) = result {
-        eprintln!("shardwise dispatcher: {e}");
-        return 1;
-    }
-    match rx.await {
-        Ok(Some(_)) => 1,
-        _ => 0,
-    }
+        match rx.await {
+            Ok(Some(_)) => 1,
+            _ => 0,
+        }
+    });
+    Ok(Running::new(local, local.to_string(), stop_tx, task))
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -461,5 +552,16 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_gc_timeout("never").unwrap(), GcTimeout(None));
+    }
+
+    #[test]
+    fn default_args_are_the_command_lines() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: DispatcherArgs,
+        }
+        let parsed = <Cli as clap::Parser>::try_parse_from(["dispatcher"]).unwrap().args;
+        assert_eq!(format!("{parsed:?}"), format!("{:?}", DispatcherArgs::default()));
     }
 }

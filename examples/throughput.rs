@@ -1,0 +1,63 @@
+//! Elements per second read by one client (issue 5's benchmark), all in this process:
+//!
+//! ```sh
+//! cargo run --release -p shardwise-examples --example throughput -- [ELEMENTS]
+//! ```
+//!
+//! A dispatcher and workers on 127.0.0.1 port 0, one client reading `range(ELEMENTS)`
+//! (default 2,000,000) unbatched: `parallel_epochs` with one worker, then
+//! `distributed_epoch` with two. Client, workers and dispatcher share this process's tokio
+//! runtime and the machine's cores, so the figures include everyone's CPU.
+
+use std::time::Instant;
+
+use futures::StreamExt;
+use shardwise_core::dataset::DatasetDef;
+use shardwise_core::dispatch::dispatcher::{NamedMode, ProcessingMode};
+use shardwise_gateway::client::{DistributeOptions, distribute};
+use shardwise_gateway::server::{self, DispatcherArgs};
+use shardwise_gateway::worker::{self, WorkerArgs};
+
+async fn read(url: &str, n: u64, mode: NamedMode) -> (u64, f64) {
+    let dataset: DatasetDef =
+        format!(r#"{{"source": {{"range": {{"stop": {n}}}}}}}"#).parse().expect("dataset");
+    let options = DistributeOptions {
+        processing_mode: ProcessingMode::Named(mode),
+        split_size: Some(4096),
+        ..DistributeOptions::default()
+    };
+    let started = Instant::now();
+    let mut stream = distribute(url, dataset, options);
+    let mut count = 0u64;
+    while let Some(e) = stream.next().await {
+        e.expect("element");
+        count += 1;
+    }
+    (count, started.elapsed().as_secs_f64())
+}
+
+#[tokio::main]
+async fn main() {
+    let n: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(2_000_000);
+    let dispatcher = server::start(DispatcherArgs { port: 0, ..DispatcherArgs::default() })
+        .await
+        .expect("dispatcher");
+    let url = dispatcher.url();
+    let w1 = worker::start(WorkerArgs::new(&url)).await.expect("worker");
+    let (count, secs) = read(&url, n, NamedMode::ParallelEpochs).await;
+    assert_eq!(count, n);
+    println!(
+        "parallel_epochs, 1 worker:   {count} elements in {secs:.2} s = {:.0}/s",
+        n as f64 / secs
+    );
+    let w2 = worker::start(WorkerArgs::new(&url)).await.expect("worker");
+    let (count, secs) = read(&url, n, NamedMode::DistributedEpoch).await;
+    assert_eq!(count, n);
+    println!(
+        "distributed_epoch, 2 workers: {count} elements in {secs:.2} s = {:.0}/s",
+        n as f64 / secs
+    );
+    w2.stop().await;
+    w1.stop().await;
+    dispatcher.stop().await;
+}

@@ -1,0 +1,203 @@
+//! The worker's HTTP API: the element route (the data plane), health, metrics and the one
+//! OpenAPI document.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use shardwise_core::dispatch::TaskId;
+use utoipa::{IntoParams, ToSchema};
+
+use super::task::Gone;
+use super::{Lookup, Shared};
+use crate::problem::Problem;
+use crate::server::auth;
+
+/// Elements per read when `max` is not given.
+pub const DEFAULT_MAX_ELEMENTS: u32 = 100;
+/// The largest `max`.
+pub const MAX_ELEMENTS: u32 = 10_000;
+/// How long a read waits for an element before answering an empty list.
+pub const READ_WAIT: Duration = Duration::from_millis(500);
+
+/// The worker's handler state.
+#[derive(Debug, Clone)]
+pub struct WorkerState(pub(crate) Arc<Shared>);
+
+/// Query of `GET /v1/tasks/{task_id}/elements`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ElementsQuery {
+    /// Coordinated reads only: the reading consumer's index (with `round`).
+    consumer_index: Option<u64>,
+    /// Coordinated reads only: the round to read (with `consumer_index`).
+    round: Option<u64>,
+    /// The most elements to answer (1 to 10,000; default 100). A coordinated read answers
+    /// one element.
+    max: Option<u32>,
+}
+
+/// Reply of `GET /v1/tasks/{task_id}/elements`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Elements {
+    /// The next elements of the task, in order. Empty when none arrived within about half a
+    /// second: ask again.
+    pub elements: Vec<Value>,
+    /// The task is over: it produced every element and the dispatcher acknowledged its
+    /// completion. Nothing more will come.
+    pub end_of_sequence: bool,
+}
+
+/// `GET /v1/tasks/{task_id}/elements`.
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{task_id}/elements",
+    tag = "worker-data-plane",
+    operation_id = "get_elements",
+    summary = "Read a task's next elements (served by the worker, not the dispatcher).",
+    description = "Several elements per call, first come first served among the clients of the \
+                   task. A task the worker does not know (yet) is a 404 `NOT_FOUND`: the worker \
+                   fetches its tasks from the dispatcher at once, so a client retries it for a \
+                   bounded time. Coordinated reads (`num_consumers`) pass `consumer_index` and \
+                   `round` and get their element of that round. A failed or deleted task is a \
+                   409 `FAILED_PRECONDITION`.",
+    params(
+        ("task_id" = String, Path, description = "The task id."),
+        ElementsQuery
+    ),
+    responses((status = 200, description = "The next elements, and whether the task is over.", body = Elements))
+)]
+pub async fn get_elements(
+    State(w): State<WorkerState>,
+    Path(raw): Path<String>,
+    query: Result<Query<ElementsQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let Query(q) = query.map_err(|e| {
+        Problem::new("INVALID_ARGUMENT", format!("invalid query: {}", e.body_text()))
+    })?;
+    let id: TaskId =
+        raw.parse().map_err(|e| Problem::new("INVALID_ARGUMENT", format!("task_id: {e}")))?;
+    let max = q.max.unwrap_or(DEFAULT_MAX_ELEMENTS);
+    if max == 0 || max > MAX_ELEMENTS {
+        return Err(Problem::new(
+            "INVALID_ARGUMENT",
+            format!("max must be in 1..={MAX_ELEMENTS}, not {max}"),
+        ));
+    }
+    let shared = &w.0;
+    let task = match shared.lookup(id) {
+        Lookup::Live(t) => t,
+        // A task lost in a dispatcher restart without state: its id may come back in the new
+        // incarnation (ids start over), so it reads as not known yet.
+        Lookup::Gone(Gone::Lost) | Lookup::Unknown => {
+            shared.heartbeat_now.notify_one();
+            return Err(Problem::new(
+                "NOT_FOUND",
+                format!(
+                    "task {id} is not known to this worker (yet): it is asking the dispatcher; \
+                     retry shortly"
+                ),
+            ));
+        }
+        Lookup::Gone(g) => return g.answer(id).map(|r| reply(r.elements, r.end_of_sequence)),
+    };
+    let read = match (task.def.num_consumers, q.consumer_index, q.round) {
+        (Some(n), Some(i), Some(_)) if i >= n => {
+            return Err(Problem::new(
+                "INVALID_ARGUMENT",
+                format!(
+                    "Requesting data for consumer index {i}, but the task is configured for only \
+                     {n} consumers"
+                ),
+            ));
+        }
+        (Some(_), Some(i), Some(r)) => task.read_round(shared, i, r, READ_WAIT).await?,
+        (Some(n), _, _) => {
+            return Err(Problem::new(
+                "INVALID_ARGUMENT",
+                format!(
+                    "task {id} is a coordinated read for {n} consumers: pass consumer_index and \
+                     round"
+                ),
+            ));
+        }
+        (None, None, None) => task.read(shared, max as usize, READ_WAIT).await?,
+        (None, _, _) => {
+            return Err(Problem::new(
+                "INVALID_ARGUMENT",
+                format!(
+                    "consumer_index and round are only for coordinated reads; task {id} is not one"
+                ),
+            ));
+        }
+    };
+    Ok(reply(read.elements, read.end_of_sequence))
+}
+
+fn reply(elements: Vec<Value>, end_of_sequence: bool) -> Response {
+    let body = serde_json::to_vec(&Elements { elements, end_of_sequence }).unwrap_or_default();
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+}
+
+async fn metrics(State(w): State<WorkerState>) -> Response {
+    let (tasks, buffered, produced, served) = w.0.counters();
+    let mut out = String::new();
+    for (name, help, kind, v) in [
+        ("shardwise_worker_tasks", "Tasks this worker runs.", "gauge", tasks),
+        (
+            "shardwise_worker_buffered_elements",
+            "Elements produced and not yet read, over the live tasks.",
+            "gauge",
+            buffered,
+        ),
+        (
+            "shardwise_worker_elements_produced_total",
+            "Elements produced by the live tasks.",
+            "counter",
+            produced,
+        ),
+        (
+            "shardwise_worker_elements_served_total",
+            "Elements of the live tasks handed to clients.",
+            "counter",
+            served,
+        ),
+    ] {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+async fn openapi_json() -> Response {
+    static DOC: OnceLock<String> = OnceLock::new();
+    let text = DOC.get_or_init(crate::openapi::document_json);
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], text.clone())
+        .into_response()
+}
+
+/// The worker's documented routes and their part of the OpenAPI document.
+pub fn api_router() -> (Router<WorkerState>, utoipa::openapi::OpenApi) {
+    use utoipa_axum::router::OpenApiRouter;
+    use utoipa_axum::routes;
+    OpenApiRouter::new().routes(routes!(get_elements)).split_for_parts()
+}
+
+/// The worker's router: the element route behind `--auth-tokens` (client role), `/healthz`,
+/// `/metrics` (admin) and `/openapi.json`, with the layers every Shardwise server has.
+pub(crate) fn router(shared: Arc<Shared>, tokens: Option<auth::Tokens>) -> Router {
+    let (api, _) = api_router();
+    let api = api
+        .route("/healthz", get(crate::server::api::healthz))
+        .route("/metrics", get(metrics))
+        .route_layer(axum::middleware::from_fn_with_state(tokens, auth::check));
+    let app = api.route("/openapi.json", get(openapi_json)).fallback(crate::server::api::not_found);
+    crate::server::common_layers(app, "worker", 64 << 10).with_state(WorkerState(shared))
+}

@@ -1,0 +1,549 @@
+//! `shardwise worker`: registers with a dispatcher, runs the tasks it is given and serves
+//! their elements to clients.
+//!
+//! * **Registration and heartbeats.** `POST /v1/workers/heartbeat` with the worker's
+//!   advertised address, its current tasks, tags, a `worker_uid` new on every process start
+//!   and the last incarnation the dispatcher sent, every `--heartbeat-interval` (default 30 s,
+//!   TensorFlow's) and at once when a client asks for a task the worker does not know yet
+//!   (TensorFlow's dispatcher pushes new tasks to workers; here the worker pulls them when a
+//!   client shows up, so a new iteration is served within one round trip, not one interval).
+//!   The worker prints its listening line only once the first heartbeat succeeded.
+//!   `tasks_to_delete` are stopped before `new_tasks` are started.
+//! * **Dispatcher restarts.** A reply with another incarnation than the last one means the
+//!   dispatcher lost its state (a restart without a journal): every task is dropped, reads of
+//!   them answer `FAILED_PRECONDITION` ("lost"), the heartbeat that noticed it registered the
+//!   worker again, and the worker says so on stderr (naming the lost tasks when `GET
+//!   /v1/version` reports `fault_tolerant: false`). A fault-tolerant dispatcher keeps its
+//!   incarnation across restarts, so its workers carry on.
+//! * **Tasks** are run by [`task`]: lazily started, bounded buffers (`--buffer`), DYNAMIC
+//!   splits acknowledged only once clients took their elements.
+//! * **Completion.** A task whose pipeline ended and whose every element was taken is reported
+//!   with `POST /v1/workers/update`; only after the dispatcher acknowledged that report do
+//!   reads answer `end_of_sequence: true`, so a client that saw the end of every task will see
+//!   `iteration_finished` on its next heartbeat.
+//! * **Serving.** `GET /v1/tasks/{task_id}/elements` ([`api`]), `/healthz`, `/metrics` and the
+//!   one OpenAPI document at `/openapi.json`; `--auth-tokens` requires a client token on the
+//!   element route, `--token-file` is the token presented to the dispatcher.
+
+pub mod api;
+pub mod task;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Deserialize;
+use shardwise_core::dispatch::TaskId;
+use shardwise_core::dispatch::dispatcher::{
+    TaskProgress, WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply,
+};
+use tokio::sync::{Notify, watch};
+
+use self::task::{Gone, Task};
+use crate::rest::{Backoff, CallError, Rest};
+use crate::server::{Running, auth, parse_duration};
+
+/// How many gone task ids a worker remembers (to answer their reads).
+const TOMBSTONES: usize = 100_000;
+
+fn parse_buffer(s: &str) -> Result<usize, String> {
+    let n: usize = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+    if n == 0 {
+        return Err("--buffer must be at least 1".into());
+    }
+    Ok(n)
+}
+
+/// Arguments of `shardwise worker` (each also read from a `SHARDWISE_*` variable).
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// The dispatcher (`http://host:port` or `host:port`).
+    #[arg(long, env = "SHARDWISE_DISPATCHER", value_name = "URL")]
+    pub dispatcher: String,
+    /// Address to listen on.
+    #[arg(long, env = "SHARDWISE_HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port; the bound port is printed).
+    #[arg(long, env = "SHARDWISE_PORT", default_value_t = 0)]
+    pub port: u16,
+    /// The address the dispatcher and clients reach this worker at (`host:port`, where
+    /// `%port%` stands for the bound port). Default: --host and the bound port.
+    #[arg(long, env = "SHARDWISE_WORKER_ADDRESS", value_name = "HOST:PORT")]
+    pub worker_address: Option<String>,
+    /// Worker tags, comma separated (e.g. `COLOCATED`).
+    #[arg(long, env = "SHARDWISE_TAGS", value_delimiter = ',')]
+    pub tags: Vec<String>,
+    /// How often to heartbeat (tasks are also fetched at once when a client asks for one
+    /// the worker does not know yet).
+    #[arg(long, env = "SHARDWISE_HEARTBEAT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+    /// The most elements buffered per task before production pauses.
+    #[arg(long, env = "SHARDWISE_BUFFER", default_value = "1024", value_parser = parse_buffer)]
+    pub buffer: usize,
+    /// A file holding the bearer token presented to the dispatcher.
+    #[arg(long, env = "SHARDWISE_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Require bearer tokens on this worker's element route (client role): a JSON file
+    /// `{"tokens": [{"role": "admin"|"worker"|"client", "token": "..."}]}`.
+    #[arg(long, env = "SHARDWISE_AUTH_TOKENS", value_name = "FILE")]
+    pub auth_tokens: Option<PathBuf>,
+}
+
+impl WorkerArgs {
+    /// The defaults of the command line, for the dispatcher at `dispatcher`.
+    pub fn new(dispatcher: impl Into<String>) -> WorkerArgs {
+        WorkerArgs {
+            dispatcher: dispatcher.into(),
+            host: "127.0.0.1".into(),
+            port: 0,
+            worker_address: None,
+            tags: Vec::new(),
+            heartbeat_interval: Duration::from_secs(30),
+            buffer: 1024,
+            token_file: None,
+            auth_tokens: None,
+        }
+    }
+}
+
+/// What the worker's loops and handlers share.
+#[derive(Debug)]
+pub struct Shared {
+    pub(crate) rest: Rest,
+    pub(crate) address: String,
+    uid: String,
+    tags: Vec<String>,
+    buffer: usize,
+    tasks: Mutex<Tasks>,
+    /// Heartbeat now (a client asked for a task this worker does not know).
+    pub(crate) heartbeat_now: Notify,
+    /// A task may be ready for its completion report.
+    pub(crate) report_now: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Tasks {
+    live: HashMap<TaskId, Arc<Task>>,
+    gone: HashMap<TaskId, Gone>,
+    gone_order: VecDeque<TaskId>,
+    incarnation: Option<String>,
+}
+
+impl Tasks {
+    fn bury(&mut self, id: TaskId, how: Gone) {
+        if self.gone.insert(id, how).is_none() {
+            self.gone_order.push_back(id);
+        }
+        while self.gone_order.len() > TOMBSTONES {
+            if let Some(old) = self.gone_order.pop_front() {
+                self.gone.remove(&old);
+            }
+        }
+    }
+}
+
+/// What the worker knows of a task id.
+#[derive(Debug)]
+pub(crate) enum Lookup {
+    Live(Arc<Task>),
+    Gone(Gone),
+    Unknown,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Tasks> {
+        self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn lookup(&self, id: TaskId) -> Lookup {
+        let t = self.lock();
+        match t.live.get(&id) {
+            Some(task) => Lookup::Live(Arc::clone(task)),
+            None => t.gone.get(&id).map_or(Lookup::Unknown, |g| Lookup::Gone(*g)),
+        }
+    }
+
+    /// `(tasks, buffered, produced, served)` over the live tasks.
+    pub(crate) fn counters(&self) -> (u64, u64, u64, u64) {
+        let t = self.lock();
+        let mut out = (t.live.len() as u64, 0, 0, 0);
+        for task in t.live.values() {
+            let (b, p, s) = task.counters();
+            out.1 += b;
+            out.2 += p;
+            out.3 += s;
+        }
+        out
+    }
+
+    fn stop_all(&self) {
+        let mut t = self.lock();
+        for (_, task) in t.live.drain() {
+            task.stop();
+        }
+    }
+
+    /// One heartbeat: report the current tasks, apply the tasks to delete and to start.
+    async fn heartbeat(&self) -> Result<(), CallError> {
+        let (mut current, incarnation) = {
+            let t = self.lock();
+            (t.live.keys().copied().collect::<Vec<_>>(), t.incarnation.clone())
+        };
+        current.sort_unstable();
+        let req = WorkerHeartbeat {
+            worker_address: self.address.clone(),
+            current_tasks: current,
+            tags: self.tags.clone(),
+            worker_uid: Some(self.uid.clone()),
+            incarnation,
+        };
+        let reply: WorkerHeartbeatReply = self.rest.post("/v1/workers/heartbeat", &req).await?;
+        // All under one lock: a client must never see the old task where the new incarnation
+        // reuses its id (ids start over after a restart without a journal).
+        let lost: Option<(String, Vec<TaskId>)> = {
+            let mut t = self.lock();
+            let mut lost = None;
+            if let Some(old) = t.incarnation.clone()
+                && old != reply.incarnation
+            {
+                let mut ids: Vec<TaskId> = Vec::new();
+                for (id, task) in std::mem::take(&mut t.live) {
+                    task.stop();
+                    ids.push(id);
+                }
+                ids.sort_unstable();
+                t.gone.clear();
+                t.gone_order.clear();
+                for id in &ids {
+                    t.bury(*id, Gone::Lost);
+                }
+                lost = Some((old, ids));
+            }
+            t.incarnation = Some(reply.incarnation.clone());
+            for id in &reply.tasks_to_delete {
+                if let Some(task) = t.live.remove(id) {
+                    let how = task.gone_kind();
+                    task.stop();
+                    t.bury(*id, how);
+                    tracing::info!(task_id = %id, ?how, "task deleted");
+                }
+            }
+            for def in reply.new_tasks {
+                let id = def.task_id;
+                let known =
+                    t.live.contains_key(&id) || t.gone.get(&id).is_some_and(|g| *g != Gone::Lost);
+                if known {
+                    continue;
+                }
+                if t.gone.remove(&id).is_some() {
+                    t.gone_order.retain(|x| *x != id);
+                }
+                tracing::info!(task_id = %id, iteration_id = %def.iteration_id, mode = def.processing_mode.as_str(), "task started");
+                t.live.insert(id, Arc::new(Task::new(def, self.buffer)));
+            }
+            lost
+        };
+        if let Some((old, ids)) = lost {
+            self.report_new_incarnation(&old, &reply.incarnation, &ids).await;
+        }
+        Ok(())
+    }
+
+    async fn report_new_incarnation(&self, old: &str, new: &str, ids: &[TaskId]) {
+        #[derive(Deserialize)]
+        struct Version {
+            fault_tolerant: bool,
+        }
+        let list = ids.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        eprintln!(
+            "shardwise worker: the dispatcher at {} has a new incarnation ({old} -> {new}): it \
+             restarted without its state; dropped {} task(s) [{list}] and registered again",
+            self.rest.base(),
+            ids.len()
+        );
+        tracing::warn!(old, new, dropped = ids.len(), "dispatcher incarnation changed");
+        match self.rest.get::<Version>("/v1/version", &[]).await {
+            Ok(v) if !v.fault_tolerant && !ids.is_empty() => eprintln!(
+                "shardwise worker: the dispatcher is not fault tolerant: tasks [{list}] were \
+                 lost; their clients must start their iterations again"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot ask the dispatcher for its version"),
+        }
+    }
+
+    /// Reports every task that is ready; marks them acknowledged on success.
+    async fn report_completed(&self) -> Result<(), CallError> {
+        let ready: Vec<Arc<Task>> =
+            self.lock().live.values().filter(|t| t.ready_to_report()).cloned().collect();
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let req = WorkerUpdate {
+            worker_address: self.address.clone(),
+            updates: ready
+                .iter()
+                .map(|t| TaskProgress { task_id: t.def.task_id, completed: true })
+                .collect(),
+        };
+        let reply: WorkerUpdateReply = self.rest.post("/v1/workers/update", &req).await?;
+        if !reply.unknown_tasks.is_empty() {
+            tracing::warn!(unknown = ?reply.unknown_tasks, "the dispatcher does not know these tasks");
+        }
+        for t in ready {
+            tracing::info!(task_id = %t.def.task_id, "task completed");
+            t.mark_acked();
+        }
+        Ok(())
+    }
+}
+
+async fn heartbeat_loop(shared: Arc<Shared>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    let mut backoff =
+        Backoff::new(Duration::from_millis(100), interval.min(Duration::from_secs(5)));
+    let mut wait = interval;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = shared.heartbeat_now.notified() => {}
+            _ = stop.changed() => return,
+        }
+        match shared.heartbeat().await {
+            Ok(()) => {
+                backoff.reset();
+                wait = interval;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "heartbeat failed");
+                wait = backoff.next_delay().min(interval);
+            }
+        }
+        // On-demand heartbeats at most every 20 ms, however many clients ask.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn report_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            () = shared.report_now.notified() => {}
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => return,
+        }
+        loop {
+            match shared.report_completed().await {
+                Ok(()) => {
+                    backoff.reset();
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "completion report failed; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff.next_delay()) => {}
+                        _ = stop.changed() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn process_uid() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{nanos:x}-{:x}-{n}", std::process::id())
+}
+
+fn advertised(args: &WorkerArgs, local: SocketAddr) -> Result<String, String> {
+    if let Some(a) = &args.worker_address {
+        let a = a.trim().replacen("%port%", &local.port().to_string(), 1);
+        if a.is_empty() || a.contains(char::is_whitespace) || a.contains('/') {
+            return Err(format!("--worker-address {a:?} is not host:port"));
+        }
+        return Ok(a);
+    }
+    if local.ip().is_unspecified() {
+        return Err(format!(
+            "--host {} listens on every interface and cannot be advertised: also give \
+             --worker-address HOST:%port%",
+            args.host
+        ));
+    }
+    Ok(local.to_string())
+}
+
+/// Starts a worker on this tokio runtime: validates the arguments, binds, serves, and
+/// registers with the dispatcher (retrying while it is unavailable; a refusal is an error).
+/// Errors carry the exit status (2 for bad arguments, 1 otherwise).
+pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
+    let base =
+        crate::rest::base_url(&args.dispatcher).map_err(|e| (2, format!("--dispatcher: {e}")))?;
+    let tags: Vec<String> = args.tags.iter().map(|t| t.trim().to_owned()).collect();
+    if tags.iter().any(String::is_empty) {
+        return Err((2, format!("Worker tags cannot be empty. Got tags {{{}}}", tags.join(", "))));
+    }
+    let token = match &args.token_file {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| (2, format!("cannot read --token-file {}: {e}", path.display())))?;
+            let t = text.trim().to_owned();
+            if t.is_empty() || t.contains(char::is_whitespace) {
+                return Err((2, format!("--token-file {} must hold one token", path.display())));
+            }
+            Some(t)
+        }
+    };
+    let tokens = match &args.auth_tokens {
+        None => None,
+        Some(path) => Some(auth::Tokens::load(path).map_err(|e| (2, e))?),
+    };
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| (1, format!("cannot listen on {addr}: {e}")))?;
+    let local = listener.local_addr().map_err(|e| (1, e.to_string()))?;
+    let address = advertised(&args, local).map_err(|e| (2, e))?;
+    let rest = Rest::new(crate::rest::http_client(Duration::from_secs(30)), base, token);
+    let shared = Arc::new(Shared {
+        rest,
+        address: address.clone(),
+        uid: process_uid(),
+        tags,
+        buffer: args.buffer,
+        tasks: Mutex::default(),
+        heartbeat_now: Notify::new(),
+        report_now: Notify::new(),
+    });
+    let app = api::router(Arc::clone(&shared), tokens);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (loops_tx, loops_rx) = watch::channel(false);
+    let server_shared = Arc::clone(&shared);
+    let task = tokio::spawn(async move {
+        let result = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.await;
+            })
+            .await;
+        let _ = loops_tx.send(true);
+        server_shared.stop_all();
+        match result {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("shardwise worker: {e}");
+                1
+            }
+        }
+    });
+    let running = Running::new(local, address, stop_tx, task);
+    // Register: retry while the dispatcher is unavailable (it may start later).
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    loop {
+        match shared.heartbeat().await {
+            Ok(()) => break,
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(error = %e, "cannot register with the dispatcher yet; retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(e) => {
+                running.stop().await;
+                return Err((
+                    1,
+                    format!(
+                        "the dispatcher at {} refused to register this worker: {e}",
+                        shared.rest.base()
+                    ),
+                ));
+            }
+        }
+    }
+    tokio::spawn(heartbeat_loop(Arc::clone(&shared), args.heartbeat_interval, loops_rx.clone()));
+    tokio::spawn(report_loop(shared, loops_rx));
+    Ok(running)
+}
+
+/// Runs the worker until SIGINT/SIGTERM; returns the process exit status.
+pub fn run(args: WorkerArgs) -> i32 {
+    crate::server::init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("shardwise worker: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        // Polled first, so the handlers are installed before the listening line is printed
+        // (a signal that arrives before a handler exists would be lost).
+        let signal = crate::server::shutdown_signal();
+        tokio::pin!(signal);
+        let started = tokio::select! {
+            biased;
+            () = &mut signal => return 0,
+            r = start(args) => r,
+        };
+        match started {
+            Ok(running) => {
+                println!("shardwise worker listening on {}", running.url());
+                running.run_until(signal).await
+            }
+            Err((code, e)) => {
+                eprintln!("shardwise worker: {e}");
+                code
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_positive() {
+        assert_eq!(parse_buffer("8"), Ok(8));
+        assert!(parse_buffer("0").is_err());
+        assert!(parse_buffer("-1").is_err());
+        assert!(parse_buffer("x").is_err());
+    }
+
+    #[test]
+    fn advertised_addresses() {
+        let local: SocketAddr = "127.0.0.1:4321".parse().unwrap();
+        let mut args = WorkerArgs::new("127.0.0.1:1");
+        assert_eq!(advertised(&args, local).unwrap(), "127.0.0.1:4321");
+        args.worker_address = Some("w1.example:%port%".into());
+        assert_eq!(advertised(&args, local).unwrap(), "w1.example:4321");
+        args.worker_address = None;
+        let any: SocketAddr = "0.0.0.0:4321".parse().unwrap();
+        assert!(advertised(&args, any).unwrap_err().contains("--worker-address"));
+    }
+
+    #[test]
+    fn new_args_are_the_command_lines() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: WorkerArgs,
+        }
+        let parsed =
+            <Cli as clap::Parser>::try_parse_from(["worker", "--dispatcher", "d:1"]).unwrap().args;
+        assert_eq!(format!("{parsed:?}"), format!("{:?}", WorkerArgs::new("d:1")));
+    }
+
+    #[test]
+    fn tombstones_are_bounded() {
+        let mut t = Tasks::default();
+        for i in 0..(TOMBSTONES as u64 + 10) {
+            t.bury(TaskId(i), Gone::Completed);
+        }
+        assert_eq!(t.gone.len(), TOMBSTONES);
+        assert!(!t.gone.contains_key(&TaskId(0)));
+    }
+}

@@ -1,0 +1,577 @@
+//! One task on a worker: the producer that drives its [`Pipeline`] and the bounded buffer
+//! clients read from.
+//!
+//! The producer runs as a tokio task, started by the first read (as TensorFlow builds a task's
+//! iterator on the first `GetElement`: a task no client reads takes no splits). It pauses
+//! while `capacity` elements wait in the buffer (backpressure), reads files with tokio's fs,
+//! and for DYNAMIC sharding fetches splits in batches with explicit acknowledgements: the ids
+//! of a batch are acknowledged, and more splits asked for, only once every element produced
+//! so far has been handed to a client. Elements still inside a transform's own buffer at that
+//! point (a `shuffle` buffer or a partial `batch` spanning splits) are not covered: if the
+//! worker dies before producing them they are lost, as in TensorFlow. A worker killed with
+//! splits in flight loses nothing else: those splits were not acknowledged, so the dispatcher
+//! hands them out again and their elements that clients had already read come again
+//! (duplicates, never losses).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::Value;
+use shardwise_core::dataset::{Pipeline, Sharding, SourceDef, Step};
+use shardwise_core::dispatch::ShardingPolicy;
+use shardwise_core::dispatch::dispatcher::{GetSplits, Split, SplitId, SplitsReply, TaskDef};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::Shared;
+use crate::problem::Problem;
+use crate::rest::{Backoff, CallError};
+
+/// Elements produced per step of the producer before it looks at the buffer again.
+const PRODUCE_CHUNK: usize = 256;
+/// The most splits one get-split call asks for.
+const MAX_SPLITS: usize = 64;
+
+/// What a read found.
+#[derive(Debug)]
+pub(crate) struct ReadResult {
+    pub(crate) elements: Vec<Value>,
+    pub(crate) end_of_sequence: bool,
+}
+
+/// A task the dispatcher assigned to this worker.
+#[derive(Debug)]
+pub(crate) struct Task {
+    pub(crate) def: TaskDef,
+    /// The most elements waiting in the buffer.
+    capacity: usize,
+    state: Mutex<TaskState>,
+    /// Elements arrived, a round advanced, or the task's status changed.
+    readable: Notify,
+    /// Room in the buffer, the buffer drained, or the task stopped.
+    writable: Notify,
+}
+
+#[derive(Debug, Default)]
+struct TaskState {
+    started: bool,
+    producer: Option<tokio::task::JoinHandle<()>>,
+    buf: VecDeque<Value>,
+    produced: u64,
+    served: u64,
+    /// The pipeline ended (the buffer may still hold elements).
+    ended: bool,
+    /// The pipeline failed; served after the buffered elements.
+    failure: Option<Problem>,
+    /// The dispatcher acknowledged the completion report.
+    acked: bool,
+    stopped: bool,
+    /// Coordinated reads.
+    rounds: Option<Rounds>,
+}
+
+#[derive(Debug)]
+struct Rounds {
+    round: u64,
+    slots: Option<Vec<Value>>,
+    taken: Vec<bool>,
+}
+
+impl TaskState {
+    /// Produced elements no client has taken yet.
+    fn unread(&self) -> usize {
+        let in_round = self
+            .rounds
+            .as_ref()
+            .and_then(|r| r.slots.as_ref().map(|_| r.taken.iter().filter(|t| !**t).count()))
+            .unwrap_or(0);
+        self.buf.len() + in_round
+    }
+}
+
+/// Why a task the worker knew is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// It completed and the dispatcher deleted it: reads answer end of sequence.
+    Completed,
+    /// The dispatcher deleted it before it completed.
+    Deleted,
+    /// The dispatcher restarted with a new incarnation.
+    Lost,
+}
+
+impl Gone {
+    /// The answer to a read of a gone task.
+    pub(crate) fn answer(self, task_id: impl std::fmt::Display) -> Result<ReadResult, Problem> {
+        match self {
+            Gone::Completed => Ok(ReadResult { elements: Vec::new(), end_of_sequence: true }),
+            Gone::Deleted => Err(Problem::new(
+                "FAILED_PRECONDITION",
+                format!(
+                    "task {task_id} was deleted by the dispatcher before it completed (its \
+                     iteration finished, was released or was garbage collected)"
+                ),
+            )),
+            Gone::Lost => Err(Problem::new(
+                "FAILED_PRECONDITION",
+                format!(
+                    "task {task_id} was lost: the dispatcher restarted without its state (a new \
+                     incarnation); start the iteration again"
+                ),
+            )),
+        }
+    }
+}
+
+/// The sharding a task definition asks for.
+fn sharding_of(def: &TaskDef) -> Result<Sharding, Problem> {
+    let shard = || match (def.num_workers, def.worker_index) {
+        (Some(num_workers), Some(worker_index)) => Ok((num_workers, worker_index)),
+        _ => Err(Problem::new(
+            "FAILED_PRECONDITION",
+            format!(
+                "task {} has the static sharding policy {} but no worker index",
+                def.task_id,
+                def.processing_mode.as_str()
+            ),
+        )),
+    };
+    Ok(match def.processing_mode {
+        ShardingPolicy::Off => Sharding::Off,
+        ShardingPolicy::Dynamic => Sharding::Dynamic,
+        ShardingPolicy::File => {
+            let (num_workers, worker_index) = shard()?;
+            Sharding::File { num_workers, worker_index }
+        }
+        ShardingPolicy::Data => {
+            let (num_workers, worker_index) = shard()?;
+            Sharding::Data { num_workers, worker_index }
+        }
+        ShardingPolicy::FileOrData => {
+            let (num_workers, worker_index) = shard()?;
+            Sharding::FileOrData { num_workers, worker_index }
+        }
+        ShardingPolicy::Hint => {
+            let (num_workers, worker_index) = shard()?;
+            Sharding::Hint { num_workers, worker_index }
+        }
+    })
+}
+
+fn task_failed(task_id: impl std::fmt::Display, code: &str, detail: &str) -> Problem {
+    // A failed task is never `NOT_FOUND`: clients retry that code for tasks the worker does
+    // not know yet.
+    let code = if code == "NOT_FOUND" { "FAILED_PRECONDITION" } else { code };
+    Problem::new(code, format!("task {task_id} failed: {detail}"))
+}
+
+impl Task {
+    /// A task that buffers at most `capacity` elements (at least one round of a coordinated
+    /// read).
+    pub(crate) fn new(def: TaskDef, capacity: usize) -> Task {
+        let capacity = capacity
+            .max(usize::try_from(def.num_consumers.unwrap_or(1)).unwrap_or(usize::MAX))
+            .max(1);
+        Task {
+            def,
+            capacity,
+            state: Mutex::default(),
+            readable: Notify::new(),
+            writable: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TaskState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `(buffered, produced, served)` for the metrics.
+    pub(crate) fn counters(&self) -> (u64, u64, u64) {
+        let st = self.lock();
+        (st.unread() as u64, st.produced, st.served)
+    }
+
+    /// Starts the producer if no read did yet.
+    fn ensure_started(self: &Arc<Self>, shared: &Arc<Shared>) {
+        let mut st = self.lock();
+        if !st.started && !st.stopped {
+            st.started = true;
+            st.producer = Some(tokio::spawn(Arc::clone(self).produce(Arc::clone(shared))));
+        }
+    }
+
+    /// Stops the producer and wakes every reader (they answer as `gone` says).
+    pub(crate) fn stop(&self) {
+        let mut st = self.lock();
+        st.stopped = true;
+        if let Some(p) = st.producer.take() {
+            p.abort();
+        }
+        drop(st);
+        self.readable.notify_waiters();
+        self.writable.notify_waiters();
+    }
+
+    /// How a deleted task reads: completed if it ended and every element was taken.
+    pub(crate) fn gone_kind(&self) -> Gone {
+        let st = self.lock();
+        if st.acked || (st.ended && st.unread() == 0 && st.failure.is_none()) {
+            Gone::Completed
+        } else {
+            Gone::Deleted
+        }
+    }
+
+    /// Ended, every element taken, not yet acknowledged: the completion report is due.
+    pub(crate) fn ready_to_report(&self) -> bool {
+        let st = self.lock();
+        st.ended && !st.acked && st.failure.is_none() && st.unread() == 0 && !st.stopped
+    }
+
+    /// The dispatcher acknowledged the completion report: end of sequence may be served.
+    pub(crate) fn mark_acked(&self) {
+        self.lock().acked = true;
+        self.readable.notify_waiters();
+    }
+
+    /// First-come-first-served read of up to `max` elements, waiting at most `wait` for one.
+    pub(crate) async fn read(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        max: usize,
+        wait: Duration,
+    ) -> Result<ReadResult, Problem> {
+        self.ensure_started(shared);
+        let deadline = Instant::now() + wait;
+        loop {
+            let notified = self.readable.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if st.stopped {
+                    drop(st);
+                    return self.gone_kind().answer(self.def.task_id);
+                }
+                if !st.buf.is_empty() {
+                    let n = max.min(st.buf.len());
+                    let elements: Vec<Value> = st.buf.drain(..n).collect();
+                    st.served += n as u64;
+                    let report = st.ended && st.buf.is_empty() && st.failure.is_none();
+                    drop(st);
+                    self.writable.notify_waiters();
+                    if report {
+                        shared.report_now.notify_one();
+                    }
+                    return Ok(ReadResult { elements, end_of_sequence: false });
+                }
+                if let Some(p) = &st.failure {
+                    return Err(p.clone());
+                }
+                if st.ended {
+                    if st.acked {
+                        return Ok(ReadResult { elements: Vec::new(), end_of_sequence: true });
+                    }
+                    shared.report_now.notify_one();
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Ok(ReadResult { elements: Vec::new(), end_of_sequence: false });
+            }
+        }
+    }
+
+    /// Coordinated read: consumer `consumer`'s element of round `round`. The first request
+    /// sets the first round (every consumer reads a task from the same round on). A round starts when
+    /// `num_consumers` elements are buffered; each consumer gets its own (asking again in the
+    /// same round gets the same one), and the next round starts once every consumer took
+    /// its element.
+    pub(crate) async fn read_round(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        consumer: u64,
+        round: u64,
+        wait: Duration,
+    ) -> Result<ReadResult, Problem> {
+        self.ensure_started(shared);
+        let n = self.def.num_consumers.unwrap_or(1).max(1);
+        let (Ok(n_us), Ok(i)) = (usize::try_from(n), usize::try_from(consumer)) else {
+            return Err(Problem::new("INVALID_ARGUMENT", "consumer_index is out of range"));
+        };
+        let deadline = Instant::now() + wait;
+        loop {
+            let notified = self.readable.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if st.stopped {
+                    drop(st);
+                    return self.gone_kind().answer(self.def.task_id);
+                }
+                // The first request names the first round: a task that joined late is
+                // promoted at a round negotiated after its definition was sent, so the
+                // definition's `starting_round` may be stale.
+                let st = &mut *st;
+                let rr = st.rounds.get_or_insert_with(|| Rounds {
+                    round,
+                    slots: None,
+                    taken: vec![false; n_us],
+                });
+                if round < rr.round {
+                    return Err(Problem::new(
+                        "FAILED_PRECONDITION",
+                        format!(
+                            "Consumer {consumer} requested data for round {round}, but the \
+                             current round has already reached {}. This may indicate that the \
+                             consumer was restarted with the same iteration name.",
+                            rr.round
+                        ),
+                    ));
+                }
+                if round == rr.round {
+                    if rr.slots.is_none() {
+                        if st.buf.len() >= n_us {
+                            rr.slots = Some(st.buf.drain(..n_us).collect());
+                            self.writable.notify_waiters();
+                        } else if let Some(p) = &st.failure {
+                            return Err(p.clone());
+                        } else if st.ended {
+                            return Err(Problem::new(
+                                "FAILED_PRECONDITION",
+                                "Encountered end of sequence on a round-robin read iterator. \
+                                 Please ensure that the dataset used for round-robin reading \
+                                 has infinite cardinality, e.g. by adding a .repeat() \
+                                 transformation at the end.",
+                            ));
+                        }
+                    }
+                    if let Some(slots) = &rr.slots {
+                        let element = slots.get(i).cloned().unwrap_or(Value::Null);
+                        if let Some(t) = rr.taken.get_mut(i)
+                            && !*t
+                        {
+                            *t = true;
+                            st.served += 1;
+                        }
+                        if rr.taken.iter().all(|t| *t) {
+                            rr.round += 1;
+                            rr.slots = None;
+                            rr.taken.iter_mut().for_each(|t| *t = false);
+                            self.readable.notify_waiters();
+                        }
+                        return Ok(ReadResult { elements: vec![element], end_of_sequence: false });
+                    }
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Ok(ReadResult { elements: Vec::new(), end_of_sequence: false });
+            }
+        }
+    }
+
+    fn fail(&self, problem: Problem) {
+        tracing::warn!(task_id = %self.def.task_id, detail = %problem.detail, "task failed");
+        self.lock().failure = Some(problem);
+        self.readable.notify_waiters();
+    }
+
+    fn push(&self, elements: Vec<Value>) {
+        let mut st = self.lock();
+        st.produced += elements.len() as u64;
+        st.buf.extend(elements);
+        drop(st);
+        self.readable.notify_waiters();
+    }
+
+    fn end(&self, shared: &Shared) {
+        let mut st = self.lock();
+        st.ended = true;
+        let drained = st.unread() == 0;
+        drop(st);
+        self.readable.notify_waiters();
+        if drained {
+            shared.report_now.notify_one();
+        }
+    }
+
+    /// Waits for room in the buffer; `None` once the task stopped.
+    async fn room(&self) -> Option<usize> {
+        loop {
+            let notified = self.writable.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let st = self.lock();
+                if st.stopped {
+                    return None;
+                }
+                if st.buf.len() < self.capacity {
+                    return Some(self.capacity - st.buf.len());
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until clients took every element produced so far; `false` once the task stopped.
+    async fn drained(&self) -> bool {
+        loop {
+            let notified = self.writable.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let st = self.lock();
+                if st.stopped {
+                    return false;
+                }
+                if st.unread() == 0 {
+                    return true;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.lock().stopped
+    }
+
+    async fn until_stopped(&self) {
+        loop {
+            let notified = self.writable.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_stopped() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The producer: drives the pipeline into the buffer until it ends, fails or is stopped.
+    async fn produce(self: Arc<Self>, shared: Arc<Shared>) {
+        let id = self.def.task_id;
+        let mut pipeline = match sharding_of(&self.def).and_then(|s| {
+            Pipeline::new(&self.def.dataset, s).map_err(|e| task_failed(id, e.code(), e.message()))
+        }) {
+            Ok(p) => p,
+            Err(p) => return self.fail(p),
+        };
+        let coordinated = self.def.num_consumers.is_some();
+        let mut held: Vec<SplitId> = Vec::new();
+        loop {
+            let Some(room) = self.room().await else { return };
+            let (elements, stop) = pipeline.next_batch(room.min(PRODUCE_CHUNK));
+            if !elements.is_empty() {
+                self.push(elements);
+            }
+            match stop {
+                None => {}
+                Some(Step::Element(e)) => self.push(vec![e]),
+                Some(Step::End) => return self.end(&shared),
+                Some(Step::Error(e)) => return self.fail(task_failed(id, e.code(), e.message())),
+                Some(Step::NeedFile { path }) => match tokio::fs::read(&path).await {
+                    Ok(bytes) => pipeline.provide_file(&path, &bytes),
+                    Err(e) => {
+                        let detail = format!("cannot read the file {path:?}: {e}");
+                        return self.fail(task_failed(id, "FAILED_PRECONDITION", &detail));
+                    }
+                },
+                Some(Step::NeedSplit { repetition }) => {
+                    // Acknowledge the previous splits only once clients took their elements
+                    // (coordinated reads take whole rounds, which may span splits: they
+                    // acknowledge at once).
+                    if !coordinated && !self.drained().await {
+                        return;
+                    }
+                    match self.get_splits(&shared, repetition, &mut held).await {
+                        Ok(Some(splits)) => {
+                            for s in splits {
+                                pipeline.provide_split(repetition, Some(Value::from(s)));
+                            }
+                        }
+                        Ok(None) => pipeline.provide_split(repetition, None),
+                        Err(None) => return,
+                        Err(Some(p)) => return self.fail(p),
+                    }
+                }
+            }
+        }
+    }
+
+    fn max_splits(&self) -> u32 {
+        let n = match &self.def.dataset.source {
+            SourceDef::Files(_) => 1,
+            SourceDef::Splits(_) => self.capacity.min(MAX_SPLITS),
+            SourceDef::Range(_) | SourceDef::List(_) => self
+                .capacity
+                .div_ceil(usize::try_from(self.def.split_size.max(1)).unwrap_or(usize::MAX))
+                .clamp(1, MAX_SPLITS),
+        };
+        u32::try_from(n).unwrap_or(1)
+    }
+
+    /// Get-split with the previous batch acknowledged: `Some(splits)`, or `None` at the end
+    /// of the repetition. `Err(None)`: the task stopped meanwhile.
+    async fn get_splits(
+        &self,
+        shared: &Shared,
+        repetition: u64,
+        held: &mut Vec<SplitId>,
+    ) -> Result<Option<Vec<Split>>, Option<Problem>> {
+        let path = format!("/v1/iterations/{}/splits", self.def.iteration_id);
+        let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(2));
+        let mut preconditions = 0;
+        loop {
+            if self.is_stopped() {
+                return Err(None);
+            }
+            let req = GetSplits {
+                worker_address: shared.address.clone(),
+                repetition,
+                split_provider_index: 0,
+                max_splits: Some(self.max_splits()),
+                acknowledge: Some(held.clone()),
+            };
+            let wait = match shared.rest.post::<_, SplitsReply>(&path, &req).await {
+                Ok(reply) => {
+                    // Whatever we held is acknowledged now.
+                    held.clear();
+                    if !reply.splits.is_empty() {
+                        *held = reply.split_ids;
+                        return Ok(Some(reply.splits));
+                    }
+                    if reply.end_of_splits {
+                        return Ok(None);
+                    }
+                    backoff.reset();
+                    Duration::from_millis(reply.retry_after_ms.unwrap_or(100).clamp(1, 10_000))
+                }
+                Err(e) if e.is_retryable() => {
+                    tracing::debug!(task_id = %self.def.task_id, error = %e, "get-split: retrying");
+                    backoff.next_delay()
+                }
+                // A worker the dispatcher declared lost must heartbeat to rejoin; anything else
+                // that persists fails the task.
+                Err(CallError::Problem(p))
+                    if p.code == "FAILED_PRECONDITION" && preconditions < 5 =>
+                {
+                    preconditions += 1;
+                    tracing::warn!(task_id = %self.def.task_id, detail = %p.detail, "get-split refused; heartbeating and retrying");
+                    shared.heartbeat_now.notify_one();
+                    backoff.next_delay()
+                }
+                Err(e) => {
+                    let detail = format!("get-split failed: {e}");
+                    return Err(Some(task_failed(self.def.task_id, e.code(), &detail)));
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.until_stopped() => return Err(None),
+            }
+        }
+    }
+}

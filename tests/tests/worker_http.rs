@@ -1,0 +1,723 @@
+//! `shardwise worker` processes with a `shardwise dispatcher`, on 127.0.0.1 and ports bound
+//! with 0, read through the Rust client (`shardwise_gateway::client::distribute`) and over raw
+//! HTTP: every sharding policy's data, coordinated reads, job sharing, transforms, a worker
+//! killed mid-epoch, bad input and backpressure.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use serde_json::{Value, json};
+use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
+use shardwise_core::dispatch::dispatcher::{NamedMode, ProcessingMode};
+use shardwise_gateway::client::{ClientError, DistributeOptions, distribute};
+use shardwise_tests::{Dispatcher, HttpResponse, TempDir, Worker, http};
+
+/// Worker flags of these tests: heartbeats often enough for a 2 s worker timeout.
+const WORKER: &[&str] = &["--heartbeat-interval", "200ms"];
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn options() -> DistributeOptions {
+    DistributeOptions {
+        heartbeat_interval: Duration::from_millis(50),
+        unknown_task_timeout: Duration::from_secs(20),
+        unavailable_timeout: Duration::from_secs(30),
+        ..DistributeOptions::default()
+    }
+}
+
+fn distributed() -> ProcessingMode {
+    ProcessingMode::Named(NamedMode::DistributedEpoch)
+}
+
+fn dataset(json: Value) -> DatasetDef {
+    DatasetDef::from_json(&json).expect("a valid dataset")
+}
+
+/// Reads a whole epoch through the Rust client (bounded to 60 s).
+fn read_all(url: &str, ds: Value, options: DistributeOptions) -> Result<Vec<Value>, ClientError> {
+    runtime().block_on(async {
+        let read = distribute(url, dataset(ds), options).try_collect::<Vec<Value>>();
+        tokio::time::timeout(Duration::from_secs(60), read).await.expect("the epoch ends in time")
+    })
+}
+
+fn ints(values: &[Value]) -> Vec<i64> {
+    values.iter().map(|v| v.as_i64().unwrap_or_else(|| panic!("not an integer: {v}"))).collect()
+}
+
+fn counts(values: &[i64]) -> BTreeMap<i64, usize> {
+    let mut m = BTreeMap::new();
+    for v in values {
+        *m.entry(*v).or_insert(0) += 1;
+    }
+    m
+}
+
+fn ok(r: &HttpResponse) -> Value {
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()
+}
+
+/// Creates a job and an iteration over raw HTTP; returns the tasks as (task id, worker url).
+fn raw_iteration(d: &Dispatcher, ds: Value, mode: Value) -> Vec<(String, String)> {
+    let id = ok(&d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))))["dataset_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let job =
+        ok(&d.call("POST", "/v1/jobs", Some(json!({"dataset_id": id, "processing_mode": mode}))));
+    let lease = ok(&d.call(
+        "POST",
+        &format!("/v1/jobs/{}/iterations", job["job_id"].as_str().unwrap()),
+        Some(json!({})),
+    ));
+    let client = lease["client_id"].as_str().unwrap();
+    let hb = ok(&d.call("POST", &format!("/v1/clients/{client}/heartbeat"), Some(json!({}))));
+    hb["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["task_id"].as_str().unwrap().to_owned(),
+                format!("http://{}", t["worker_address"].as_str().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// Reads one task over raw HTTP until end of sequence (retrying the worker's 404 while it
+/// fetches the task, at most 2,000 requests).
+fn read_task(worker_url: &str, task_id: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for _ in 0..2_000 {
+        let r = http("GET", worker_url, &format!("/v1/tasks/{task_id}/elements?max=7"), None)
+            .expect("worker answers");
+        if r.status == 404 {
+            continue;
+        }
+        let v = ok(&r);
+        out.extend(v["elements"].as_array().unwrap().iter().cloned());
+        if v["end_of_sequence"] == true {
+            return out;
+        }
+    }
+    panic!("task {task_id} never ended");
+}
+
+#[test]
+fn parallel_epochs_one_worker_reads_the_range_in_order() {
+    let d = Dispatcher::start(&[]);
+    let _w = Worker::start(&d.url, WORKER);
+    let got = read_all(&d.url, json!({"source": {"range": {"stop": 10}}}), options()).unwrap();
+    assert_eq!(ints(&got), (0..10).collect::<Vec<_>>());
+    // The iteration finished and the client released its lease.
+    let job = ok(&d.call("GET", "/v1/jobs/5000", None));
+    assert_eq!(job["iterations"][0]["finished"], true);
+    assert_eq!(job["iterations"][0]["num_clients"], 0);
+}
+
+#[test]
+fn parallel_epochs_every_element_once_per_worker() {
+    let d = Dispatcher::start(&[]);
+    let workers: Vec<Worker> = (0..3).map(|_| Worker::start(&d.url, WORKER)).collect();
+    let got = read_all(&d.url, json!({"source": {"range": {"stop": 50}}}), options()).unwrap();
+    let c = counts(&ints(&got));
+    assert_eq!(c.len(), 50);
+    assert!(c.iter().all(|(k, n)| (0..50).contains(k) && *n == workers.len()), "{c:?}");
+}
+
+fn distributed_epoch_exactly_once(num_workers: usize) {
+    let d = Dispatcher::start(&[]);
+    let _workers: Vec<Worker> =
+        (0..num_workers).map(|_| Worker::start(&d.url, &["--buffer", "32"])).collect();
+    let opts = DistributeOptions {
+        processing_mode: distributed(),
+        split_size: Some(16),
+        elements_per_request: 20,
+        ..options()
+    };
+    let got = read_all(&d.url, json!({"source": {"range": {"stop": 2000}}}), opts).unwrap();
+    let mut got = ints(&got);
+    got.sort_unstable();
+    assert_eq!(got, (0..2000).collect::<Vec<_>>(), "every element exactly once");
+    let job = ok(&d.call("GET", "/v1/jobs/5000", None));
+    assert_eq!(job["iterations"][0]["tasks"].as_array().unwrap().len(), num_workers);
+}
+
+#[test]
+fn distributed_epoch_two_workers_every_element_exactly_once() {
+    distributed_epoch_exactly_once(2);
+}
+
+#[test]
+fn distributed_epoch_four_workers_every_element_exactly_once() {
+    distributed_epoch_exactly_once(4);
+}
+
+#[test]
+fn distributed_epoch_with_repeat_reads_each_element_per_repetition() {
+    let d = Dispatcher::start(&[]);
+    let _w: Vec<Worker> = (0..2).map(|_| Worker::start(&d.url, WORKER)).collect();
+    let opts =
+        DistributeOptions { processing_mode: distributed(), split_size: Some(3), ..options() };
+    let ds = json!({"source": {"range": {"stop": 20}}, "transforms": [{"repeat": 5}]});
+    let got = read_all(&d.url, ds, opts).unwrap();
+    let c = counts(&ints(&got));
+    assert_eq!(c.len(), 20);
+    assert!(c.values().all(|n| *n == 5), "{c:?}");
+}
+
+/// Two workers registered in order against a fixed worker list of placeholders: the first
+/// is shard 0, the second shard 1.
+fn static_cluster() -> (Dispatcher, Worker, Worker) {
+    let d = Dispatcher::start(&["--worker-addresses", "127.0.0.1:%port%,127.0.0.1:%port%"]);
+    let first = Worker::start(&d.url, WORKER);
+    let second = Worker::start(&d.url, WORKER);
+    (d, first, second)
+}
+
+fn shards_by_worker(
+    d: &Dispatcher,
+    ds: Value,
+    policy: &str,
+    workers: [&Worker; 2],
+) -> [Vec<Value>; 2] {
+    let tasks = raw_iteration(d, ds, json!({"sharding_policy": policy}));
+    assert_eq!(tasks.len(), 2);
+    workers.map(|w| {
+        let (task, url) = tasks.iter().find(|(_, url)| *url == w.url).expect("a task per worker");
+        read_task(url, task)
+    })
+}
+
+#[test]
+fn file_sharding_reads_the_static_file_shards() {
+    let dir = TempDir::new("fileshard");
+    let paths: Vec<String> = (0..4)
+        .map(|i| {
+            let p = dir.0.join(format!("part-{i}.txt"));
+            std::fs::write(&p, format!("f{i}-a\nf{i}-b\n")).unwrap();
+            p.to_str().unwrap().to_owned()
+        })
+        .collect();
+    let (d, w0, w1) = static_cluster();
+    let ds = json!({"source": {"files": {"paths": paths, "format": "lines"}}});
+    let [s0, s1] = shards_by_worker(&d, ds, "FILE", [&w0, &w1]);
+    assert_eq!(s0, json!(["f0-a", "f0-b", "f2-a", "f2-b"]).as_array().unwrap().clone());
+    assert_eq!(s1, json!(["f1-a", "f1-b", "f3-a", "f3-b"]).as_array().unwrap().clone());
+}
+
+#[test]
+fn data_sharding_reads_the_static_element_shards() {
+    let (d, w0, w1) = static_cluster();
+    let ds = json!({"source": {"range": {"stop": 10}}});
+    let [s0, s1] = shards_by_worker(&d, ds.clone(), "DATA", [&w0, &w1]);
+    assert_eq!(ints(&s0), [0, 2, 4, 6, 8]);
+    assert_eq!(ints(&s1), [1, 3, 5, 7, 9]);
+    // FILE_OR_DATA falls back to DATA for a range; HINT shards at the shard_hint.
+    let [s0, s1] = shards_by_worker(&d, ds, "FILE_OR_DATA", [&w0, &w1]);
+    assert_eq!((ints(&s0), ints(&s1)), (vec![0, 2, 4, 6, 8], vec![1, 3, 5, 7, 9]));
+    let hinted =
+        json!({"source": {"range": {"stop": 6}}, "transforms": [{"shard_hint": {}}, {"take": 2}]});
+    let [s0, s1] = shards_by_worker(&d, hinted, "HINT", [&w0, &w1]);
+    assert_eq!((ints(&s0), ints(&s1)), (vec![0, 2], vec![1, 3]));
+}
+
+#[test]
+fn coordinated_reads_give_two_consumers_aligned_rounds() {
+    let d = Dispatcher::start(&[]);
+    let _w: Vec<Worker> = (0..2).map(|_| Worker::start(&d.url, WORKER)).collect();
+    let ds = json!({"source": {"range": {"stop": 100}}, "transforms": [{"repeat": null}]});
+    let consumer = |i: u64| {
+        let opts = DistributeOptions {
+            job_name: Some("coordinated".into()),
+            num_consumers: Some(2),
+            consumer_index: Some(i),
+            ..options()
+        };
+        distribute(&d.url, dataset(ds.clone()), opts).take(20).try_collect::<Vec<Value>>()
+    };
+    let (a, b) = runtime().block_on(async {
+        let both = async { tokio::join!(consumer(0), consumer(1)) };
+        tokio::time::timeout(Duration::from_secs(60), both).await.expect("in time")
+    });
+    let (a, b) = (ints(&a.unwrap()), ints(&b.unwrap()));
+    // Round r visits both tasks in order; in each task's round the two consumers get the
+    // task's next two elements: consumer 0 the first, consumer 1 the second.
+    let expect_a: Vec<i64> = (0..10).flat_map(|r| [2 * r, 2 * r]).collect();
+    let expect_b: Vec<i64> = expect_a.iter().map(|x| x + 1).collect();
+    assert_eq!(a, expect_a);
+    assert_eq!(b, expect_b);
+}
+
+#[test]
+fn job_sharing_by_name_splits_the_data_between_clients() {
+    let d = Dispatcher::start(&[]);
+    let _w = Worker::start(&d.url, &["--buffer", "4"]);
+    let ds = json!({"source": {"range": {"stop": 300}}});
+    let client = || {
+        let opts = DistributeOptions {
+            job_name: Some("shared".into()),
+            elements_per_request: 3,
+            ..options()
+        };
+        distribute(&d.url, dataset(ds.clone()), opts).try_collect::<Vec<Value>>()
+    };
+    let (a, b) = runtime().block_on(async {
+        let both = async { tokio::join!(client(), client()) };
+        tokio::time::timeout(Duration::from_secs(60), both).await.expect("in time")
+    });
+    let (a, b) = (ints(&a.unwrap()), ints(&b.unwrap()));
+    let mut all: Vec<i64> = a.iter().chain(&b).copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..300).collect::<Vec<_>>(), "each element read by exactly one client");
+    // One job, one iteration, one task: the clients shared them.
+    let job = ok(&d.call("GET", "/v1/jobs/5000", None));
+    assert_eq!(job["job_name"], "shared");
+    assert_eq!(job["iterations"].as_array().unwrap().len(), 1);
+}
+
+/// What core's pipeline produces for `ds` unsharded: the reference sequence.
+fn reference(ds: &Value) -> Vec<Value> {
+    let mut p = Pipeline::new(&dataset(ds.clone()), Sharding::Off).unwrap();
+    let mut out = Vec::new();
+    loop {
+        match p.next() {
+            Step::Element(e) => out.push(e),
+            Step::End => return out,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn repeat_take_and_seeded_shuffle_give_the_expected_sequences() {
+    let d = Dispatcher::start(&[]);
+    let _w = Worker::start(&d.url, &["--buffer", "8"]);
+    let ds =
+        json!({"source": {"range": {"stop": 10}}, "transforms": [{"repeat": 2}, {"take": 15}]});
+    let got = ints(&read_all(&d.url, ds, options()).unwrap());
+    assert_eq!(got, (0..10).chain(0..5).collect::<Vec<_>>());
+
+    let shuffled = json!({"source": {"range": {"stop": 40}}, "transforms": [
+        {"shuffle": {"buffer": 8, "seed": 7}}, {"repeat": 2}, {"batch": {"size": 6}}
+    ]});
+    let got = read_all(&d.url, shuffled.clone(), options()).unwrap();
+    assert_eq!(got, reference(&shuffled));
+    assert_ne!(got[0], json!([0, 1, 2, 3, 4, 5]), "shuffled");
+    // Seeded: a second epoch gives the same sequence.
+    assert_eq!(read_all(&d.url, shuffled, options()).unwrap(), got);
+}
+
+/// A worker killed with kill -9 in the middle of a DYNAMIC epoch: the dispatcher declares it
+/// lost after `--worker-timeout`, hands its unacknowledged splits to the other worker, and the
+/// epoch completes with every element. Elements of the split that was in flight on the killed
+/// worker may come twice (at-least-once for that split), never zero times.
+#[test]
+fn worker_killed_mid_epoch_loses_no_element() {
+    let d = Dispatcher::start(&["--worker-timeout", "2s"]);
+    let survivor = Worker::start(&d.url, &["--heartbeat-interval", "200ms", "--buffer", "8"]);
+    let mut victim = Worker::start(&d.url, &["--heartbeat-interval", "200ms", "--buffer", "8"]);
+    let opts = DistributeOptions {
+        processing_mode: distributed(),
+        split_size: Some(10),
+        elements_per_request: 4,
+        max_outstanding_requests: 2,
+        ..options()
+    };
+    let got = runtime().block_on(async {
+        let mut stream =
+            distribute(&d.url, dataset(json!({"source": {"range": {"stop": 3000}}})), opts);
+        let mut got = Vec::new();
+        let read = async {
+            while let Some(e) = stream.next().await {
+                got.push(e.expect("no error"));
+                if got.len() == 300 {
+                    victim.kill();
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), read).await.expect("the epoch ends");
+        got
+    });
+    let c = counts(&ints(&got));
+    assert_eq!(c.len(), 3000, "no element lost");
+    assert!(c.keys().all(|k| (0..3000).contains(k)));
+    let duplicates: usize = c.values().map(|n| n - 1).sum();
+    assert!(duplicates <= 20, "at most the in-flight split comes again: {duplicates}");
+    assert!(c.values().all(|n| *n <= 2));
+    let workers = ok(&d.call("GET", "/v1/workers", None));
+    let lost: Vec<&Value> =
+        workers["workers"].as_array().unwrap().iter().filter(|w| w["alive"] == false).collect();
+    assert_eq!(lost.len(), 1, "{workers}");
+    assert_ne!(lost[0]["worker_address"], survivor.address());
+}
+
+#[test]
+fn bad_reads_are_problems_and_the_worker_keeps_working() {
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, WORKER);
+    let problem = |path: &str, status: u16, code: &str| {
+        let r = w.call("GET", path);
+        assert_eq!(r.status, status, "{path}: {}", r.body);
+        assert_eq!(r.header("content-type"), Some("application/problem+json"), "{path}");
+        let p = r.json();
+        assert_eq!(p["code"], code, "{path}: {p}");
+        for k in ["type", "title", "status", "detail"] {
+            assert!(p.get(k).is_some(), "{path}: {k}");
+        }
+        p
+    };
+    let p = problem("/v1/tasks/999999/elements", 404, "NOT_FOUND");
+    assert!(p["detail"].as_str().unwrap().contains("not known to this worker"), "{p}");
+    problem("/v1/tasks/abc/elements", 400, "INVALID_ARGUMENT");
+    problem("/v1/tasks/-1/elements", 400, "INVALID_ARGUMENT");
+    problem("/nope", 404, "NOT_FOUND");
+    let r = http("POST", &w.url, "/v1/tasks/1/elements", Some(&json!({}))).unwrap();
+    assert_eq!((r.status, r.json()["code"].clone()), (405, json!("INVALID_ARGUMENT")));
+
+    let tasks =
+        raw_iteration(&d, json!({"source": {"range": {"stop": 5}}}), json!("parallel_epochs"));
+    let task = &tasks[0].0;
+    for (query, what) in [
+        ("max=abc", "invalid query"),
+        ("max=0", "max must be"),
+        ("max=10001", "max must be"),
+        ("bogus=1", "unknown field"),
+        ("consumer_index=0&round=0", "only for coordinated reads"),
+    ] {
+        // The first read may meet the task before the worker fetched it: retry the 404.
+        let path = format!("/v1/tasks/{task}/elements?{query}");
+        let r = (0..1000)
+            .map(|_| w.call("GET", &path))
+            .find(|r| r.status != 404)
+            .expect("the worker learns the task");
+        assert_eq!(r.status, 400, "{query}: {}", r.body);
+        assert!(r.json()["detail"].as_str().unwrap().contains(what), "{query}: {}", r.body);
+    }
+    assert_eq!(ints(&read_task(&w.url, task)), [0, 1, 2, 3, 4]);
+    // A completed task keeps answering the end of the sequence.
+    let v = ok(&w.call("GET", &format!("/v1/tasks/{task}/elements")));
+    assert_eq!(v, json!({"elements": [], "end_of_sequence": true}));
+}
+
+#[test]
+fn a_dataset_whose_files_do_not_exist_fails_clearly() {
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, WORKER);
+    let ds = json!({"source": {"files": {"paths": ["/nonexistent/shardwise/part-0"], "format": "lines"}}});
+    let err = read_all(&d.url, ds, options()).unwrap_err();
+    assert_eq!(err.code(), "FAILED_PRECONDITION", "{err}");
+    let text = err.to_string();
+    assert!(text.contains("cannot read the file") && text.contains("part-0"), "{text}");
+    // The rest keeps working.
+    let got = read_all(&d.url, json!({"source": {"range": {"stop": 3}}}), options()).unwrap();
+    assert_eq!(ints(&got), [0, 1, 2]);
+    assert_eq!(w.call("GET", "/healthz").status, 200);
+}
+
+fn metric(w: &Worker, name: &str) -> u64 {
+    let text = w.call("GET", "/metrics").body;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[test]
+fn production_pauses_at_the_buffer_bound() {
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, &["--buffer", "8"]);
+    let tasks = raw_iteration(
+        &d,
+        json!({"source": {"range": {"stop": 1000000}}}),
+        json!("parallel_epochs"),
+    );
+    let path = format!("/v1/tasks/{}/elements?max=1", tasks[0].0);
+    // The first read starts the producer.
+    let first = (0..1000).map(|_| w.call("GET", &path)).find(|r| r.status != 404).unwrap();
+    assert_eq!(ints(ok(&first)["elements"].as_array().unwrap()), [0]);
+    // The buffer fills to its bound and no further: produced - served never exceeds 8.
+    let mut full = false;
+    for _ in 0..2_000 {
+        let buffered = metric(&w, "shardwise_worker_buffered_elements");
+        assert!(buffered <= 8, "buffered {buffered}");
+        if buffered == 8 {
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "the buffer fills");
+    for _ in 0..50 {
+        let produced = metric(&w, "shardwise_worker_elements_produced_total");
+        let served = metric(&w, "shardwise_worker_elements_served_total");
+        assert_eq!((produced, served), (9, 1), "production paused at the bound");
+    }
+    // A large read gets at most the buffered elements, in order.
+    let big = format!("/v1/tasks/{}/elements?max=1000", tasks[0].0);
+    let v = ok(&w.call("GET", &big));
+    let got = ints(v["elements"].as_array().unwrap());
+    assert!(!got.is_empty() && got.len() <= 8, "{got:?}");
+    assert_eq!(got, (1..=got.len() as i64).collect::<Vec<_>>());
+}
+
+#[test]
+fn worker_serves_health_and_the_one_openapi_document() {
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, WORKER);
+    assert_eq!(ok(&w.call("GET", "/healthz"))["status"], "ok");
+    let from_worker = ok(&w.call("GET", "/openapi.json"));
+    let from_dispatcher = ok(&d.call("GET", "/openapi.json", None));
+    assert_eq!(from_worker, from_dispatcher, "one document");
+    let op = &from_worker["paths"]["/v1/tasks/{task_id}/elements"]["get"];
+    assert_eq!(op["tags"], json!(["worker-data-plane"]));
+    // The dispatcher itself does not serve the element route.
+    assert_eq!(d.call("GET", "/v1/tasks/4000/elements", None).status, 404);
+}
+
+#[test]
+fn worker_with_tokens_presents_its_own_and_requires_a_client_token() {
+    let dir = TempDir::new("workerauth");
+    let tokens = dir.0.join("tokens.json");
+    let (worker_token, client_token) = ("worker-token-0123456789", "client-token-0123456789");
+    std::fs::write(
+        &tokens,
+        json!({"tokens": [{"role": "worker", "token": worker_token}, {"role": "client", "token": client_token}]})
+            .to_string(),
+    )
+    .unwrap();
+    let token_file = dir.0.join("worker.token");
+    std::fs::write(&token_file, format!("{worker_token}\n")).unwrap();
+    let tokens = tokens.to_str().unwrap();
+    let d = Dispatcher::start(&["--auth-tokens", tokens]);
+    // Without a token the worker cannot register.
+    let err = Worker::try_start(&d.url, &[]).unwrap_err();
+    assert!(err.contains("refused to register") && err.contains("UNAUTHENTICATED"), "{err}");
+    let w = Worker::start(
+        &d.url,
+        &["--token-file", token_file.to_str().unwrap(), "--auth-tokens", tokens],
+    );
+    assert_eq!(w.call("GET", "/v1/tasks/4000/elements").status, 401);
+    assert_eq!(w.call("GET", "/healthz").status, 200);
+    let opts = DistributeOptions { token: Some(client_token.into()), ..options() };
+    let got = read_all(&d.url, json!({"source": {"range": {"stop": 4}}}), opts).unwrap();
+    assert_eq!(ints(&got), [0, 1, 2, 3]);
+    assert!(!w.output().contains(worker_token), "tokens are never printed");
+}
+
+#[test]
+fn worker_notices_a_dispatcher_restart_without_state_and_registers_again() {
+    let mut d = Dispatcher::start(&[]);
+    let port = d.url.rsplit(':').next().unwrap().to_owned();
+    let w = Worker::start(&d.url, &["--heartbeat-interval", "100ms"]);
+    let tasks =
+        raw_iteration(&d, json!({"source": {"range": {"stop": 1000}}}), json!("parallel_epochs"));
+    let (task, _) = &tasks[0];
+    let path = format!("/v1/tasks/{task}/elements?max=2");
+    let first = (0..1000).map(|_| w.call("GET", &path)).find(|r| r.status != 404).unwrap();
+    assert_eq!(ints(ok(&first)["elements"].as_array().unwrap()), [0, 1]);
+    // kill -9 and a restart on the same port without a journal: a new incarnation.
+    d.kill();
+    let d2 = Dispatcher::try_start_on(&port, &[]).expect("restarts on the same port");
+    // The worker registers again by itself, so a new epoch over it works (task ids start
+    // over: the new iteration's task has the old task's id, and never serves its data).
+    let got = read_all(&d2.url, json!({"source": {"range": {"stop": 3}}}), options()).unwrap();
+    assert_eq!(ints(&got), [0, 1, 2]);
+    assert!(w.wait_for_output("has a new incarnation"), "{}", w.output());
+    assert!(w.wait_for_output("is not fault tolerant"), "{}", w.output());
+    assert!(w.output().contains(&format!("[{task}]")), "{}", w.output());
+}
+
+#[test]
+fn worker_exits_cleanly_on_sigterm() {
+    let d = Dispatcher::start(&[]);
+    let mut w = Worker::start(&d.url, WORKER);
+    let pid = w.child.id().to_string();
+    let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let mut exited = None;
+    for _ in 0..5_000 {
+        if let Ok(Some(s)) = w.child.try_wait() {
+            exited = Some(s);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(exited.and_then(|s| s.code()), Some(0), "exits with 0 on SIGTERM");
+}
+
+#[test]
+fn target_workers_auto_skips_colocated_workers_and_any_reads_them() {
+    let d = Dispatcher::start(&[]);
+    let _plain = Worker::start(&d.url, WORKER);
+    let _colocated =
+        Worker::start(&d.url, &["--tags", "COLOCATED", "--heartbeat-interval", "200ms"]);
+    let ds = json!({"source": {"range": {"stop": 5}}});
+    // AUTO skips the COLOCATED worker's task and ends when the tasks it reads end.
+    let got = read_all(&d.url, ds.clone(), options()).unwrap();
+    assert_eq!(ints(&got), [0, 1, 2, 3, 4]);
+    let any = DistributeOptions {
+        target_workers: shardwise_core::dispatch::TargetWorkers::Any,
+        ..options()
+    };
+    let c = counts(&ints(&read_all(&d.url, ds, any).unwrap()));
+    assert!(c.len() == 5 && c.values().all(|n| *n == 2), "{c:?}");
+}
+
+#[test]
+fn distributed_epoch_over_files_and_split_items_reads_each_once() {
+    let dir = TempDir::new("dynfiles");
+    let paths: Vec<String> = (0..5)
+        .map(|i| {
+            let p = dir.0.join(format!("part-{i}.jsonl"));
+            std::fs::write(&p, format!("{{\"f\": {i}, \"n\": 0}}\n{{\"f\": {i}, \"n\": 1}}\n"))
+                .unwrap();
+            p.to_str().unwrap().to_owned()
+        })
+        .collect();
+    let d = Dispatcher::start(&[]);
+    let _w: Vec<Worker> = (0..2).map(|_| Worker::start(&d.url, WORKER)).collect();
+    let opts = DistributeOptions { processing_mode: distributed(), ..options() };
+    let ds = json!({"source": {"files": {"paths": paths, "format": "jsonl"}}});
+    let mut got: Vec<(i64, i64)> = read_all(&d.url, ds, opts.clone())
+        .unwrap()
+        .iter()
+        .map(|v| (v["f"].as_i64().unwrap(), v["n"].as_i64().unwrap()))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, (0..5).flat_map(|f| [(f, 0), (f, 1)]).collect::<Vec<_>>());
+    // A `splits` source: each item is one element.
+    let items: Vec<Value> = (0..30).map(|i| json!({"uri": format!("gs://b/{i}")})).collect();
+    let ds = json!({"source": {"splits": {"items": items.clone()}}});
+    let mut got = read_all(&d.url, ds, opts).unwrap();
+    got.sort_by_key(|v| v["uri"].as_str().unwrap()[7..].parse::<u32>().unwrap());
+    assert_eq!(got, items);
+}
+
+#[test]
+fn coordinated_reads_stay_aligned_when_a_worker_joins() {
+    let d = Dispatcher::start(&[]);
+    let _first = Worker::start(&d.url, WORKER);
+    let ds = json!({"source": {"range": {"stop": 1000000}}, "transforms": [{"repeat": null}]});
+    let (a, b) = runtime().block_on(async {
+        let consumer = |i: u64| {
+            let opts = DistributeOptions {
+                job_name: Some("joining".into()),
+                num_consumers: Some(2),
+                consumer_index: Some(i),
+                ..options()
+            };
+            distribute(&d.url, dataset(ds.clone()), opts)
+        };
+        let (mut s0, mut s1) = (consumer(0), consumer(1));
+        let mut a: Vec<Value> = Vec::new();
+        let mut b: Vec<Value> = Vec::new();
+        let read = async {
+            let mut second = None;
+            while a.len() < 200 {
+                let (x, y) = tokio::join!(s0.next(), s1.next());
+                a.push(x.expect("endless").expect("no error"));
+                b.push(y.expect("endless").expect("no error"));
+                if a.len() == 20 {
+                    // A second worker joins mid-read: its task is pending until both
+                    // consumers agreed on the round it starts in.
+                    let url = d.url.clone();
+                    second = Some(tokio::task::spawn_blocking(move || Worker::start(&url, WORKER)));
+                }
+            }
+            second.expect("started").await.expect("worker")
+        };
+        let _second = tokio::time::timeout(Duration::from_secs(60), read).await.expect("in time");
+        (ints(&a), ints(&b))
+    });
+    // Every step both consumers read the same task's round: consecutive elements.
+    for (j, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(*y, x + 1, "step {j}: {x} and {y} are not one round of one task");
+    }
+    // The second worker's task joined: its stream (starting at 0) shows up after step 20.
+    assert!(a[20..].iter().any(|x| *x < 10), "the new task was read: {a:?}");
+}
+
+/// The dispatcher killed with kill -9 mid-epoch in fault-tolerant mode and restarted on the
+/// same port and work dir: workers and the client retry while it is down and carry on (same
+/// incarnation), and the DYNAMIC epoch completes with every element exactly once.
+#[test]
+fn fault_tolerant_dispatcher_killed_mid_epoch_and_restarted_loses_nothing() {
+    let dir = TempDir::new("ftrestart");
+    let ft = ["--work-dir", dir.path(), "--fault-tolerant"];
+    let mut d = Dispatcher::start(&ft);
+    let port = d.url.rsplit(':').next().unwrap().to_owned();
+    let url = d.url.clone();
+    let _w: Vec<Worker> = (0..2)
+        .map(|_| Worker::start(&url, &["--heartbeat-interval", "100ms", "--buffer", "8"]))
+        .collect();
+    let opts = DistributeOptions {
+        processing_mode: distributed(),
+        split_size: Some(10),
+        elements_per_request: 4,
+        ..options()
+    };
+    let mut restarted = None;
+    let got = runtime().block_on(async {
+        let mut stream =
+            distribute(&url, dataset(json!({"source": {"range": {"stop": 2000}}})), opts);
+        let mut got = Vec::new();
+        let read = async {
+            while let Some(e) = stream.next().await {
+                got.push(e.expect("no error"));
+                if got.len() == 300 {
+                    d.kill();
+                    let port = port.clone();
+                    let ft: Vec<String> = ft.iter().map(|s| s.to_string()).collect();
+                    restarted = Some(
+                        tokio::task::spawn_blocking(move || {
+                            let args: Vec<&str> = ft.iter().map(String::as_str).collect();
+                            Dispatcher::try_start_on(&port, &args)
+                        })
+                        .await
+                        .expect("join")
+                        .expect("restarts"),
+                    );
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), read).await.expect("the epoch ends");
+        got
+    });
+    let mut got = ints(&got);
+    got.sort_unstable();
+    assert_eq!(got, (0..2000).collect::<Vec<_>>(), "every element exactly once");
+    let d2 = restarted.expect("restarted");
+    let job = ok(&d2.call("GET", "/v1/jobs/5000", None));
+    assert_eq!(job["iterations"][0]["finished"], true);
+}
+
+#[test]
+fn dropping_the_stream_releases_the_client() {
+    let d = Dispatcher::start(&[]);
+    let _w = Worker::start(&d.url, WORKER);
+    let released = runtime().block_on(async {
+        let ds = dataset(json!({"source": {"range": {"stop": 1000000}}}));
+        let first: Vec<Value> =
+            distribute(&d.url, ds, options()).take(3).try_collect().await.expect("three elements");
+        assert_eq!(ints(&first), [0, 1, 2]);
+        // The stream is dropped: its reader releases the lease in the background.
+        for _ in 0..1_000 {
+            let job = ok(&d.call("GET", "/v1/jobs/5000", None));
+            if job["iterations"][0]["num_clients"] == 0 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    });
+    assert!(released, "the client lease is released");
+}
