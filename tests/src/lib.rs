@@ -402,3 +402,128 @@ impl Drop for Worker {
         self.kill();
     }
 }
+
+/// The repository's root directory.
+pub fn repo_root() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository root").to_owned()
+}
+
+/// The cargo target directory this test executable was built in
+/// (`<target>/<profile>/deps/<test>` -> `<target>`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.ancestors().nth(3).expect("target dir above <profile>/deps").to_owned()
+}
+
+/// A child process with captured output: stdout line by line (also on a channel, to wait for
+/// a line) and stderr whole. Killed (SIGKILL) on drop.
+#[derive(Debug)]
+pub struct Process {
+    /// The child process.
+    pub child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    stdout: std::sync::Arc<std::sync::Mutex<String>>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Process {
+    /// Spawns `cmd` with no stdin and piped stdout and stderr.
+    pub fn spawn(cmd: &mut Command) -> Process {
+        use std::io::{BufRead, Read};
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (out, mut pipe) =
+            (stdout.clone(), std::io::BufReader::new(child.stdout.take().expect("stdout")));
+        let out_reader = std::thread::spawn(move || {
+            let mut line = String::new();
+            while pipe.read_line(&mut line).is_ok_and(|n| n > 0) {
+                out.lock().expect("stdout lock").push_str(&line);
+                let _ = tx.send(line.trim_end_matches('\n').to_owned());
+                line.clear();
+            }
+        });
+        let (err, mut pipe) = (stderr.clone(), child.stderr.take().expect("stderr"));
+        let err_reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = pipe.read(&mut buf) {
+                err.lock().expect("stderr lock").push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Process { child, lines, stdout, stderr, readers: vec![out_reader, err_reader] }
+    }
+
+    /// Waits (at most `timeout`) for a stdout line `pred` accepts, skipping the others.
+    pub fn wait_for_line(
+        &self,
+        pred: impl Fn(&str) -> bool,
+        timeout: std::time::Duration,
+    ) -> Option<String> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if pred(&line) => return Some(line),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Everything it printed so far: (stdout, stderr).
+    pub fn output(&self) -> (String, String) {
+        let get = |s: &std::sync::Mutex<String>| s.lock().map(|s| s.clone()).unwrap_or_default();
+        (get(&self.stdout), get(&self.stderr))
+    }
+
+    /// Waits (at most `timeout`) for it to exit and returns its status and whole output; on
+    /// a timeout it is killed and the error tells what it printed.
+    pub fn finish(&mut self, timeout: std::time::Duration) -> Result<Run, String> {
+        let deadline = std::time::Instant::now() + timeout;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Ok(None) | Err(_) => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    let (stdout, stderr) = self.output();
+                    return Err(format!(
+                        "still running after {timeout:?}; killed.\nstdout:\n{stdout}\nstderr:\n{stderr}"
+                    ));
+                }
+            }
+        };
+        // The pipes close when it exits, unless a child of its own still holds them: give
+        // the readers a bounded time to see the end of its output.
+        let drained = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !self.readers.iter().all(|r| r.is_finished()) && std::time::Instant::now() < drained {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (stdout, stderr) = self.output();
+        Ok(Run { code: status.code().unwrap_or(-1), stdout, stderr })
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `cmd` to its end within `timeout`, output captured; panics (with its output) when it
+/// takes longer.
+pub fn run_bounded(cmd: &mut Command, timeout: std::time::Duration) -> Run {
+    let what = format!("{cmd:?}");
+    Process::spawn(cmd).finish(timeout).unwrap_or_else(|e| panic!("{what}: {e}"))
+}
