@@ -12,6 +12,9 @@
 //!   10,000 workers and two open iterations (one OFF, one DYNAMIC). The goal is that the cost
 //!   does not grow with the number of workers. `same_worker` repeats one worker's heartbeat
 //!   (its state stays cached) to separate the algorithm's growth from cache misses.
+//!   `request_floor` only reads the same requests as `workers` does (address, uid, tasks,
+//!   incarnation: cold memory at 10,000 workers, as the requests are set up in advance) and
+//!   builds the same reply, without the dispatcher: what `workers` cannot go below.
 //! * `client_heartbeat`: an iteration with 8 tasks.
 //! * `journal_1M`: encode 1,000,000 typical updates into one segment, decode that segment, and
 //!   replay 1,000,000 records recorded from a realistic run (decode + apply; goal < 2 s), with
@@ -26,7 +29,7 @@ use serde_json::json;
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::dispatcher::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, ProcessingMode, RegisterDataset,
-    SplitId, TaskProgress, WorkerHeartbeat, WorkerUpdate,
+    SplitId, TaskProgress, WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate,
 };
 use shardwise_core::dispatch::framing::{Tail, segment_header};
 use shardwise_core::dispatch::journal::{decode_updates, encode_update};
@@ -227,6 +230,32 @@ fn worker_heartbeat(c: &mut Criterion) {
                 let reply = d.worker_heartbeat(Millis(3 + i as u64), black_box(req)).unwrap();
                 drain(&mut d);
                 reply
+            })
+        });
+        // The same requests in the same order, only read (no dispatcher): the part of
+        // `workers` that is the benchmark's own cold memory, not the dispatcher's.
+        let incarnation = d.incarnation().to_owned();
+        group.bench_function(BenchmarkId::new("request_floor", n), |b| {
+            b.iter(|| {
+                let req = black_box(&reqs[(i * 7919) % reqs.len()]);
+                i += 1;
+                // The first and the last byte: every cache line of a short string.
+                let read = |s: &str| {
+                    let b = s.as_bytes();
+                    let end = |x: Option<&u8>| u64::from(x.copied().unwrap_or(0));
+                    b.len() as u64 ^ end(b.first()) ^ end(b.last()) << 8
+                };
+                let sum = read(req.worker_address.trim())
+                    ^ req.worker_uid.as_deref().map_or(0, read)
+                    ^ req.incarnation.as_deref().map_or(0, read)
+                    ^ req.current_tasks.iter().fold(req.tags.len() as u64, |h, t| h ^ t.0);
+                black_box(sum);
+                drain(&mut d);
+                WorkerHeartbeatReply {
+                    new_tasks: Vec::new(),
+                    tasks_to_delete: Vec::new(),
+                    incarnation: incarnation.clone(),
+                }
             })
         });
         // One worker over and over: its state stays in cache, so what remains of the growth

@@ -1375,6 +1375,7 @@ impl Sut {
                 self.d = Dispatcher::recover(dispatcher_config(), inc.into(), now, &self.journal)
                     .unwrap();
                 assert_eq!(self.d.state(), &before, "recovered state");
+                self.d.state().check_heartbeat_index().unwrap();
                 assert_eq!(self.d.poll_journal(), None);
             }
         }
@@ -1475,7 +1476,11 @@ impl StateMachineTest for DispatcherTest {
     fn check_invariants(sut: &Sut, m: &Model) {
         let state = sut.d.state();
         // 1. Replay equals the live state.
-        assert_eq!(&recover(dispatcher_config().worker_addresses, &sut.journal), state);
+        let replayed = recover(dispatcher_config().worker_addresses, &sut.journal);
+        assert_eq!(&replayed, state);
+        // The derived worker index mirrors the workers, live and replayed.
+        state.check_heartbeat_index().unwrap();
+        replayed.check_heartbeat_index().unwrap();
         // 6. The model and the state agree on what the model keeps.
         for (w, addr) in ADDRS.iter().enumerate() {
             let worker = &m.workers[w];

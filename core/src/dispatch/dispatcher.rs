@@ -508,8 +508,9 @@ pub enum Event {
 pub struct Dispatcher {
     config: DispatcherConfig,
     incarnation: String,
+    /// The durable state. When each worker was last heard from is kept next to what its
+    /// heartbeat checks, in the state's heartbeat index (not durable, not part of equality).
     state: State,
-    worker_seen: std::collections::HashMap<String, Millis>,
     client_deadline: BTreeMap<ClientId, Millis>,
     journal: VecDeque<Update>,
     events: VecDeque<Event>,
@@ -564,10 +565,12 @@ impl Dispatcher {
     fn with_state(
         config: DispatcherConfig,
         incarnation: String,
-        state: State,
+        mut state: State,
         now: Millis,
     ) -> Self {
-        let worker_seen = state.workers.keys().map(|a| (a.clone(), now)).collect();
+        for e in state.heartbeat_index.values_mut() {
+            e.seen = Some(now);
+        }
         let client_deadline =
             state.clients.keys().map(|c| (*c, now.plus(config.client_timeout))).collect();
         let next_check = now.plus(config.check_interval());
@@ -575,7 +578,6 @@ impl Dispatcher {
             config,
             incarnation,
             state,
-            worker_seen,
             client_deadline,
             journal: VecDeque::new(),
             events: VecDeque::new(),
@@ -756,19 +758,15 @@ impl Dispatcher {
             )));
         }
         // Fast path: a live worker of this incarnation, same uid, reporting exactly its tasks.
-        if let Some(w) = self.state.workers.get(addr)
-            && w.alive
-            && (req.worker_uid.is_none() || w.uid == req.worker_uid)
-            && req.incarnation.as_ref().is_none_or(|i| *i == self.incarnation)
+        // One probe of the heartbeat index, whatever the number of workers.
+        if req.incarnation.as_ref().is_none_or(|i| *i == self.incarnation)
             && self.state.open_round_robin.is_empty()
-            && w.tasks.iter().eq(req.current_tasks.iter())
+            && let Some(w) = self.state.heartbeat_index.get_mut(addr)
+            && w.alive
+            && (req.worker_uid.is_none() || w.uid_is(req.worker_uid.as_deref()))
+            && w.tasks() == req.current_tasks
         {
-            match self.worker_seen.get_mut(addr) {
-                Some(t) => *t = now,
-                None => {
-                    self.worker_seen.insert(addr.to_owned(), now);
-                }
-            }
+            w.seen = Some(now);
             return Ok(WorkerHeartbeatReply {
                 new_tasks: Vec::new(),
                 tasks_to_delete: Vec::new(),
@@ -797,7 +795,9 @@ impl Dispatcher {
             }
             Some((true, _)) => self.rejoin_round_robin(addr)?,
         }
-        self.worker_seen.insert(addr.to_owned(), now);
+        if let Some(w) = self.state.heartbeat_index.get_mut(addr) {
+            w.seen = Some(now);
+        }
         let assigned: &BTreeSet<TaskId> = match self.state.workers.get(addr) {
             Some(w) => &w.tasks,
             None => {
@@ -876,8 +876,8 @@ impl Dispatcher {
         now: Millis,
         req: &WorkerUpdate,
     ) -> Result<WorkerUpdateReply, DispatchError> {
-        if self.state.workers.contains_key(&req.worker_address) {
-            self.worker_seen.insert(req.worker_address.clone(), now);
+        if let Some(w) = self.state.heartbeat_index.get_mut(&req.worker_address) {
+            w.seen = Some(now);
         }
         let mut unknown_tasks = Vec::new();
         for u in &req.updates {
@@ -1309,31 +1309,29 @@ impl Dispatcher {
             )));
         }
         let worker = req.worker_address.as_str();
-        match self.state.workers.get(worker) {
-            None => {
-                return Err(DispatchError::NotFound(format!(
-                    "Worker with address {worker} not found."
-                )));
-            }
-            Some(w) if !w.alive => {
-                return Err(DispatchError::FailedPrecondition(format!(
-                    "worker {worker} was declared lost (no heartbeat for the worker timeout) and \
-                     its splits were handed to other workers; send a heartbeat to rejoin"
-                )));
-            }
-            Some(_) => {}
+        // One probe for the checks and, when they pass, for the last-seen time.
+        let Some(w) = self.state.heartbeat_index.get_mut(worker) else {
+            return Err(DispatchError::NotFound(format!(
+                "Worker with address {worker} not found."
+            )));
+        };
+        if !w.alive {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "worker {worker} was declared lost (no heartbeat for the worker timeout) and \
+                 its splits were handed to other workers; send a heartbeat to rejoin"
+            )));
         }
         // The worker's open tasks first (a handful), the iteration's whole task list only
         // when none matches (a finished task still entitles the worker to ask).
-        let has_task = self.state.workers.get(worker).is_some_and(|w| {
-            w.tasks
-                .iter()
-                .any(|t| self.state.tasks.get(t).is_some_and(|t| t.iteration_id == iteration_id))
-        }) || it
-            .tasks
+        let has_task = w
+            .tasks()
             .iter()
-            .filter_map(|t| self.state.tasks.get(t))
-            .any(|t| t.worker_address == worker);
+            .any(|t| self.state.tasks.get(t).is_some_and(|t| t.iteration_id == iteration_id))
+            || it
+                .tasks
+                .iter()
+                .filter_map(|t| self.state.tasks.get(t))
+                .any(|t| t.worker_address == worker);
         if !has_task {
             return Err(DispatchError::FailedPrecondition(format!(
                 "worker {worker} has no task in iteration {iteration_id}"
@@ -1347,12 +1345,7 @@ impl Dispatcher {
                 splits.repetition
             )));
         }
-        match self.worker_seen.get_mut(worker) {
-            Some(t) => *t = now,
-            None => {
-                self.worker_seen.insert(worker.to_owned(), now);
-            }
-        }
+        w.seen = Some(now);
         let held: &[SplitRef] = splits.leases.get(worker).map_or(&[], Vec::as_slice);
         let acked: Vec<SplitRef> = match &req.acknowledge {
             None => held.to_vec(),
@@ -1498,18 +1491,16 @@ impl Dispatcher {
             }
         }
         // 3. Silent workers.
-        let lost: Vec<String> = self
+        let mut lost: Vec<String> = self
             .state
-            .workers
-            .values()
-            .filter(|w| w.alive)
-            .filter(|w| {
-                self.worker_seen
-                    .get(&w.address)
-                    .is_none_or(|t| now.since(*t) > self.config.worker_timeout)
-            })
-            .map(|w| w.address.clone())
+            .heartbeat_index
+            .iter()
+            .filter(|(_, w)| w.alive)
+            .filter(|(_, w)| w.seen.is_none_or(|t| now.since(t) > self.config.worker_timeout))
+            .map(|(address, _)| address.into_owned())
             .collect();
+        // In address order, as `State::workers` lists them.
+        lost.sort_unstable();
         for address in lost {
             self.commit(Update::WorkerLost { address: address.clone() });
             self.events.push_back(Event::WorkerLost { address });

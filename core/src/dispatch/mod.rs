@@ -83,6 +83,7 @@
 pub mod dispatcher;
 pub mod error;
 pub mod framing;
+mod heartbeat_index;
 pub mod journal;
 pub mod state;
 pub mod types;

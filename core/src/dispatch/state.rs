@@ -2,14 +2,16 @@
 //!
 //! Everything here is what the journal records: [`State`] is exactly the fold of
 //! [`apply`] over the journal, so `recover(journal) == live state` holds by construction
-//! and is checked by the tests. Liveness timestamps are not here (they live in the
-//! [`super::Dispatcher`] and are reset on recovery).
+//! and is checked by the tests. Liveness timestamps are not durable state: the
+//! [`super::Dispatcher`] keeps them in the state's derived heartbeat index (next to what a
+//! worker heartbeat checks, outside equality and serialization) and resets them on recovery.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::heartbeat_index::HeartbeatIndex;
 use super::types::{
     ClientId, FIRST_DATASET_ID, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId,
 };
@@ -314,6 +316,9 @@ pub struct State {
     /// Coordinated-read iterations that are not finished.
     #[serde(skip)]
     pub open_round_robin: BTreeSet<IterationId>,
+    /// Workers by address, with what a steady-state heartbeat reads inline: one hash probe.
+    #[serde(skip)]
+    pub(crate) heartbeat_index: HeartbeatIndex,
 }
 
 /// One durable state change. The journal is a sequence of these; [`apply`] gives each its
@@ -491,8 +496,10 @@ impl State {
         }
     }
 
-    /// Rebuilds the indexes that are not serialized (after a snapshot is decoded).
+    /// Rebuilds the indexes that are not serialized (after a snapshot is decoded). When the
+    /// dispatcher last heard from each worker is kept.
     pub fn reindex(&mut self) {
+        self.heartbeat_index = HeartbeatIndex::build(&self.workers, &self.heartbeat_index);
         self.jobs_by_name = self.jobs.values().map(|j| (j.name.clone(), j.id)).collect();
         self.iterations_by_key.clear();
         self.open_round_robin.clear();
@@ -502,6 +509,23 @@ impl State {
                 self.open_round_robin.insert(it.id);
             }
         }
+    }
+
+    /// Checks that the heartbeat index (derived, not serialized) mirrors [`State::workers`]
+    /// exactly: what [`apply`] keeps in step must equal what [`State::reindex`] rebuilds. For
+    /// tests.
+    pub fn check_heartbeat_index(&self) -> Result<(), String> {
+        self.heartbeat_index.check(&self.workers)
+    }
+
+    /// Changes the worker at `address` and mirrors it into the heartbeat index. Every change
+    /// [`apply`] makes to a worker goes through here, or syncs the index right after it where
+    /// the borrows do not allow this.
+    fn update_worker<R>(&mut self, address: &str, f: impl FnOnce(&mut Worker) -> R) -> Option<R> {
+        let w = self.workers.get_mut(address)?;
+        let r = f(w);
+        self.heartbeat_index.sync(address, w);
+        Some(r)
     }
 
     /// The next generated dataset id that is not taken.
@@ -585,25 +609,30 @@ pub fn apply(state: &mut State, update: &Update) {
         }
         Update::RegisterWorker { address, tags, uid } => {
             state.worker_list.bind(address);
-            state.workers.entry(address.clone()).or_insert_with(|| Worker {
+            let w = state.workers.entry(address.clone()).or_insert_with(|| Worker {
                 address: address.clone(),
                 tags: tags.clone(),
                 alive: true,
                 uid: uid.clone(),
                 tasks: BTreeSet::new(),
             });
+            state.heartbeat_index.sync(address, w);
         }
         Update::WorkerRestarted { address, uid } => {
-            let Some(w) = state.workers.get_mut(address) else { return };
-            w.uid = uid.clone();
+            if state.update_worker(address, |w| w.uid = uid.clone()).is_none() {
+                return;
+            }
             for it in state.iterations.keys().copied().collect::<Vec<_>>() {
                 state.release_leases(it, address, true);
             }
         }
         Update::WorkerLost { address } => {
-            let Some(w) = state.workers.get_mut(address) else { return };
-            w.alive = false;
-            let tasks: Vec<TaskId> = w.tasks.iter().copied().collect();
+            let Some(tasks) = state.update_worker(address, |w| {
+                w.alive = false;
+                w.tasks.iter().copied().collect::<Vec<TaskId>>()
+            }) else {
+                return;
+            };
             let mut iterations = BTreeSet::new();
             for t in tasks {
                 if let Some(task) = state.tasks.get_mut(&t) {
@@ -619,12 +648,15 @@ pub fn apply(state: &mut State, update: &Update) {
             }
         }
         Update::WorkerRevived { address, uid } => {
-            let Some(w) = state.workers.get_mut(address) else { return };
-            w.alive = true;
-            if uid.is_some() {
-                w.uid = uid.clone();
-            }
-            let tasks: Vec<TaskId> = w.tasks.iter().copied().collect();
+            let Some(tasks) = state.update_worker(address, |w| {
+                w.alive = true;
+                if uid.is_some() {
+                    w.uid = uid.clone();
+                }
+                w.tasks.iter().copied().collect::<Vec<TaskId>>()
+            }) else {
+                return;
+            };
             for t in tasks {
                 let Some(task) = state.tasks.get_mut(&t) else { continue };
                 let unfinished =
@@ -634,9 +666,7 @@ pub fn apply(state: &mut State, update: &Update) {
                 } else {
                     // Its iteration finished while the worker was away: the task is over.
                     task.finished = true;
-                    if let Some(w) = state.workers.get_mut(address) {
-                        w.tasks.remove(&t);
-                    }
+                    state.update_worker(address, |w| w.tasks.remove(&t));
                 }
             }
         }
@@ -677,9 +707,7 @@ pub fn apply(state: &mut State, update: &Update) {
             if let Some(it) = state.iterations.get_mut(&task.iteration_id) {
                 it.tasks.push(task.id);
             }
-            if let Some(w) = state.workers.get_mut(&task.worker_address) {
-                w.tasks.insert(task.id);
-            }
+            state.update_worker(&task.worker_address, |w| w.tasks.insert(task.id));
             state.tasks.insert(task.id, task.clone());
         }
         Update::CreatePendingTask { task } => {
@@ -692,9 +720,7 @@ pub fn apply(state: &mut State, update: &Update) {
                     failures: 0,
                 });
             }
-            if let Some(w) = state.workers.get_mut(&task.worker_address) {
-                w.tasks.insert(task.id);
-            }
+            state.update_worker(&task.worker_address, |w| w.tasks.insert(task.id));
             state.tasks.insert(task.id, task.clone());
         }
         Update::ConsumerRound { iteration_id, consumer_index, rejected_new_target, accepted } => {
@@ -724,17 +750,13 @@ pub fn apply(state: &mut State, update: &Update) {
                 it.tasks.retain(|t| t != task_id);
                 it.pending.retain(|p| p.task_id != *task_id);
             }
-            if let Some(w) = state.workers.get_mut(&task.worker_address) {
-                w.tasks.remove(task_id);
-            }
+            state.update_worker(&task.worker_address, |w| w.tasks.remove(task_id));
         }
         Update::FinishTask { task_id } => {
             let Some(task) = state.tasks.get_mut(task_id) else { return };
             task.finished = true;
             let (iteration_id, worker) = (task.iteration_id, task.worker_address.clone());
-            if let Some(w) = state.workers.get_mut(&worker) {
-                w.tasks.remove(task_id);
-            }
+            state.update_worker(&worker, |w| w.tasks.remove(task_id));
             state.release_leases(iteration_id, &worker, false);
             state.recompute_finished(iteration_id);
         }
@@ -766,8 +788,10 @@ pub fn apply(state: &mut State, update: &Update) {
             for t in tasks {
                 if let Some(task) = state.tasks.get_mut(&t) {
                     task.finished = true;
-                    if let Some(w) = state.workers.get_mut(&task.worker_address) {
+                    let address = &task.worker_address;
+                    if let Some(w) = state.workers.get_mut(address) {
                         w.tasks.remove(&t);
+                        state.heartbeat_index.sync(address, w);
                     }
                 }
             }

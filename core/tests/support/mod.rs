@@ -727,6 +727,7 @@ impl Sim {
                 crashed
             );
         }
+        d.state().check_heartbeat_index().expect("heartbeat index after recovery");
         self.segments.push(segment_header().to_vec());
         self.d = Some(d);
         self.note("dispatcher recovered".into());
@@ -761,6 +762,7 @@ impl Sim {
         let replayed =
             recover(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
         assert!(&replayed == self.state(), "a snapshot replays to the live state");
+        replayed.check_heartbeat_index().expect("heartbeat index after a snapshot");
         self.note("journal compacted".into());
     }
 
@@ -769,6 +771,8 @@ impl Sim {
         let replayed =
             recover(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
         assert!(&replayed == self.state(), "replay equals the live state (seed {})", self.cfg.seed);
+        self.state().check_heartbeat_index().expect("live heartbeat index");
+        replayed.check_heartbeat_index().expect("replayed heartbeat index");
     }
 
     // --- workers --------------------------------------------------------------------------------

@@ -1,0 +1,384 @@
+//! The heartbeat index: the workers of [`State::workers`](super::State::workers) in a hash map
+//! whose buckets hold, inline, everything a steady-state heartbeat reads and writes.
+//!
+//! A heartbeat from one of 10,000 workers must cost what it costs with 100. The ordered map
+//! (the serialized truth, whose order task creation and replay depend on) takes about 13
+//! comparisons of cold heap strings to find a worker. Here it is one hash probe into one
+//! bucket: the address is compared, and the uid, the tasks, the liveness flag and the
+//! last-seen time are read and written, without following a pointer, as long as the
+//! address, the uid and the task list are short (K8s-style addresses, UUIDs, a handful of
+//! tasks); longer ones go to the heap and cost one more cache miss.
+//!
+//! The index is derived state: [`super::state::apply`] keeps it in step with every change to
+//! a worker, [`super::State::reindex`] rebuilds it, and it is neither serialized nor part of
+//! the state's equality. Only `seen` is the dispatcher's own (liveness, not durable).
+
+use std::borrow::{Borrow, Cow};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+use super::state::Worker;
+use super::types::{Millis, TaskId};
+
+/// Address bytes kept in the bucket (`<pod>.<service>.<namespace>.svc:<port>` fits).
+const ADDRESS_INLINE: usize = 78;
+/// Uid bytes kept in the bucket (a UUID is 36).
+const UID_INLINE: usize = 38;
+/// Task ids kept in the bucket.
+const TASKS_INLINE: usize = 3;
+
+/// Bytes stored inline when there are at most `N` (`N` < 256), on the heap otherwise.
+#[derive(Clone)]
+pub(crate) enum SmallBytes<const N: usize> {
+    /// Length and bytes (zero after the length).
+    Inline(u8, [u8; N]),
+    /// Longer than `N`.
+    Heap(Box<[u8]>),
+}
+
+impl<const N: usize> SmallBytes<N> {
+    fn new(bytes: &[u8]) -> Self {
+        match u8::try_from(bytes.len()) {
+            Ok(len) if bytes.len() <= N => {
+                let mut buf = [0; N];
+                buf[..bytes.len()].copy_from_slice(bytes);
+                SmallBytes::Inline(len, buf)
+            }
+            _ => SmallBytes::Heap(bytes.into()),
+        }
+    }
+
+    /// The bytes.
+    #[inline]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            SmallBytes::Inline(len, buf) => &buf[..usize::from(*len)],
+            SmallBytes::Heap(bytes) => bytes,
+        }
+    }
+}
+
+/// Hash and equality are those of the bytes, so the map is probed with `&[u8]`.
+impl<const N: usize> Borrow<[u8]> for SmallBytes<N> {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl<const N: usize> Hash for SmallBytes<N> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
+impl<const N: usize> PartialEq for SmallBytes<N> {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl<const N: usize> Eq for SmallBytes<N> {}
+
+impl<const N: usize> fmt::Debug for SmallBytes<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&String::from_utf8_lossy(self.as_bytes()), f)
+    }
+}
+
+/// Ascending task ids, inline when there are at most [`TASKS_INLINE`].
+#[derive(Clone)]
+pub(crate) enum TaskList {
+    /// How many, and the ids.
+    Inline(u8, [TaskId; TASKS_INLINE]),
+    /// More than [`TASKS_INLINE`].
+    Heap(Box<[TaskId]>),
+}
+
+impl TaskList {
+    fn new(tasks: &BTreeSet<TaskId>) -> Self {
+        if tasks.len() <= TASKS_INLINE {
+            let mut ids = [TaskId(0); TASKS_INLINE];
+            for (slot, t) in ids.iter_mut().zip(tasks) {
+                *slot = *t;
+            }
+            TaskList::Inline(tasks.len() as u8, ids)
+        } else {
+            TaskList::Heap(tasks.iter().copied().collect())
+        }
+    }
+
+    /// The ids, ascending.
+    #[inline]
+    pub(crate) fn as_slice(&self) -> &[TaskId] {
+        match self {
+            TaskList::Inline(len, ids) => &ids[..usize::from(*len)],
+            TaskList::Heap(ids) => ids,
+        }
+    }
+}
+
+impl PartialEq for TaskList {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for TaskList {}
+
+impl fmt::Debug for TaskList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+/// One worker's bucket value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeartbeatEntry {
+    /// [`Worker::alive`].
+    pub(crate) alive: bool,
+    /// [`Worker::uid`].
+    uid: Option<SmallBytes<UID_INLINE>>,
+    /// [`Worker::tasks`].
+    tasks: TaskList,
+    /// When the dispatcher last heard from the worker (`None`: not since it registered or
+    /// since the index was built). Liveness, not durable state: `apply` never sets it, the
+    /// dispatcher does, and a recovered dispatcher counts every worker as heard from.
+    pub(crate) seen: Option<Millis>,
+}
+
+impl HeartbeatEntry {
+    fn of(w: &Worker) -> Self {
+        HeartbeatEntry {
+            alive: w.alive,
+            uid: w.uid.as_deref().map(|u| SmallBytes::new(u.as_bytes())),
+            tasks: TaskList::new(&w.tasks),
+            seen: None,
+        }
+    }
+
+    /// [`Worker::uid`] equals `uid`.
+    #[inline]
+    pub(crate) fn uid_is(&self, uid: Option<&str>) -> bool {
+        self.uid.as_ref().map(SmallBytes::as_bytes) == uid.map(str::as_bytes)
+    }
+
+    /// [`Worker::tasks`], ascending.
+    #[inline]
+    pub(crate) fn tasks(&self) -> &[TaskId] {
+        self.tasks.as_slice()
+    }
+}
+
+/// See the module docs. Its iteration order is arbitrary: nothing may depend on it.
+#[derive(Clone, Default)]
+pub(crate) struct HeartbeatIndex(
+    HashMap<SmallBytes<ADDRESS_INLINE>, HeartbeatEntry, BuildHasherDefault<FxHasher>>,
+);
+
+impl fmt::Debug for HeartbeatIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HeartbeatIndex({} workers)", self.0.len())
+    }
+}
+
+impl HeartbeatIndex {
+    /// The index of `workers`, keeping the `seen` times `old` has for them.
+    pub(crate) fn build(workers: &BTreeMap<String, Worker>, old: &HeartbeatIndex) -> Self {
+        let mut map = HashMap::with_capacity_and_hasher(workers.len(), Default::default());
+        for (address, w) in workers {
+            let mut e = HeartbeatEntry::of(w);
+            e.seen = old.get(address).and_then(|o| o.seen);
+            map.insert(SmallBytes::new(address.as_bytes()), e);
+        }
+        HeartbeatIndex(map)
+    }
+
+    /// Mirrors the worker `w` at `address` (after `apply` changed or added it).
+    pub(crate) fn sync(&mut self, address: &str, w: &Worker) {
+        match self.0.get_mut(address.as_bytes()) {
+            Some(e) => {
+                e.alive = w.alive;
+                if !e.uid_is(w.uid.as_deref()) {
+                    e.uid = w.uid.as_deref().map(|u| SmallBytes::new(u.as_bytes()));
+                }
+                if e.tasks().iter().ne(&w.tasks) {
+                    e.tasks = TaskList::new(&w.tasks);
+                }
+            }
+            None => {
+                self.0.insert(SmallBytes::new(address.as_bytes()), HeartbeatEntry::of(w));
+            }
+        }
+    }
+
+    /// The entry of the worker at `address`.
+    #[inline]
+    pub(crate) fn get(&self, address: &str) -> Option<&HeartbeatEntry> {
+        self.0.get(address.as_bytes())
+    }
+
+    /// The entry of the worker at `address`, to record when it was heard from.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, address: &str) -> Option<&mut HeartbeatEntry> {
+        self.0.get_mut(address.as_bytes())
+    }
+
+    /// Every worker's address and entry, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Cow<'_, str>, &HeartbeatEntry)> + '_ {
+        self.0.iter().map(|(a, e)| (String::from_utf8_lossy(a.as_bytes()), e))
+    }
+
+    /// Every entry, in no particular order.
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut HeartbeatEntry> + '_ {
+        self.0.values_mut()
+    }
+
+    /// Whether the index mirrors `workers` exactly (`seen` aside).
+    pub(crate) fn check(&self, workers: &BTreeMap<String, Worker>) -> Result<(), String> {
+        if self.0.len() != workers.len() {
+            return Err(format!(
+                "the heartbeat index has {} workers, the state {}",
+                self.0.len(),
+                workers.len()
+            ));
+        }
+        for (address, w) in workers {
+            let want = HeartbeatEntry::of(w);
+            match self.get(address) {
+                Some(got) if HeartbeatEntry { seen: None, ..got.clone() } == want => {}
+                got => {
+                    return Err(format!("worker {address}: index has {got:?}, state {want:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The Fx hash (rustc's): a multiply and a rotate per 8 bytes, several times cheaper than
+/// SipHash on 50-byte addresses. Not collision resistant against chosen keys, which matters
+/// little here: whoever can choose worker addresses can register any number of workers.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FxHasher {
+    hash: u64,
+}
+
+const FX_SEED: u64 = 0xf135_7aea_2e62_a9c5;
+const FX_FOLD: u64 = 0x9e37_79b9_7f4a_7c15;
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash ^ word).wrapping_mul(FX_SEED).rotate_left(5);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(c);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        // The steps above are bijective, so distinct keys of a length keep distinct states,
+        // but a multiply mixes only upwards and the map takes buckets from the low bits and
+        // tags from the high ones: fold a full 128-bit product so every bit depends on all.
+        let m = u128::from(self.hash) * u128::from(FX_FOLD);
+        (m as u64) ^ ((m >> 64) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(address: &str, uid: Option<&str>, tasks: &[u64]) -> Worker {
+        Worker {
+            address: address.into(),
+            tags: Vec::new(),
+            alive: true,
+            uid: uid.map(Into::into),
+            tasks: tasks.iter().map(|t| TaskId(*t)).collect(),
+        }
+    }
+
+    #[test]
+    fn short_and_long_fields_round_trip() {
+        let long = "x".repeat(300);
+        let mut workers = BTreeMap::new();
+        for (a, uid, tasks) in [
+            ("a:1", None, &[][..]),
+            ("b:1", Some("u"), &[1, 2, 3][..]),
+            (long.as_str(), Some(long.as_str()), &[4, 5, 6, 7][..]),
+            ("", Some(""), &[8][..]),
+        ] {
+            workers.insert(a.to_owned(), worker(a, uid, tasks));
+        }
+        let index = HeartbeatIndex::build(&workers, &HeartbeatIndex::default());
+        index.check(&workers).unwrap();
+        let e = index.get(&long).unwrap();
+        assert!(e.uid_is(Some(&long)) && !e.uid_is(None) && !e.uid_is(Some("x")));
+        assert_eq!(e.tasks(), [4, 5, 6, 7].map(TaskId));
+        assert!(index.get("b:1").unwrap().uid_is(Some("u")));
+        assert!(index.get("a:1").unwrap().uid_is(None));
+        assert!(index.get("").unwrap().uid_is(Some("")));
+        assert!(index.get("b:1\0").is_none() && index.get("b:").is_none());
+        let mut index = index;
+        let mut w = workers[&long].clone();
+        w.tasks.clear();
+        w.uid = None;
+        w.alive = false;
+        index.sync(&long, &w);
+        workers.insert(long.clone(), w);
+        index.check(&workers).unwrap();
+        let mut names: Vec<String> = index.iter().map(|(a, _)| a.into_owned()).collect();
+        names.sort();
+        assert_eq!(names, workers.keys().cloned().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn fx_spreads_similar_addresses() {
+        use std::collections::HashSet;
+        use std::hash::BuildHasher;
+        let build = BuildHasherDefault::<FxHasher>::default();
+        for address in [
+            |i: usize| format!("w-{i:05}.svc:5050"),
+            |i: usize| format!("shardwise-worker-{i:05}.shardwise-workers.ml.svc:5050"),
+            |i: usize| format!("10.0.{}.{}:5050", i / 256, i % 256),
+            |i: usize| format!("worker-{i}"),
+        ] {
+            let hashes: Vec<u64> =
+                (0..10_000).map(|i| build.hash_one(address(i).as_bytes())).collect();
+            // 10,000 keys in 16,384 buckets (the low bits): about 7,490 distinct buckets if
+            // spread at random; 128 tags (the top 7 bits): all of them.
+            let buckets: HashSet<u64> = hashes.iter().map(|h| h & 0x3fff).collect();
+            let tags: HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+            assert!(buckets.len() > 7_200, "{} distinct buckets ({})", buckets.len(), address(1));
+            assert_eq!(tags.len(), 128, "{}", address(1));
+        }
+    }
+}
