@@ -5,7 +5,7 @@ use serde_json::json;
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::dispatcher::{
     ClientHeartbeat, CreateIteration, CreateJob, IterationLease, ProcessingMode, RegisterDataset,
-    WorkerHeartbeat,
+    TaskProgress, WorkerHeartbeat, WorkerUpdate,
 };
 use shardwise_core::dispatch::{
     Dispatcher, DispatcherConfig, Millis, ShardingPolicy, TargetWorkers, TaskId, Update, recover,
@@ -28,6 +28,8 @@ impl H {
             self.journal.push(u);
         }
         assert_eq!(&recover(vec![], &self.journal), self.d.state(), "replay equals live");
+        // The live derived indexes are what a recovery from a snapshot rebuilds.
+        self.d.state().check_heartbeat_index().expect("derived indexes");
     }
     fn worker(&mut self, now: u64, addr: &str, current: &[TaskId]) -> Vec<TaskId> {
         let r = self
@@ -126,6 +128,31 @@ fn im_03_late_worker_joins_through_a_pending_task() {
     assert_eq!(r.block_round, None);
     assert_eq!(r.tasks[1].task_id, t2[0]);
     assert_eq!(r.tasks[1].starting_round, 5);
+}
+
+/// A finished coordinated-read iteration takes no more consumers: a worker whose task in it
+/// finished gets no new pending task there (live and after a recovery from a snapshot alike).
+#[test]
+fn a_finished_coordinated_iteration_takes_no_rejoining_worker() {
+    let mut h = H::new();
+    h.worker(0, "w1", &[]);
+    let (_, leases) = h.job(2);
+    let t1 = h.worker(1, "w1", &[]);
+    assert_eq!(t1.len(), 1);
+    let r =
+        h.d.worker_update(
+            Millis(2),
+            &WorkerUpdate {
+                worker_address: "w1".into(),
+                updates: vec![TaskProgress { task_id: t1[0], completed: true }],
+            },
+        )
+        .unwrap();
+    assert!(r.unknown_tasks.is_empty());
+    h.sync();
+    assert!(h.hb(&leases[0], 0, None).iteration_finished);
+    // w1 reports no tasks: it is not handed a pending task in the finished iteration.
+    assert_eq!(h.worker(3, "w1", &[]), Vec::<TaskId>::new());
 }
 
 #[test]

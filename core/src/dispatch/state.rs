@@ -511,11 +511,27 @@ impl State {
         }
     }
 
-    /// Checks that the heartbeat index (derived, not serialized) mirrors [`State::workers`]
-    /// exactly: what [`apply`] keeps in step must equal what [`State::reindex`] rebuilds. For
-    /// tests.
+    /// Checks that the derived indexes (not serialized) are what [`State::reindex`] rebuilds:
+    /// the heartbeat index mirrors [`State::workers`] exactly, and the open coordinated-read
+    /// iterations and name lookups agree, so that a dispatcher recovered from a snapshot
+    /// behaves like the live one. For tests.
     pub fn check_heartbeat_index(&self) -> Result<(), String> {
-        self.heartbeat_index.check(&self.workers)
+        self.heartbeat_index.check(&self.workers)?;
+        let mut rebuilt = self.clone();
+        rebuilt.reindex();
+        if rebuilt.open_round_robin != self.open_round_robin {
+            return Err(format!(
+                "open coordinated-read iterations {:?}, rebuilt {:?}",
+                self.open_round_robin, rebuilt.open_round_robin
+            ));
+        }
+        if rebuilt.iterations_by_key != self.iterations_by_key {
+            return Err("iterations by job name and repetition differ from a rebuild".into());
+        }
+        if rebuilt.jobs_by_name != self.jobs_by_name {
+            return Err("jobs by name differ from a rebuild".into());
+        }
+        Ok(())
     }
 
     /// Changes the worker at `address` and mirrors it into the heartbeat index. Every change
@@ -553,6 +569,9 @@ impl State {
         }
         if some_finished && let Some(it) = self.iterations.get_mut(&iteration_id) {
             it.finished = true;
+            // As `reindex` has it: a finished iteration takes no more coordinated-read
+            // consumers (a rejoining worker gets no pending task in it).
+            self.open_round_robin.remove(&iteration_id);
         }
     }
 
