@@ -309,8 +309,12 @@ pub async fn version(State(s): State<AppState>) -> ApiResult {
 )]
 pub async fn worker_heartbeat(
     State(s): State<AppState>,
-    Body(req): Body<WorkerHeartbeat>,
+    Body(mut req): Body<WorkerHeartbeat>,
 ) -> ApiResult {
+    // The task list is a set: in ascending order it meets the dispatcher's fast path (one
+    // probe) whatever order the worker sent it in. Sorted off the dispatcher's lock.
+    req.current_tasks.sort_unstable();
+    req.current_tasks.dedup();
     ok(&run(&s, move |d, now| d.worker_heartbeat(now, &req)).await?)
 }
 
