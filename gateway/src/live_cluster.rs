@@ -29,7 +29,7 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_CAP: Duration = Duration::from_secs(10);
 
 /// How current the view is.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Freshness {
     /// The view is kept by Kubernetes watches (false: resolved once at start).
     pub live: bool,
@@ -44,7 +44,7 @@ pub struct Freshness {
 }
 
 /// One watch, as `GET /v1/cluster` shows it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct WatchStatusView {
     /// `null`: all namespaces.
     pub namespace: Option<String>,

@@ -235,14 +235,14 @@ impl Task {
         self.readable.notify_waiters();
     }
 
-    /// First-come-first-served read of up to `max` elements, waiting at most `wait` for one.
-    pub(crate) async fn read(
-        self: &Arc<Self>,
-        shared: &Arc<Shared>,
-        max: usize,
+    /// Runs `attempt` under the task's lock, again each time the task becomes readable,
+    /// until it answers or `wait` is over (an empty read). A stopped task answers that it is
+    /// gone.
+    async fn await_readable(
+        &self,
         wait: Duration,
+        mut attempt: impl FnMut(&mut TaskState) -> Option<Result<ReadResult, Problem>>,
     ) -> Result<ReadResult, Problem> {
-        self.ensure_started(shared);
         let deadline = Instant::now() + wait;
         loop {
             let notified = self.readable.notified();
@@ -254,32 +254,47 @@ impl Task {
                     drop(st);
                     return self.gone_kind().answer(self.def.task_id);
                 }
-                if !st.buf.is_empty() {
-                    let n = max.min(st.buf.len());
-                    let elements: Vec<Value> = st.buf.drain(..n).collect();
-                    st.served += n as u64;
-                    let report = st.ended && st.buf.is_empty() && st.failure.is_none();
-                    drop(st);
-                    self.writable.notify_waiters();
-                    if report {
-                        shared.report_now.notify_one();
-                    }
-                    return Ok(ReadResult { elements, end_of_sequence: false });
-                }
-                if let Some(p) = &st.failure {
-                    return Err(p.clone());
-                }
-                if st.ended {
-                    if st.acked {
-                        return Ok(ReadResult { elements: Vec::new(), end_of_sequence: true });
-                    }
-                    shared.report_now.notify_one();
+                if let Some(answer) = attempt(&mut st) {
+                    return answer;
                 }
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Ok(ReadResult { elements: Vec::new(), end_of_sequence: false });
             }
         }
+    }
+
+    /// First-come-first-served read of up to `max` elements, waiting at most `wait` for one.
+    pub(crate) async fn read(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        max: usize,
+        wait: Duration,
+    ) -> Result<ReadResult, Problem> {
+        self.ensure_started(shared);
+        self.await_readable(wait, |st| {
+            if !st.buf.is_empty() {
+                let n = max.min(st.buf.len());
+                let elements: Vec<Value> = st.buf.drain(..n).collect();
+                st.served += n as u64;
+                self.writable.notify_waiters();
+                if st.ended && st.buf.is_empty() && st.failure.is_none() {
+                    shared.report_now.notify_one();
+                }
+                return Some(Ok(ReadResult { elements, end_of_sequence: false }));
+            }
+            if let Some(p) = &st.failure {
+                return Some(Err(p.clone()));
+            }
+            if st.ended {
+                if st.acked {
+                    return Some(Ok(ReadResult { elements: Vec::new(), end_of_sequence: true }));
+                }
+                shared.report_now.notify_one();
+            }
+            None
+        })
+        .await
     }
 
     /// Coordinated read: consumer `consumer`'s element of round `round`. The first request
@@ -299,76 +314,61 @@ impl Task {
         let (Ok(n_us), Ok(i)) = (usize::try_from(n), usize::try_from(consumer)) else {
             return Err(Problem::new("INVALID_ARGUMENT", "consumer_index is out of range"));
         };
-        let deadline = Instant::now() + wait;
-        loop {
-            let notified = self.readable.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut st = self.lock();
-                if st.stopped {
-                    drop(st);
-                    return self.gone_kind().answer(self.def.task_id);
-                }
-                // The first request names the first round: a task that joined late is
-                // promoted at a round negotiated after its definition was sent, so the
-                // definition's `starting_round` may be stale.
-                let st = &mut *st;
-                let rr = st.rounds.get_or_insert_with(|| Rounds {
-                    round,
-                    slots: None,
-                    taken: vec![false; n_us],
-                });
-                if round < rr.round {
-                    return Err(Problem::new(
+        self.await_readable(wait, |st| {
+            // The first request names the first round: a task that joined late is promoted at
+            // a round negotiated after its definition was sent, so the definition's
+            // `starting_round` may be stale.
+            let rr = st.rounds.get_or_insert_with(|| Rounds {
+                round,
+                slots: None,
+                taken: vec![false; n_us],
+            });
+            if round < rr.round {
+                return Some(Err(Problem::new(
+                    "FAILED_PRECONDITION",
+                    format!(
+                        "Consumer {consumer} requested data for round {round}, but the current \
+                         round has already reached {}. This may indicate that the consumer was \
+                         restarted with the same iteration name.",
+                        rr.round
+                    ),
+                )));
+            }
+            if round > rr.round {
+                return None;
+            }
+            if rr.slots.is_none() {
+                if st.buf.len() >= n_us {
+                    rr.slots = Some(st.buf.drain(..n_us).collect());
+                    self.writable.notify_waiters();
+                } else if let Some(p) = &st.failure {
+                    return Some(Err(p.clone()));
+                } else if st.ended {
+                    return Some(Err(Problem::new(
                         "FAILED_PRECONDITION",
-                        format!(
-                            "Consumer {consumer} requested data for round {round}, but the \
-                             current round has already reached {}. This may indicate that the \
-                             consumer was restarted with the same iteration name.",
-                            rr.round
-                        ),
-                    ));
-                }
-                if round == rr.round {
-                    if rr.slots.is_none() {
-                        if st.buf.len() >= n_us {
-                            rr.slots = Some(st.buf.drain(..n_us).collect());
-                            self.writable.notify_waiters();
-                        } else if let Some(p) = &st.failure {
-                            return Err(p.clone());
-                        } else if st.ended {
-                            return Err(Problem::new(
-                                "FAILED_PRECONDITION",
-                                "Encountered end of sequence on a round-robin read iterator. \
-                                 Please ensure that the dataset used for round-robin reading \
-                                 has infinite cardinality, e.g. by adding a .repeat() \
-                                 transformation at the end.",
-                            ));
-                        }
-                    }
-                    if let Some(slots) = &rr.slots {
-                        let element = slots.get(i).cloned().unwrap_or(Value::Null);
-                        if let Some(t) = rr.taken.get_mut(i)
-                            && !*t
-                        {
-                            *t = true;
-                            st.served += 1;
-                        }
-                        if rr.taken.iter().all(|t| *t) {
-                            rr.round += 1;
-                            rr.slots = None;
-                            rr.taken.iter_mut().for_each(|t| *t = false);
-                            self.readable.notify_waiters();
-                        }
-                        return Ok(ReadResult { elements: vec![element], end_of_sequence: false });
-                    }
+                        "Encountered end of sequence on a round-robin read iterator. Please \
+                         ensure that the dataset used for round-robin reading has infinite \
+                         cardinality, e.g. by adding a .repeat() transformation at the end.",
+                    )));
                 }
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Ok(ReadResult { elements: Vec::new(), end_of_sequence: false });
+            let slots = rr.slots.as_ref()?;
+            let element = slots.get(i).cloned().unwrap_or(Value::Null);
+            if let Some(t) = rr.taken.get_mut(i)
+                && !*t
+            {
+                *t = true;
+                st.served += 1;
             }
-        }
+            if rr.taken.iter().all(|t| *t) {
+                rr.round += 1;
+                rr.slots = None;
+                rr.taken.iter_mut().for_each(|t| *t = false);
+                self.readable.notify_waiters();
+            }
+            Some(Ok(ReadResult { elements: vec![element], end_of_sequence: false }))
+        })
+        .await
     }
 
     fn fail(&self, problem: Problem) {
