@@ -4,6 +4,8 @@ pub mod actor;
 pub mod api;
 pub mod auth;
 pub mod metrics;
+#[cfg(test)]
+mod storage_faults;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
