@@ -43,10 +43,22 @@ const PROBLEMS: &[(&str, &str)] = &[
         "400",
         "The request is invalid (`INVALID_ARGUMENT`): malformed JSON, unknown fields, bad ids or values.",
     ),
+    (
+        "401",
+        "With `--auth-tokens`: no `Authorization: Bearer` token, or not a valid one (`UNAUTHENTICATED`).",
+    ),
+    (
+        "403",
+        "With `--auth-tokens`: the token's role may not call this route (`PERMISSION_DENIED`).",
+    ),
     ("404", "Something the request names does not exist (`NOT_FOUND`)."),
     ("409", "The request conflicts with the state (`FAILED_PRECONDITION` or `ALREADY_EXISTS`)."),
     ("413", "The request body is too large (`RESOURCE_EXHAUSTED`)."),
     ("415", "The request body is not JSON."),
+    (
+        "429",
+        "With `--rate-limit`: too many requests from this address (`RESOURCE_EXHAUSTED`); retry after `Retry-After`.",
+    ),
     ("500", "A bug (`INTERNAL`): a panic was caught. Never bad input."),
     (
         "503",
@@ -54,9 +66,12 @@ const PROBLEMS: &[(&str, &str)] = &[
     ),
 ];
 
-fn add_problems(op: &mut Operation, with_body: bool) {
+fn add_problems(op: &mut Operation, with_body: bool, open: bool) {
     for (status, description) in PROBLEMS {
         if !with_body && (*status == "413" || *status == "415") {
+            continue;
+        }
+        if open && (*status == "401" || *status == "403") {
             continue;
         }
         op.responses.responses.entry((*status).to_owned()).or_insert_with(|| {
@@ -77,15 +92,18 @@ fn add_problems(op: &mut Operation, with_body: bool) {
 
 /// Completes a generated document: every operation documents the problem responses.
 pub fn complete(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
-    for item in doc.paths.paths.values_mut() {
-        for (op, body) in [
-            (&mut item.get, false),
-            (&mut item.delete, false),
-            (&mut item.post, true),
-            (&mut item.put, true),
+    use axum::http::Method;
+    for (path, item) in doc.paths.paths.iter_mut() {
+        for (op, method, body) in [
+            (&mut item.get, Method::GET, false),
+            (&mut item.delete, Method::DELETE, false),
+            (&mut item.post, Method::POST, true),
+            (&mut item.put, Method::PUT, true),
         ] {
             if let Some(op) = op {
-                add_problems(op, body);
+                let open =
+                    crate::server::auth::access(&method, path) == crate::server::auth::Access::Open;
+                add_problems(op, body, open);
             }
         }
     }

@@ -1,11 +1,31 @@
 //! `--auth-tokens`: every role against the routes it may and may not call, over HTTP.
 
-use serde_json::json;
-use shardwise_tests::{Dispatcher, TempDir, http};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use shardwise_tests::fake_k8s::{FakeKube, PodSpec};
+use shardwise_tests::{Dispatcher, Process, TempDir, Worker, http, repo_root, shardwise_bin};
 
 const ADMIN: &str = "admin-token-0123456789";
 const WORKER: &str = "worker-token-0123456789";
 const CLIENT: &str = "client-token-0123456789";
+/// A token-shaped secret no server knows.
+const WRONG: &str = "wrong-secret-token-9876543210";
+
+/// A token file with one token per role, and the worker's `--token-file`.
+fn token_files(dir: &TempDir) -> (String, String) {
+    let file = dir.0.join("tokens.json");
+    std::fs::write(&file, json!({"tokens": [
+        {"role": "admin", "token": ADMIN}, {"role": "worker", "token": WORKER}, {"role": "client", "token": CLIENT}
+    ]}).to_string()).unwrap();
+    let worker = dir.0.join("worker-token");
+    std::fs::write(&worker, WORKER).unwrap();
+    (file.to_str().unwrap().to_owned(), worker.to_str().unwrap().to_owned())
+}
+
+fn bearer(token: &str) -> String {
+    format!("Authorization: Bearer {token}\r\n")
+}
 
 fn call(
     d: &Dispatcher,
@@ -14,14 +34,22 @@ fn call(
     token: Option<&str>,
     body: Option<serde_json::Value>,
 ) -> (u16, String) {
-    use std::io::{Read, Write};
-    let host = d.url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(host).unwrap();
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}", payload.len()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    send(&d.url, method, path, &auth, &payload)
+}
+
+/// One request with the header lines `headers` (each ending in CRLF) and a JSON body;
+/// returns the status and the whole raw answer.
+fn send(url: &str, method: &str, path: &str, headers: &str, payload: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}", payload.len()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let out = String::from_utf8_lossy(&out).into_owned();
     let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
     (status, out)
 }
@@ -90,4 +118,240 @@ fn bad_token_files_refuse_to_start() {
     }
     let err = Dispatcher::try_start(&["--auth-tokens", "/nonexistent/tokens.json"]).unwrap_err();
     assert!(err.contains("cannot read --auth-tokens"), "{err}");
+}
+
+/// Who may call each documented operation, written out here independently of the server's
+/// own table: `open` (no token), `any` (any valid token) or the one role (or admin).
+const EXPECTED: &[(&str, &str, &str)] = &[
+    ("get", "/v1/version", "any"),
+    ("post", "/v1/workers/heartbeat", "worker"),
+    ("post", "/v1/workers/update", "worker"),
+    ("post", "/v1/iterations/{iteration_id}/splits", "worker"),
+    ("get", "/v1/workers", "admin"),
+    ("post", "/v1/datasets", "client"),
+    ("get", "/v1/datasets/{dataset_id}", "client"),
+    ("post", "/v1/jobs", "client"),
+    ("get", "/v1/jobs/{job_id}", "client"),
+    ("post", "/v1/jobs/{job_id}/iterations", "client"),
+    ("post", "/v1/clients/{client_id}/heartbeat", "client"),
+    ("delete", "/v1/clients/{client_id}", "client"),
+    ("post", "/v1/tasks/{task_id}/maybe-remove", "client"),
+    ("post", "/v1/cluster/resolve", "client"),
+    ("get", "/v1/cluster", "any"),
+    ("get", "/healthz", "open"),
+    ("get", "/readyz", "open"),
+    ("get", "/metrics", "admin"),
+    ("get", "/v1/tasks/{task_id}/elements", "client"),
+];
+
+/// Every operation of `openapi/openapi.json`, on the server that serves it (the worker for
+/// tag `worker-data-plane`), with no token, a wrong token and each role's token: 401, 403 or
+/// let through exactly as [`EXPECTED`] says. An operation missing from it fails the test.
+#[test]
+fn every_documented_operation_is_checked_for_its_role() {
+    let dir = TempDir::new("auth-walk");
+    let (tokens, worker_token) = token_files(&dir);
+    let d = Dispatcher::start(&["--auth-tokens", &tokens]);
+    let w = Worker::start(&d.url, &["--token-file", &worker_token, "--auth-tokens", &tokens]);
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("openapi/openapi.json")).unwrap(),
+    )
+    .unwrap();
+    let mut walked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let need = EXPECTED
+                .iter()
+                .find(|(m, p, _)| m == method && p == path)
+                .unwrap_or_else(|| {
+                    panic!("{method} {path} is not in EXPECTED: say who may call it")
+                })
+                .2;
+            let on_worker = op["tags"].as_array().unwrap().iter().any(|t| t == "worker-data-plane");
+            let url = if on_worker { &w.url } else { &d.url };
+            let concrete = path
+                .replace("{dataset_id}", "some-dataset")
+                .replace("{job_id}", "5000")
+                .replace("{iteration_id}", "2000")
+                .replace("{client_id}", "3000")
+                .replace("{task_id}", "4000");
+            assert!(!concrete.contains('{'), "fill in the parameters of {path}");
+            let method = method.to_ascii_uppercase();
+            let body = if method == "POST" { "{}" } else { "" };
+            let what = format!("{method} {concrete}");
+            let mut answers = vec![(None, send(url, &method, &concrete, "", body))];
+            for t in [WRONG, ADMIN, WORKER, CLIENT] {
+                answers.push((Some(t), send(url, &method, &concrete, &bearer(t), body)));
+            }
+            for (token, (status, raw)) in answers {
+                for secret in [WRONG, ADMIN, WORKER, CLIENT] {
+                    assert!(!raw.contains(secret), "{what} echoed a token: {raw}");
+                }
+                let allowed = match (need, token) {
+                    ("open", _) => true,
+                    (_, None | Some(WRONG)) => {
+                        assert_eq!(status, 401, "{what} with {token:?}: {raw}");
+                        assert!(raw.contains("application/problem+json"), "{what}: {raw}");
+                        assert!(raw.to_ascii_lowercase().contains("www-authenticate: bearer"));
+                        continue;
+                    }
+                    (_, Some(ADMIN)) | ("any", _) => true,
+                    ("worker", Some(t)) => t == WORKER,
+                    ("client", Some(t)) => t == CLIENT,
+                    _ => false,
+                };
+                if allowed {
+                    assert!(status != 401 && status != 403, "{what} refused {token:?}: {raw}");
+                } else {
+                    assert_eq!(status, 403, "{what} let {token:?} through: {raw}");
+                    assert!(raw.contains("\"code\":\"PERMISSION_DENIED\""), "{what}: {raw}");
+                }
+            }
+            walked += 1;
+        }
+    }
+    assert_eq!(walked, EXPECTED.len(), "every row of EXPECTED is a documented operation");
+    // The worker's undocumented admin route.
+    assert_eq!(send(&w.url, "GET", "/metrics", &bearer(CLIENT), "").0, 403);
+    assert_eq!(send(&w.url, "GET", "/metrics", &bearer(ADMIN), "").0, 200);
+}
+
+/// The worker's element route needs the client role: no token 401, a worker token 403, a
+/// client token reads the elements.
+#[test]
+fn worker_elements_need_the_client_role() {
+    let dir = TempDir::new("auth-elements");
+    let (tokens, worker_token) = token_files(&dir);
+    let d = Dispatcher::start(&["--auth-tokens", &tokens]);
+    let w = Worker::start(&d.url, &["--token-file", &worker_token, "--auth-tokens", &tokens]);
+    let client = bearer(CLIENT);
+    let post = |path: &str, body: Value| {
+        let (status, raw) = send(&d.url, "POST", path, &client, &body.to_string());
+        assert_eq!(status, 200, "{path}: {raw}");
+        let body = raw.split_once("\r\n\r\n").unwrap().1;
+        serde_json::from_str::<Value>(body).unwrap()
+    };
+    let ds = post("/v1/datasets", json!({"dataset": {"source": {"range": {"stop": 5}}}}));
+    let job = post(
+        "/v1/jobs",
+        json!({"dataset_id": ds["dataset_id"], "processing_mode": "parallel_epochs"}),
+    );
+    let lease =
+        post(&format!("/v1/jobs/{}/iterations", job["job_id"].as_str().unwrap()), json!({}));
+    let client_id = lease["client_id"].as_str().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let task_id = loop {
+        let hb = post(&format!("/v1/clients/{client_id}/heartbeat"), json!({}));
+        if let Some(t) = hb["tasks"].as_array().and_then(|t| t.first()) {
+            break t["task_id"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "no task: {hb}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let path = format!("/v1/tasks/{task_id}/elements");
+    let (status, raw) = send(&w.url, "GET", &path, "", "");
+    assert_eq!(status, 401, "{raw}");
+    assert!(raw.contains("\"code\":\"UNAUTHENTICATED\""), "{raw}");
+    let (status, raw) = send(&w.url, "GET", &path, &bearer(WORKER), "");
+    assert_eq!(status, 403, "{raw}");
+    assert!(raw.contains("\"code\":\"PERMISSION_DENIED\"") && !raw.contains(WORKER), "{raw}");
+    // The worker learns of the task at once when a client asks: 404 until then.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, raw) = send(&w.url, "GET", &path, &client, "");
+        if status == 200 {
+            assert!(raw.contains("\"elements\":[0"), "{raw}");
+            break;
+        }
+        assert_eq!(status, 404, "{raw}");
+        assert!(Instant::now() < deadline, "never served: {raw}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Trace-level logging on both servers, right and wrong tokens, and a Kubernetes API that
+/// refuses the dispatcher's bearer token: no token value appears in anything they print or
+/// answer (`GET /v1/cluster`'s freshness and last error, the resolve error body, the logs).
+#[test]
+fn no_secret_in_logs_or_error_bodies() {
+    let dir = TempDir::new("auth-secrets");
+    let (tokens, worker_token) = token_files(&dir);
+    let kube = FakeKube::start();
+    kube.add_pod(PodSpec::new("ml", "w-0").label("job-name", "tf").ip("10.0.0.1").port(8470));
+    let kubeconfig = kube.kubeconfig(&dir.0);
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let cluster = dir.0.join("cluster.json");
+    let request = json!({
+        "resolver": {"kubernetes": {"job_to_label_mapping": {"worker": ["job-name=tf"]}, "namespace": "ml"}},
+        "task_type": "worker", "task_id": 0
+    });
+    std::fs::write(&cluster, request.to_string()).unwrap();
+    let trace = [("SHARDWISE_LOG", "trace"), ("RUST_LOG", "trace"), ("KUBECONFIG", kubeconfig)];
+    let d = Dispatcher::try_start_env(
+        &["--auth-tokens", &tokens, "--cluster-config", cluster.to_str().unwrap()],
+        &trace,
+    )
+    .unwrap_or_else(|e| panic!("dispatcher: {e}"));
+    assert!(kube.wait_for_watchers(1, Duration::from_secs(30)), "{}", d.output());
+    let w = Process::spawn(
+        std::process::Command::new(shardwise_bin())
+            .args(["worker", "--port", "0", "--dispatcher", &d.url])
+            .args(["--token-file", &worker_token, "--auth-tokens", &tokens])
+            .envs(trace),
+    );
+    let line = w
+        .wait_for_line(|l| l.contains("listening on "), Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("worker: {:?}", w.output()));
+    let worker_url = line.rsplit(' ').next().unwrap().trim().to_owned();
+
+    let bodies = std::cell::RefCell::new(String::new());
+    let ask = |url: &str, method: &str, path: &str, headers: &str, body: &str| {
+        let (status, raw) = send(url, method, path, headers, body);
+        bodies.borrow_mut().push_str(&raw);
+        status
+    };
+    for t in [ADMIN, WORKER, CLIENT, WRONG] {
+        ask(&d.url, "GET", "/v1/version", &bearer(t), "");
+        ask(&d.url, "GET", "/v1/workers", &bearer(t), "");
+        ask(&worker_url, "GET", "/v1/tasks/1/elements", &bearer(t), "");
+        // Malformed and misplaced credentials.
+        ask(&d.url, "GET", "/v1/version", &format!("Authorization: bearer {t}\r\n"), "");
+        ask(&d.url, "GET", "/v1/version", &format!("Authorization: Basic {t}\r\n"), "");
+        ask(&d.url, "GET", &format!("/v1/version?access_token={t}"), "", "");
+        ask(&d.url, "POST", "/v1/datasets", &bearer(t), &format!("{{\"token\": \"{t}\"}}"));
+    }
+    // The Kubernetes API refuses the token: a resolve is UNAVAILABLE naming the refusal (its
+    // watch is idle, so the fault meets the resolve's own list).
+    let admin = bearer(ADMIN);
+    kube.fail_next(1, 403);
+    let status = ask(&d.url, "POST", "/v1/cluster/resolve", &admin, &request.to_string());
+    assert_eq!(status, 503, "a refused resolve is UNAVAILABLE: {}", bodies.borrow());
+    assert!(bodies.borrow().contains("403"), "the refusal is named");
+    assert!(kube.last_authorization().is_some_and(|a| a.contains(kube.token())), "it was sent");
+    // And the live view goes stale with a last error.
+    kube.fail_next(1_000_000, 401);
+    kube.reset_watches();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let view = loop {
+        let (status, raw) = send(&d.url, "GET", "/v1/cluster", &admin, "");
+        bodies.borrow_mut().push_str(&raw);
+        assert_eq!(status, 200, "{raw}");
+        let view: Value = serde_json::from_str(raw.split_once("\r\n\r\n").unwrap().1).unwrap();
+        if view["freshness"]["watches"][0]["last_error"].as_str().is_some_and(|e| e.contains("401"))
+        {
+            break view;
+        }
+        assert!(Instant::now() < deadline, "no last_error: {view}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(view["freshness"]["watches"][0]["healthy"], false, "{view}");
+    let bodies = bodies.into_inner();
+
+    let (w_out, w_err) = w.output();
+    let printed = format!("{}{w_out}{w_err}", d.output());
+    assert!(printed.contains("TRACE") || printed.contains("DEBUG"), "trace logging is on");
+    for secret in [ADMIN, WORKER, CLIENT, WRONG, kube.token()] {
+        assert!(!printed.contains(secret), "{secret} in the logs");
+        assert!(!bodies.contains(secret), "{secret} in an answer");
+    }
 }

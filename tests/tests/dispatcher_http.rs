@@ -409,3 +409,139 @@ fn metrics_count_and_time_every_route_and_the_journal() {
         .expect("a commit count");
     assert!(commits >= 1, "{m}");
 }
+
+/// Path parameters that are not ids (or, for datasets, not dataset ids): 400 problems, never
+/// a 404, a 500 or a panic, and never the junk echoed back at length.
+#[test]
+fn path_parameters_are_validated() {
+    let d = Dispatcher::start(&[]);
+    let huge = "9".repeat(5_000);
+    let junk = [
+        "abc",
+        "-1",
+        "1.5",
+        "+5",
+        "0x10",
+        "1e3",
+        "%20",
+        "%00",
+        "%FF%FE",
+        "1%2F2",
+        "%E2%80%8B1",
+        "18446744073709551616",
+        huge.as_str(),
+    ];
+    let routes = [
+        ("GET", "/v1/jobs/{}"),
+        ("POST", "/v1/jobs/{}/iterations"),
+        ("POST", "/v1/clients/{}/heartbeat"),
+        ("DELETE", "/v1/clients/{}"),
+        ("POST", "/v1/iterations/{}/splits"),
+        ("POST", "/v1/tasks/{}/maybe-remove"),
+    ];
+    let check = |method: &str, path: &str| {
+        let body = (method == "POST").then(|| json!({}));
+        let r = d.call(method, path, body);
+        assert_eq!(r.status, 400, "{method} {path}: {}", r.body);
+        assert_eq!(r.header("content-type"), Some("application/problem+json"), "{path}");
+        assert_eq!(r.json()["code"], "INVALID_ARGUMENT", "{path}");
+        assert!(r.body.len() < 400, "{method} {path} echoed its input: {} bytes", r.body.len());
+    };
+    for (method, route) in routes {
+        for j in junk {
+            check(method, &route.replace("{}", j));
+        }
+        // The largest id is an id: not found, not invalid.
+        let r = d.call(method, &route.replace("{}", "18446744073709551615"), Some(json!({})));
+        assert!(r.status != 400 || !r.body.contains("_id: "), "{route}: {}", r.body);
+    }
+    for j in ["x".repeat(300).as_str(), "x".repeat(5_000).as_str(), "%FF", "a%20b", "%00", "a:b"] {
+        check("GET", &format!("/v1/datasets/{j}"));
+    }
+    assert_eq!(d.call("GET", "/v1/datasets/no-such-dataset", None).status, 404);
+    assert!(!d.output().contains("panicked"), "{}", d.output());
+}
+
+/// A raw request: the head with `headers`, then `body` (which may be shorter than the
+/// declared length); the status and the whole raw answer.
+fn raw(base: &str, head: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let host = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    write!(s, "{head}\r\nHost: {host}\r\nConnection: close\r\n\r\n{body}").unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out).into_owned();
+    (out.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0), out)
+}
+
+#[test]
+fn body_size_rate_and_in_flight_limits_answer_problems() {
+    // A declared body over the limit is refused before it is read.
+    let d = Dispatcher::start(&["--max-body-bytes", "1000"]);
+    let (status, answer) = raw(
+        &d.url,
+        "POST /v1/datasets HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 100000000",
+        "",
+    );
+    assert_eq!(status, 413, "{answer}");
+    assert!(answer.contains("application/problem+json") && answer.contains("RESOURCE_EXHAUSTED"));
+    // A chunked body (no declared length) is cut at the limit.
+    let chunk = format!("{:x}\r\n{}\r\n0\r\n\r\n", 2000, "x".repeat(2000));
+    let (status, answer) = raw(
+        &d.url,
+        "POST /v1/datasets HTTP/1.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked",
+        &chunk,
+    );
+    assert_eq!(status, 413, "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+    drop(d);
+
+    // One request per second per address, three at once: the fourth quick one is refused
+    // with a problem and Retry-After, and the address is served again once it has waited.
+    let d = Dispatcher::start(&["--rate-limit", "1", "--rate-limit-burst", "3"]);
+    let refused = (0..20)
+        .map(|_| d.call("GET", "/v1/version", None))
+        .find(|r| r.status != 200)
+        .expect("the rate limit refuses some of 20 quick requests");
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.header("content-type"), Some("application/problem+json"));
+    assert_eq!(refused.json()["code"], "RESOURCE_EXHAUSTED");
+    let wait: u64 = refused.header("retry-after").expect("Retry-After").parse().unwrap();
+    assert!((1..=3).contains(&wait), "{wait}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while d.call("GET", "/v1/version", None).status != 200 {
+        assert!(std::time::Instant::now() < deadline, "never served again");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(d);
+
+    // One request in flight: a request whose body never finishes holds it, others get 503.
+    let d = Dispatcher::start(&["--max-in-flight", "1"]);
+    let host = d.url.trim_start_matches("http://").to_owned();
+    let mut held = std::net::TcpStream::connect(&host).unwrap();
+    std::io::Write::write_all(
+        &mut held,
+        format!("POST /v1/datasets HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{").as_bytes(),
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let busy = loop {
+        let r = d.call("GET", "/v1/version", None);
+        if r.status != 200 {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "the held request never counted");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert_eq!(busy.status, 503, "{}", busy.body);
+    assert_eq!(busy.json()["code"], "UNAVAILABLE");
+    assert_eq!(busy.header("retry-after"), Some("1"));
+    drop(held);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while d.call("GET", "/v1/version", None).status != 200 {
+        assert!(std::time::Instant::now() < deadline, "the slot was never given back");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

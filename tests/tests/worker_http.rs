@@ -721,3 +721,38 @@ fn dropping_the_stream_releases_the_client() {
     });
     assert!(released, "the client lease is released");
 }
+
+/// The worker's element route: task ids that are not ids and out-of-range `max` are 400
+/// problems (never echoed at length), and a declared body over the worker's limit is 413
+/// (the route reads no body, so nothing else would have refused it).
+#[test]
+fn worker_path_parameters_and_body_limit() {
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, &[]);
+    let huge = "9".repeat(5_000);
+    for j in ["abc", "-1", "+5", "1.5", "%00", "%FF%FE", "1%2F2", "18446744073709551616", &huge] {
+        let r = w.call("GET", &format!("/v1/tasks/{j}/elements"));
+        assert_eq!(r.status, 400, "{j}: {}", r.body);
+        assert_eq!(r.header("content-type"), Some("application/problem+json"), "{j}");
+        assert_eq!(r.json()["code"], "INVALID_ARGUMENT", "{j}");
+        assert!(r.body.len() < 400, "{} bytes echoed", r.body.len());
+    }
+    for q in ["max=0", "max=10001", "max=-1", "max=abc", "bogus=1"] {
+        let r = w.call("GET", &format!("/v1/tasks/4000/elements?{q}"));
+        assert_eq!(r.status, 400, "{q}: {}", r.body);
+        assert_eq!(r.json()["code"], "INVALID_ARGUMENT", "{q}");
+    }
+    use std::io::{Read, Write};
+    let host = w.address().to_owned();
+    let mut s = std::net::TcpStream::connect(&host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET /v1/tasks/4000/elements HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 100000000\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    assert!(
+        out.contains("application/problem+json") && out.contains("RESOURCE_EXHAUSTED"),
+        "{out}"
+    );
+    assert!(!w.output().contains("panicked"), "{}", w.output());
+}

@@ -129,7 +129,21 @@ impl<S: Send + Sync, T: RequestBody> FromRequest<S> for Body<T> {
     }
 }
 
-fn parse_id<T: std::str::FromStr<Err = String>>(name: &str, raw: &str) -> Result<T, Problem> {
+/// A path id: a problem naming the parameter when it is not one. A value too long to be an
+/// id is not echoed back (an answer never grows with the junk it was sent).
+pub(crate) fn parse_id<T: std::str::FromStr<Err = String>>(
+    name: &str,
+    raw: &str,
+) -> Result<T, Problem> {
+    if raw.len() > 64 {
+        return Err(Problem::new(
+            "INVALID_ARGUMENT",
+            format!(
+                "{name}: a {}-byte value is not an id (a decimal of at most 20 digits)",
+                raw.len()
+            ),
+        ));
+    }
     raw.parse::<T>().map_err(|e| Problem::new("INVALID_ARGUMENT", format!("{name}: {e}")))
 }
 
@@ -381,10 +395,21 @@ pub async fn register_dataset(
     tag = "datasets",
     operation_id = "get_dataset",
     summary = "A registered dataset.",
-    params(("dataset_id" = String, Path, description = "The dataset id.")),
+    params(("dataset_id" = String, Path, description = "The dataset id.", pattern = "^[A-Za-z0-9_.=/-]{1,256}$")),
     responses((status = 200, description = "The dataset.", body = DatasetInfo))
 )]
 pub async fn get_dataset(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    // What registration accepts as an id: anything else cannot name a dataset, and is not
+    // echoed back at length.
+    let syntax = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'=' | b'/');
+    if id.is_empty() || id.len() > 256 || !id.bytes().all(syntax) {
+        let shown =
+            if id.len() > 64 { format!("a {}-byte value", id.len()) } else { format!("{id:?}") };
+        return Err(Problem::new(
+            "INVALID_ARGUMENT",
+            format!("dataset_id: {shown} is not 1 to 256 characters of A-Z a-z 0-9 - _ . = /"),
+        ));
+    }
     let v = run(&s, move |d, _| {
         let ds = d.dataset(&id)?;
         Ok(DatasetInfo {
@@ -419,7 +444,7 @@ pub async fn create_job(State(s): State<AppState>, Body(req): Body<CreateJob>) -
     tag = "jobs",
     operation_id = "get_job",
     summary = "A job and its iterations.",
-    params(("job_id" = String, Path, description = "The job id.")),
+    params(("job_id" = String, Path, description = "The job id.", pattern = "^[0-9]{1,19}$")),
     responses((status = 200, description = "The job.", body = JobInfo))
 )]
 pub async fn get_job(State(s): State<AppState>, Path(raw): Path<String>) -> ApiResult {
@@ -465,7 +490,7 @@ pub async fn get_job(State(s): State<AppState>, Path(raw): Path<String>) -> ApiR
     tag = "jobs",
     operation_id = "create_iteration",
     summary = "Get-or-create the iteration `(job, repetition)` and take a client lease on it.",
-    params(("job_id" = String, Path, description = "The job id.")),
+    params(("job_id" = String, Path, description = "The job id.", pattern = "^[0-9]{1,19}$")),
     request_body = CreateIteration,
     responses((status = 200, description = "The iteration and this client's lease.", body = IterationLease))
 )]
@@ -485,7 +510,7 @@ pub async fn create_iteration(
     tag = "clients",
     operation_id = "client_heartbeat",
     summary = "Client heartbeat: the iteration's tasks and whether it is finished.",
-    params(("client_id" = String, Path, description = "The client lease id.")),
+    params(("client_id" = String, Path, description = "The client lease id.", pattern = "^[0-9]{1,19}$")),
     request_body = ClientHeartbeat,
     responses((status = 200, description = "Tasks and progress.", body = ClientHeartbeatReply))
 )]
@@ -505,7 +530,7 @@ pub async fn client_heartbeat(
     tag = "clients",
     operation_id = "release_client",
     summary = "Release a client lease.",
-    params(("client_id" = String, Path, description = "The client lease id.")),
+    params(("client_id" = String, Path, description = "The client lease id.", pattern = "^[0-9]{1,19}$")),
     responses((status = 200, description = "Released.", body = Released))
 )]
 pub async fn release_client(State(s): State<AppState>, Path(raw): Path<String>) -> ApiResult {
@@ -521,7 +546,7 @@ pub async fn release_client(State(s): State<AppState>, Path(raw): Path<String>) 
     tag = "workers",
     operation_id = "get_splits",
     summary = "Get-split (DYNAMIC): acknowledge finished splits and get more.",
-    params(("iteration_id" = String, Path, description = "The iteration id.")),
+    params(("iteration_id" = String, Path, description = "The iteration id.", pattern = "^[0-9]{1,19}$")),
     request_body = GetSplits,
     responses((status = 200, description = "Splits, or the end of the repetition, or a retry hint.", body = SplitsReply))
 )]
@@ -551,7 +576,7 @@ pub struct MaybeRemove {
     tag = "clients",
     operation_id = "maybe_remove",
     summary = "Coordinated reads: vote to remove a task in a round.",
-    params(("task_id" = String, Path, description = "The task id.")),
+    params(("task_id" = String, Path, description = "The task id.", pattern = "^[0-9]{1,19}$")),
     request_body = MaybeRemove,
     responses((status = 200, description = "Whether the task is removed.", body = Removed))
 )]

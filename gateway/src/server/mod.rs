@@ -3,6 +3,7 @@
 pub mod actor;
 pub mod api;
 pub mod auth;
+pub mod limit;
 pub mod metrics;
 #[cfg(test)]
 mod storage_faults;
@@ -104,6 +105,20 @@ pub struct DispatcherArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "SHARDWISE_MAX_BODY_BYTES", default_value_t = 16 << 20)]
     pub max_body_bytes: usize,
+    /// Requests per second accepted from one peer IP address, more are answered 429 with
+    /// `Retry-After` (0: off, the default: a fleet behind one NAT shares an address, so
+    /// size it for the whole fleet, e.g. 2x its heartbeats per second, if you turn it on).
+    #[arg(long, env = "SHARDWISE_RATE_LIMIT", default_value_t = 0, value_name = "PER_SEC")]
+    pub rate_limit: u32,
+    /// Requests one peer IP address may send at once above --rate-limit (0: one second's
+    /// worth).
+    #[arg(long, env = "SHARDWISE_RATE_LIMIT_BURST", default_value_t = 0)]
+    pub rate_limit_burst: u32,
+    /// Requests handled at once over all peers, more are answered 503 with `Retry-After`
+    /// (0: no limit, the default; long polls of `GET /v1/cluster?wait=` count while they
+    /// wait).
+    #[arg(long, env = "SHARDWISE_MAX_IN_FLIGHT", default_value_t = 0)]
+    pub max_in_flight: usize,
 }
 
 impl Default for DispatcherArgs {
@@ -124,6 +139,9 @@ impl Default for DispatcherArgs {
             auth_tokens: None,
             cluster_config: None,
             max_body_bytes: 16 << 20,
+            rate_limit: 0,
+            rate_limit_burst: 0,
+            max_in_flight: 0,
         }
     }
 }
@@ -141,6 +159,16 @@ fn parse_gc_timeout(s: &str) -> Result<GcTimeout, String> {
 }
 
 impl DispatcherArgs {
+    /// The request limits.
+    pub fn limits(&self) -> limit::LimitConfig {
+        limit::LimitConfig {
+            max_body_bytes: self.max_body_bytes,
+            rate_per_sec: self.rate_limit,
+            burst: self.rate_limit_burst,
+            max_in_flight: self.max_in_flight,
+        }
+    }
+
     /// The state machine's configuration.
     pub fn config(&self) -> DispatcherConfig {
         DispatcherConfig {
@@ -198,7 +226,7 @@ pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 
 /// The router, with every rejection, unknown route, wrong method, oversized body, timeout
 /// and panic answered as problem+json, and the OpenAPI document at `/openapi.json`.
-pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Tokens>) -> Router {
+pub fn router(state: AppState, limits: limit::LimitConfig, tokens: Option<auth::Tokens>) -> Router {
     let (api, doc) = api_router();
     // The one document: the dispatcher's routes and the worker's (tagged `worker-data-plane`).
     let doc = crate::openapi::with_worker_paths(doc);
@@ -212,20 +240,22 @@ pub fn router(state: AppState, max_body_bytes: usize, tokens: Option<auth::Token
     // Swagger UI from assets vendored in the build (no network), reading /openapi.json.
     let docs: Router<AppState> =
         utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc).into();
-    common_layers(api.merge(docs).fallback(api::not_found), "dispatcher", max_body_bytes)
-        .with_state(state)
+    common_layers(api.merge(docs).fallback(api::not_found), "dispatcher", limits).with_state(state)
 }
 
 /// The layers every Shardwise server has: problem+json for wrong methods, request ids
 /// (kept from `x-request-id` or generated, logged, echoed), tracing, a body limit, a 30 s
-/// timeout, caught panics as `INTERNAL` problems, and a problem body for middleware answers.
+/// timeout, the request limits of [`limit`], caught panics as `INTERNAL` problems, and a
+/// problem body for middleware answers.
 pub(crate) fn common_layers<S: Clone + Send + Sync + 'static>(
     router: Router<S>,
     who: &'static str,
-    max_body_bytes: usize,
+    limits: limit::LimitConfig,
 ) -> Router<S> {
+    let max_body_bytes = limits.max_body_bytes;
     router
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(limit::Limits::new(limits), limit::check))
         .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(
             |req: &axum::http::Request<_>| {
@@ -483,7 +513,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
         kube: Default::default(),
         routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),
     };
-    let app = router(state, args.max_body_bytes, tokens);
+    let app = router(state, args.limits(), tokens);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let shutdown = async move {
@@ -503,7 +533,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
             }
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let result = axum::serve(listener, app)
+        let result = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async move {
                 let failure = shutdown.await;
                 let _ = tx.send(failure);

@@ -42,6 +42,7 @@ pub struct ElementsQuery {
     round: Option<u64>,
     /// The most elements to answer (1 to 10,000; default 100). A coordinated read answers
     /// one element.
+    #[param(minimum = 1, maximum = 10_000)]
     max: Option<u32>,
 }
 
@@ -70,7 +71,7 @@ pub struct Elements {
                    `round` and get their element of that round. A failed or deleted task is a \
                    409 `FAILED_PRECONDITION`.",
     params(
-        ("task_id" = String, Path, description = "The task id."),
+        ("task_id" = String, Path, description = "The task id.", pattern = "^[0-9]{1,19}$"),
         ElementsQuery
     ),
     responses((status = 200, description = "The next elements, and whether the task is over.", body = Elements))
@@ -83,8 +84,7 @@ pub async fn get_elements(
     let Query(q) = query.map_err(|e| {
         Problem::new("INVALID_ARGUMENT", format!("invalid query: {}", e.body_text()))
     })?;
-    let id: TaskId =
-        raw.parse().map_err(|e| Problem::new("INVALID_ARGUMENT", format!("task_id: {e}")))?;
+    let id: TaskId = crate::server::api::parse_id("task_id", &raw)?;
     let max = q.max.unwrap_or(DEFAULT_MAX_ELEMENTS);
     if max == 0 || max > MAX_ELEMENTS {
         return Err(Problem::new(
@@ -199,5 +199,10 @@ pub(crate) fn router(shared: Arc<Shared>, tokens: Option<auth::Tokens>) -> Route
         .route("/metrics", get(metrics))
         .route_layer(axum::middleware::from_fn_with_state(tokens, auth::check));
     let app = api.route("/openapi.json", get(openapi_json)).fallback(crate::server::api::not_found);
-    crate::server::common_layers(app, "worker", 64 << 10).with_state(WorkerState(shared))
+    crate::server::common_layers(
+        app,
+        "worker",
+        crate::server::limit::LimitConfig { max_body_bytes: 64 << 10, ..Default::default() },
+    )
+    .with_state(WorkerState(shared))
 }
