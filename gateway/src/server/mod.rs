@@ -104,6 +104,10 @@ pub struct DispatcherArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "SHARDWISE_MAX_BODY_BYTES", default_value_t = 16 << 20)]
     pub max_body_bytes: usize,
+    /// Compact the journal (a snapshot opens a new segment, older segments are deleted) when
+    /// its current segment grows past this many bytes.
+    #[arg(long, env = "SHARDWISE_COMPACT_AT_BYTES", default_value_t = actor::COMPACT_AT_BYTES)]
+    pub compact_at_bytes: u64,
 }
 
 impl Default for DispatcherArgs {
@@ -124,6 +128,7 @@ impl Default for DispatcherArgs {
             auth_tokens: None,
             cluster_config: None,
             max_body_bytes: 16 << 20,
+            compact_at_bytes: actor::COMPACT_AT_BYTES,
         }
     }
 }
@@ -465,7 +470,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
         }
     });
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
-    let actor = Actor::spawn(startup, move |err| {
+    let actor = Actor::spawn_with(startup, args.compact_at_bytes, move |err| {
         if let Some(e) = err {
             let _ = failed_tx.send(e);
         }
