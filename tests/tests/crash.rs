@@ -29,7 +29,9 @@ use shardwise_tests::crash::{
     Forwarder, SplitMix64, compaction_interrupted, log_time_of_day, long_run, seed, segments,
     time_of_day_now,
 };
-use shardwise_tests::{Dispatcher, HttpResponse, TempDir, Worker, counts, http, ints, ok};
+use shardwise_tests::{
+    Dispatcher, HttpResponse, TempDir, Worker, counts, http, ints, ok, run_shardwise,
+};
 
 /// Journal compaction threshold: far below one commit's worth plus a snapshot, so every
 /// commit compacts.
@@ -284,6 +286,7 @@ fn check_job(url: &str, ds: &Value, opts: &DistributeOptions, epochs: usize) -> 
 struct Figures {
     kills: usize,
     aimed: usize,
+    immediate: usize,
     mid_compaction: usize,
     just_after_compaction: usize,
     compactions: usize,
@@ -297,11 +300,14 @@ impl Figures {
         let compacted: Vec<&str> =
             text.lines().filter(|l| l.contains("journal compacted")).collect();
         self.compactions += compacted.len();
-        for l in text.lines().filter(|l| l.contains("truncated a torn final record")) {
+        // Torn final records truncated, segments cut short while created removed. (Each
+        // warning is also logged; the printed line counts.)
+        for l in text.lines().filter(|l| {
+            l.starts_with("shardwise dispatcher: warning")
+                && (l.contains("truncated a torn") || l.contains("cut short"))
+        }) {
             self.torn_tails += 1;
-            if l.starts_with("shardwise dispatcher: warning") {
-                println!("{l}");
-            }
+            println!("{l}");
         }
         if let (Some(at), Some(last)) =
             (killed_at, compacted.last().and_then(|l| log_time_of_day(l)))
@@ -374,10 +380,16 @@ fn dispatcher_killed_at_random_loses_no_acknowledged_state_and_no_split() {
     let mut figures = Figures::default();
     let mut run_segment = segment_numbers(&dir.0).last().copied().unwrap_or(0);
     for k in 0..kills {
-        std::thread::sleep(Duration::from_millis(rng.range(20, 500)));
+        // Every fifth kill comes as soon as the restart is ready (before any compaction
+        // could clean up what the previous kill left); the others after a random delay.
+        if k % 5 != 4 {
+            std::thread::sleep(Duration::from_millis(rng.range(20, 500)));
+        }
         // Every third kill is aimed: it waits for the next compaction to create its segment
         // and kills at once (so the default run surely has kills inside compactions).
-        if k % 3 == 2 {
+        if k % 5 == 4 {
+            figures.immediate += 1;
+        } else if k % 3 == 2 {
             figures.aimed += 1;
             let seen = segment_numbers(&dir.0).last().copied().unwrap_or(0);
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -411,7 +423,7 @@ fn dispatcher_killed_at_random_loses_no_acknowledged_state_and_no_split() {
     d.kill();
     fwd.cut();
     figures.add_output(&d.output(), None);
-    let d = flags.start();
+    let mut d = flags.start();
     fwd.set_target(port_of(&d.url));
     figures.add_output(&d.output(), None);
     let mut records = check_acked(&d.url, &acked);
@@ -443,16 +455,24 @@ fn dispatcher_killed_at_random_loses_no_acknowledged_state_and_no_split() {
         assert_eq!(c, want, "OFF epoch {r}: each element once per worker");
         elements += got.len();
     }
+    // The journal on disk, read offline, holds every acknowledged dataset too.
+    d.kill();
+    let dump = run_shardwise(&["journal", "dump", dir.path()], "", &[]);
+    assert_eq!(dump.code, 0, "journal dump: {}", dump.stderr);
+    for (id, _) in &acked.datasets {
+        assert!(dump.stdout.contains(&format!("\"{id}\"")), "dataset {id} in the journal dump");
+    }
     let (forwarded, refused) = fwd.counts();
     println!(
-        "crash summary: seed={seed} dispatcher_kills={} (aimed {}) \
+        "crash summary: seed={seed} dispatcher_kills={} (aimed {}, immediate {}) \
          kills_mid_compaction={} kills_within_100ms_after_compaction={} compactions={} \
-         torn_tails_truncated={} acknowledged_records_checked={records} \
+         torn_or_cut_segments_repaired={} acknowledged_records_checked={records} \
          elements_checked={elements} epochs_dynamic={} epochs_parallel={} \
          harness_acks(datasets/jobs/iterations)={}/{}/{} connections_forwarded={forwarded} \
          connections_refused_while_down={refused} wall={:.1}s",
         figures.kills,
         figures.aimed,
+        figures.immediate,
         figures.mid_compaction,
         figures.just_after_compaction,
         figures.compactions,
@@ -476,7 +496,7 @@ fn dispatcher_killed_at_random_loses_no_acknowledged_state_and_no_split() {
 #[test]
 fn worker_killed_mid_epoch_loses_nothing_and_only_its_splits_come_again() {
     let dir = TempDir::new("crashworker");
-    let flags = Flags::new(&dir, &["--worker-timeout", "2s"]);
+    let flags = Flags::new(&dir, &["--worker-timeout", "3s"]);
     let fwd = Forwarder::start();
     let url = fwd.url();
     let d = flags.start();
