@@ -7,8 +7,8 @@
 //! so kills land during and just after compactions (counted from the segment files and the
 //! dispatcher's log). Afterwards: every acknowledged reply is in the replayed state, every
 //! epoch completed, every element was read exactly once (DYNAMIC) or once per worker (OFF).
-//! A second run SIGKILLs a worker mid-epoch: nothing is lost, and only the dead worker's
-//! splits come twice.
+//! A second run SIGKILLs a worker mid-epoch, and the dispatcher while the dead worker's
+//! splits are handed out again: nothing is lost, and only the dead worker's splits come twice.
 //!
 //! 10 dispatcher kills by default, 100 with `SHARDWISE_LONG=1`. Run with `--no-capture` to
 //! see the summary lines.
@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
@@ -523,29 +523,53 @@ fn worker_killed_mid_epoch_loses_nothing_and_only_its_splits_come_again() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let (dyn_got, par_got) = rt.block_on(async {
-        let par = tokio::spawn({
-            let (url, ds) = (url.clone(), par_ds.clone());
-            async move { distribute(&url, dataset(&ds), par_opts).try_collect::<Vec<Value>>().await }
-        });
-        // The victim dies once 300 elements were read.
-        let read = distribute(&url, dataset(&dyn_ds), dyn_opts).try_fold(Vec::new(), |mut got, e| {
-            got.push(e);
-            if got.len() == 300 {
-                victim.kill();
+    // The victim dies once 300 elements were read; at 600 (its splits being handed out
+    // again) the dispatcher is killed and restarted too.
+    let read = AtomicUsize::new(0);
+    let (d, (dyn_got, par_got)) = std::thread::scope(|s| {
+        let restarter = s.spawn(|| {
+            let mut d = d;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while read.load(Ordering::SeqCst) < 600 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
             }
-            std::future::ready(Ok(got))
+            d.kill();
+            fwd.cut();
+            let d = flags.start();
+            fwd.set_target(port_of(&d.url));
+            d
         });
-        let got = tokio::time::timeout(Duration::from_secs(90), read)
-            .await
-            .expect("the DYNAMIC epoch ends")
-            .expect("no error");
-        let par = tokio::time::timeout(Duration::from_secs(90), par)
-            .await
-            .expect("the OFF epoch ends")
-            .expect("join")
-            .expect("no error");
-        (ints(&got), ints(&par))
+        let got =
+            rt.block_on(async {
+                let par = tokio::spawn({
+                    let (url, ds) = (url.clone(), par_ds.clone());
+                    async move {
+                        distribute(&url, dataset(&ds), par_opts).try_collect::<Vec<Value>>().await
+                    }
+                });
+                let reading = distribute(&url, dataset(&dyn_ds), dyn_opts).try_fold(
+                    Vec::new(),
+                    |mut got, e| {
+                        got.push(e);
+                        read.store(got.len(), Ordering::SeqCst);
+                        if got.len() == 300 {
+                            victim.kill();
+                        }
+                        std::future::ready(Ok(got))
+                    },
+                );
+                let got = tokio::time::timeout(Duration::from_secs(90), reading)
+                    .await
+                    .expect("the DYNAMIC epoch ends")
+                    .expect("no error");
+                let par = tokio::time::timeout(Duration::from_secs(90), par)
+                    .await
+                    .expect("the OFF epoch ends")
+                    .expect("join")
+                    .expect("no error");
+                (ints(&got), ints(&par))
+            });
+        (restarter.join().expect("restarted"), got)
     });
 
     // DYNAMIC: every element at least once; twice only within the dead worker's splits.
