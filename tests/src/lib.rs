@@ -1,6 +1,7 @@
 //! Helpers for Shardwise's black-box tests: find the real `shardwise` binary and run it.
 #![forbid(unsafe_code)]
 
+pub mod crash;
 pub mod fake_k8s;
 
 use std::io::Write;
@@ -135,6 +136,26 @@ pub fn http(
     let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
     let body = if chunked { dechunk(body) } else { body.to_owned() };
     Ok(HttpResponse { status, headers, body })
+}
+
+/// The body of a 200 answer as JSON (panics with the body otherwise).
+pub fn ok(r: &HttpResponse) -> serde_json::Value {
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()
+}
+
+/// JSON integers as `i64` (panics on anything else).
+pub fn ints(values: &[serde_json::Value]) -> Vec<i64> {
+    values.iter().map(|v| v.as_i64().unwrap_or_else(|| panic!("not an integer: {v}"))).collect()
+}
+
+/// How often each value occurs.
+pub fn counts(values: &[i64]) -> std::collections::BTreeMap<i64, usize> {
+    let mut m = std::collections::BTreeMap::new();
+    for v in values {
+        *m.entry(*v).or_insert(0) += 1;
+    }
+    m
 }
 
 fn dechunk(mut s: &str) -> String {

@@ -117,6 +117,13 @@ fn a_flipped_byte_in_an_acknowledged_record_refuses_with_file_and_offset() {
                 refused += 1;
             }
             Ok(d) => {
+                // The warning goes to stderr, which is collected in the background.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while !d.output().contains("truncated a torn final record")
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
                 let out = d.output();
                 drop(d);
                 assert!(out.contains("truncated a torn final record"), "byte {at}: {out}");

@@ -3,7 +3,6 @@
 //! HTTP: every sharding policy's data, coordinated reads, job sharing, transforms, a worker
 //! killed mid-epoch, bad input and backpressure.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -11,7 +10,7 @@ use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
 use shardwise_core::dispatch::dispatcher::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{ClientError, DistributeOptions, distribute};
-use shardwise_tests::{Dispatcher, HttpResponse, TempDir, Worker, http};
+use shardwise_tests::{Dispatcher, TempDir, Worker, counts, http, ints, ok};
 
 /// Worker flags of these tests: heartbeats often enough for a 2 s worker timeout.
 const WORKER: &[&str] = &["--heartbeat-interval", "200ms"];
@@ -47,23 +46,6 @@ fn read_all(url: &str, ds: Value, options: DistributeOptions) -> Result<Vec<Valu
         let read = distribute(url, dataset(ds), options).try_collect::<Vec<Value>>();
         tokio::time::timeout(Duration::from_secs(60), read).await.expect("the epoch ends in time")
     })
-}
-
-fn ints(values: &[Value]) -> Vec<i64> {
-    values.iter().map(|v| v.as_i64().unwrap_or_else(|| panic!("not an integer: {v}"))).collect()
-}
-
-fn counts(values: &[i64]) -> BTreeMap<i64, usize> {
-    let mut m = BTreeMap::new();
-    for v in values {
-        *m.entry(*v).or_insert(0) += 1;
-    }
-    m
-}
-
-fn ok(r: &HttpResponse) -> Value {
-    assert_eq!(r.status, 200, "{}", r.body);
-    r.json()
 }
 
 /// Creates a job and an iteration over raw HTTP; returns the tasks as (task id, worker url).

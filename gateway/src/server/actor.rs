@@ -80,8 +80,8 @@ impl<S: Storage> JournalSink for Journal<S> {
     }
 }
 
-/// Compact when the current segment grows past this.
-const COMPACT_AT_BYTES: u64 = 64 << 20;
+/// Compact when the current segment grows past this (the default of `--compact-at-bytes`).
+pub const COMPACT_AT_BYTES: u64 = 64 << 20;
 /// Records waiting for the syncer beyond which calls are refused (the disk cannot keep up).
 const QUEUE_MAX_RECORDS: usize = 1 << 20;
 
@@ -112,6 +112,8 @@ struct Inner {
     timer: Notify,
     next_deadline: AtomicU64,
     stats: Arc<Stats>,
+    /// Compact when the current segment grows past this many bytes.
+    compact_at_bytes: u64,
 }
 
 /// A handle to the dispatcher (cheap to clone).
@@ -139,6 +141,16 @@ impl Actor {
         startup: Startup,
         on_started: impl FnOnce(Option<String>) + Send + 'static,
     ) -> Actor {
+        Self::spawn_with(startup, COMPACT_AT_BYTES, on_started)
+    }
+
+    /// Like [`Actor::spawn`], compacting the journal whenever its current segment grows past
+    /// `compact_at_bytes`.
+    pub fn spawn_with(
+        startup: Startup,
+        compact_at_bytes: u64,
+        on_started: impl FnOnce(Option<String>) + Send + 'static,
+    ) -> Actor {
         let stats = Arc::new(Stats::default());
         let inner = Arc::new(Inner {
             core: Mutex::new(None),
@@ -152,6 +164,7 @@ impl Actor {
             timer: Notify::new(),
             next_deadline: AtomicU64::new(u64::MAX),
             stats: stats.clone(),
+            compact_at_bytes,
         });
         let actor = Actor { inner: inner.clone(), stats };
         let runtime = tokio::runtime::Handle::current();
@@ -316,7 +329,7 @@ fn sync(inner: &Inner, mut journal: Box<dyn JournalSink>) {
             return;
         }
         inner.durable.send_replace(last);
-        if journal.segment_bytes() > COMPACT_AT_BYTES
+        if journal.segment_bytes() > inner.compact_at_bytes
             && let Err(e) = compact(inner, journal.as_mut())
         {
             fail(inner, &e, "journal compaction failed");
@@ -451,6 +464,58 @@ mod tests {
         // ...and nothing after it, even a read.
         let r = actor.call(|d, _| d.workers().count()).await;
         assert_eq!(r.expect_err("refused").code, "UNAVAILABLE");
+    }
+
+    /// A journal whose segment grows 1,000 bytes per record and is emptied by compaction.
+    struct Growing {
+        bytes: u64,
+        compactions: Arc<AtomicUsize>,
+    }
+
+    impl JournalSink for Growing {
+        fn append(&mut self, updates: &[Update]) -> std::io::Result<()> {
+            self.bytes += 1_000 * updates.len() as u64;
+            Ok(())
+        }
+        fn commit(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn segment_bytes(&self) -> u64 {
+            self.bytes
+        }
+        fn compact(&mut self, _: &Update) -> std::io::Result<()> {
+            self.bytes = 0;
+            self.compactions.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn the_journal_compacts_past_the_threshold_only() {
+        for (threshold, want) in [(1_500, true), (COMPACT_AT_BYTES, false)] {
+            let compactions = Arc::new(AtomicUsize::new(0));
+            let journal: Box<dyn JournalSink> =
+                Box::new(Growing { bytes: 0, compactions: compactions.clone() });
+            let config = DispatcherConfig { fault_tolerant: true, ..Default::default() };
+            let d = Dispatcher::new(config, "test".into(), now()).expect("dispatcher");
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let actor = Actor::spawn_with(Box::new(move || Ok((d, Some(journal)))), threshold, {
+                move |e| {
+                    let _ = tx.send(e);
+                }
+            });
+            assert_eq!(rx.await.expect("started"), None);
+            for i in 0..3 {
+                let a = format!("w{i}:1");
+                let r = actor.call(move |d, t| d.worker_heartbeat(t, &heartbeat(&a))).await;
+                assert!(r.expect("acknowledged").is_ok());
+            }
+            // The syncer compacts right after the commit that crossed the threshold, before
+            // it takes the next batch: one more acknowledged call has seen it happen.
+            let _ = actor.call(|d, t| d.worker_heartbeat(t, &heartbeat("w9:1"))).await;
+            let n = compactions.load(Ordering::SeqCst);
+            assert_eq!(n > 0, want, "threshold {threshold}: {n} compactions");
+        }
     }
 
     #[tokio::test]

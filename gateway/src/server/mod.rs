@@ -119,6 +119,10 @@ pub struct DispatcherArgs {
     /// wait).
     #[arg(long, env = "SHARDWISE_MAX_IN_FLIGHT", default_value_t = 0)]
     pub max_in_flight: usize,
+    /// Compact the journal (a snapshot opens a new segment, older segments are deleted) when
+    /// its current segment grows past this many bytes.
+    #[arg(long, env = "SHARDWISE_COMPACT_AT_BYTES", default_value_t = actor::COMPACT_AT_BYTES)]
+    pub compact_at_bytes: u64,
 }
 
 impl Default for DispatcherArgs {
@@ -142,6 +146,7 @@ impl Default for DispatcherArgs {
             rate_limit: 0,
             rate_limit_burst: 0,
             max_in_flight: 0,
+            compact_at_bytes: actor::COMPACT_AT_BYTES,
         }
     }
 }
@@ -495,7 +500,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
         }
     });
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
-    let actor = Actor::spawn(startup, move |err| {
+    let actor = Actor::spawn_with(startup, args.compact_at_bytes, move |err| {
         if let Some(e) = err {
             let _ = failed_tx.send(e);
         }

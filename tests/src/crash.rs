@@ -1,0 +1,293 @@
+//! Helpers of the crash harness (`tests/tests/crash.rs`): a TCP forwarder that keeps one
+//! address for a dispatcher that is killed and restarted on new ports, a seeded random number
+//! generator, and a look into the journal's segment files.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// SplitMix64: a tiny seeded generator, enough to place kills reproducibly.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `lo..hi` (`lo` when the range is empty).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        if hi <= lo { lo } else { lo + self.next_u64() % (hi - lo) }
+    }
+}
+
+/// The seed of a run: `SHARDWISE_CRASH_SEED` when set, else derived from the clock.
+pub fn seed() -> u64 {
+    match std::env::var("SHARDWISE_CRASH_SEED") {
+        Ok(s) => s.trim().parse().unwrap_or_else(|_| panic!("SHARDWISE_CRASH_SEED={s:?}")),
+        Err(_) => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            SplitMix64::new(nanos as u64 ^ u64::from(std::process::id())).next_u64()
+        }
+    }
+}
+
+/// Whether the long run was asked for (`SHARDWISE_LONG=1`).
+pub fn long_run() -> bool {
+    std::env::var("SHARDWISE_LONG").is_ok_and(|v| v == "1")
+}
+
+struct Shared {
+    /// The port connections are forwarded to; `None` while the dispatcher is down.
+    target: Mutex<Option<u16>>,
+    /// Both sockets of every open connection, to cut them.
+    conns: Mutex<HashMap<u64, [TcpStream; 2]>>,
+    next_id: AtomicU64,
+    stop: AtomicBool,
+    forwarded: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// A TCP forwarder on `127.0.0.1:<ephemeral>`: every accepted connection is forwarded to
+/// `127.0.0.1:<target>`; while there is no target, connections are closed at once (the
+/// callers see a transport failure and retry). Stops on drop.
+pub struct Forwarder {
+    port: u16,
+    shared: Arc<Shared>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Forwarder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwarder").field("port", &self.port).finish_non_exhaustive()
+    }
+}
+
+impl Forwarder {
+    /// Binds `127.0.0.1:0` and starts accepting (no target yet).
+    pub fn start() -> Forwarder {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the forwarder");
+        let port = listener.local_addr().expect("forwarder address").port();
+        let shared = Arc::new(Shared {
+            target: Mutex::new(None),
+            conns: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            forwarded: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        });
+        let s = shared.clone();
+        let accept = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                forward(&s, conn);
+            }
+        });
+        Forwarder { port, shared, accept: Some(accept) }
+    }
+
+    /// `http://127.0.0.1:<port>`: the one address workers and clients are given.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Forwards new connections to `port` from now on.
+    pub fn set_target(&self, port: u16) {
+        *lock(&self.shared.target) = Some(port);
+    }
+
+    /// Forwards nothing more and cuts every open connection (the dispatcher was killed).
+    pub fn cut(&self) {
+        *lock(&self.shared.target) = None;
+        for (_, [a, b]) in lock(&self.shared.conns).drain() {
+            let _ = a.shutdown(Shutdown::Both);
+            let _ = b.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// (connections forwarded, connections closed for want of a dispatcher).
+    pub fn counts(&self) -> (u64, u64) {
+        (self.shared.forwarded.load(Ordering::SeqCst), self.shared.refused.load(Ordering::SeqCst))
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.cut();
+        // Wake the accept loop so it sees `stop`.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn forward(s: &Arc<Shared>, client: TcpStream) {
+    let target = *lock(&s.target);
+    let upstream = target.and_then(|p| TcpStream::connect(("127.0.0.1", p)).ok());
+    let Some(upstream) = upstream else {
+        s.refused.fetch_add(1, Ordering::SeqCst);
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    };
+    let (Ok(c2), Ok(u2), Ok(c3), Ok(u3)) =
+        (client.try_clone(), upstream.try_clone(), client.try_clone(), upstream.try_clone())
+    else {
+        return;
+    };
+    let id = s.next_id.fetch_add(1, Ordering::SeqCst);
+    {
+        let mut conns = lock(&s.conns);
+        // Cut meanwhile (the target is gone): drop this one too.
+        if lock(&s.target).is_none() {
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = upstream.shutdown(Shutdown::Both);
+            return;
+        }
+        conns.insert(id, [c3, u3]);
+    }
+    s.forwarded.fetch_add(1, Ordering::SeqCst);
+    let pipe = |mut from: TcpStream, mut to: TcpStream, s: Arc<Shared>| {
+        move || {
+            let mut buf = [0u8; 16 * 1024];
+            loop {
+                match from.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            // One side ended: end the connection both ways.
+            let _ = from.shutdown(Shutdown::Both);
+            let _ = to.shutdown(Shutdown::Both);
+            lock(&s.conns).remove(&id);
+        }
+    };
+    std::thread::spawn(pipe(client, upstream, s.clone()));
+    std::thread::spawn(pipe(u2, c2, s.clone()));
+}
+
+/// One journal segment file as it is on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// Its number.
+    pub number: u64,
+    /// Whether its first record is a snapshot (a segment compaction wrote).
+    pub snapshot: bool,
+    /// Its intact records.
+    pub records: usize,
+}
+
+/// The segments in `<work_dir>/journal`, oldest first. A segment that vanishes while it is
+/// read (compaction deleted it) is left out.
+pub fn segments(work_dir: &Path) -> Vec<Segment> {
+    let Ok(entries) = std::fs::read_dir(work_dir.join("journal")) else { return Vec::new() };
+    let mut out: Vec<Segment> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let number = name.strip_prefix("segment-")?.strip_suffix(".swj")?.parse().ok()?;
+            let bytes = std::fs::read(e.path()).ok()?;
+            let (snapshot, records) =
+                match shardwise_core::dispatch::framing::decode_segment(&bytes) {
+                    Ok(d) => {
+                        let first = d.records.first().and_then(|r| {
+                            serde_json::from_slice::<serde_json::Value>(r.payload).ok()
+                        });
+                        (first.is_some_and(|v| v.get("snapshot").is_some()), d.records.len())
+                    }
+                    Err(_) => (false, 0),
+                };
+            Some(Segment { number, snapshot, records })
+        })
+        .collect();
+    out.sort_by_key(|s| s.number);
+    out
+}
+
+/// Whether the segments after a kill show a compaction that had begun but not finished in
+/// the run whose own segment was `run_segment`: a segment newer than it exists (compaction
+/// creates it), and it is not yet a complete snapshot or older segments are not yet deleted.
+pub fn compaction_interrupted(after: &[Segment], run_segment: u64) -> bool {
+    let Some(newest) = after.last() else { return false };
+    newest.number > run_segment && (!newest.snapshot || after.len() > 1)
+}
+
+/// Seconds since midnight (UTC) of a log line's RFC 3339 timestamp
+/// (`2026-11-29T22:24:41.123456Z  INFO ...`), if it starts with one.
+pub fn log_time_of_day(line: &str) -> Option<f64> {
+    let t = line.split_whitespace().next()?;
+    let (_, time) = t.split_once('T')?;
+    let time = time.trim_end_matches('Z');
+    let mut parts = time.splitn(3, ':');
+    let h: f64 = parts.next()?.parse().ok()?;
+    let m: f64 = parts.next()?.parse().ok()?;
+    let s: f64 = parts.next()?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
+/// Seconds since midnight (UTC) now.
+pub fn time_of_day_now() -> f64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    (d.as_secs() % 86_400) as f64 + f64::from(d.subsec_micros()) / 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splitmix_is_seeded_and_ranges_hold() {
+        let (mut a, mut b) = (SplitMix64::new(7), SplitMix64::new(7));
+        let xs: Vec<u64> = (0..5).map(|_| a.next_u64()).collect();
+        assert_eq!(xs, (0..5).map(|_| b.next_u64()).collect::<Vec<_>>());
+        assert_ne!(xs[0], xs[1]);
+        assert!((0..1000).all(|_| (10..20).contains(&a.range(10, 20))));
+        assert_eq!(a.range(5, 5), 5);
+    }
+
+    #[test]
+    fn log_timestamps_parse() {
+        let t = log_time_of_day("2026-11-29T22:24:41.500000Z  INFO x: journal compacted");
+        assert_eq!(t, Some(22.0 * 3600.0 + 24.0 * 60.0 + 41.5));
+        assert_eq!(log_time_of_day("shardwise dispatcher replayed 3 records"), None);
+    }
+
+    #[test]
+    fn an_interrupted_compaction_is_recognised() {
+        let seg = |number, snapshot| Segment { number, snapshot, records: 1 };
+        // The run's own segment 3 only: no compaction began.
+        assert!(!compaction_interrupted(&[seg(2, true), seg(3, false)], 3));
+        // A finished compaction: one snapshot segment newer than the run's.
+        assert!(!compaction_interrupted(&[seg(4, true)], 3));
+        // Created, older ones not yet deleted; or created without its snapshot yet.
+        assert!(compaction_interrupted(&[seg(3, false), seg(4, true)], 3));
+        assert!(compaction_interrupted(&[seg(4, false)], 3));
+    }
+}
