@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fake_k8s;
+pub mod fuzz;
 
 use std::io::Write;
 use std::path::PathBuf;
