@@ -8,8 +8,8 @@
 //! with the documented shape (`type`, `title`, `status` equal to the HTTP status, `detail`,
 //! `code`, and nothing else but `tf_exception` and `missing`); every 2xx of a JSON route is
 //! JSON. Afterwards the dispatcher is consistent: a valid session still works, its derived
-//! indexes match a rebuild (`State::check_heartbeat_index`), and replaying the journal it wrote
-//! gives the state it holds.
+//! indexes match a rebuild (`State::check_heartbeat_index`), and the journal it wrote, encoded
+//! and decoded as the gateway stores it, replays to the state it holds.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex};
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
+use shardwise_core::dispatch::framing::{Tail, segment_header};
+use shardwise_core::dispatch::journal::{decode_updates, encode_update};
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Update};
 use shardwise_gateway::server::actor::{Actor, JournalSink, Startup, now};
 use shardwise_gateway::server::api::AppState;
@@ -404,7 +406,15 @@ fn fuzz_request_bodies() {
         }))
         .expect("the actor answers");
     assert_eq!(index, Ok(()), "derived indexes after the fuzz");
+    // Through the bytes, as the gateway's journal stores them: what was acknowledged decodes.
     let updates = journal.0.lock().expect("journal lock").clone();
+    let mut segment = segment_header().to_vec();
+    for u in &updates {
+        encode_update(u, &mut segment).expect("encode");
+    }
+    let decoded = decode_updates(&segment).expect("the journal decodes");
+    assert_eq!(decoded.tail, Tail::Clean);
+    assert_eq!(decoded.updates, updates);
     let replayed = Dispatcher::recover(config(), "replay".into(), now(), &updates).expect("replay");
     assert_eq!(
         serde_json::to_value(replayed.state()).expect("state is JSON"),

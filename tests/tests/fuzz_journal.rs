@@ -20,6 +20,7 @@ use shardwise_core::dispatch::framing::{
 };
 use shardwise_core::dispatch::journal::{JournalError, decode_updates, encode_update};
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis, Update};
+use shardwise_core::json::nested_deeper_than;
 use shardwise_tests::fuzz::{
     Budget, Rng, Verdict, keys_of, mutate_bytes, mutate_json, run, show_bytes,
 };
@@ -299,10 +300,20 @@ fn fuzz_journal_decoder() {
                 encode_record(payload.as_bytes(), &mut seg).expect("frame");
                 let verdict = check_decode(&seg, false);
                 if let Ok(update) = serde_json::from_value::<Update>(v.clone()) {
-                    // encode -> decode is the identity on any update.
+                    // encode -> decode is the identity on any update the decoder's 128-level
+                    // nesting limit admits (the dispatcher keeps client values within
+                    // `MAX_NESTING`, far below it); deeper ones are refused with an offset.
                     let seg = segment([&update]);
-                    assert_eq!(decode_updates(&seg).map(|r| r.updates), Ok(vec![update]));
-                    round_trips += 1;
+                    match decode_updates(&seg) {
+                        Ok(back) => {
+                            assert_eq!(back.updates, vec![update]);
+                            round_trips += 1;
+                        }
+                        Err(e) => {
+                            assert!(nested_deeper_than(v, 120), "{e}");
+                            assert!(matches!(e, JournalError::BadRecord { offset: 16, .. }), "{e}");
+                        }
+                    }
                 }
                 verdict
             }
