@@ -25,6 +25,27 @@ impl JsonError {
     }
 }
 
+/// How deeply a client's free-form JSON (dataset elements and split items, dataset metadata)
+/// may nest arrays and objects. Such values are journaled inside a few levels of record
+/// structure (up to about ten for a snapshot), and the journal decoder, like every
+/// `serde_json` decoder, stops at 128 levels: a value admitted deeper could be acknowledged and
+/// then never replayed. 64 leaves ample room while no real dataset comes close.
+pub const MAX_NESTING: usize = 64;
+
+/// Whether `value` nests arrays and objects more than `max` levels deep (a scalar has 0
+/// levels, `[1]` and `{"a": 1}` have 1). Looks at most `max + 1` levels down.
+pub fn nested_deeper_than(value: &Value, max: usize) -> bool {
+    let children: Box<dyn Iterator<Item = &Value>> = match value {
+        Value::Array(items) => Box::new(items.iter()),
+        Value::Object(map) => Box::new(map.values()),
+        _ => return false,
+    };
+    match max.checked_sub(1) {
+        None => true,
+        Some(rest) => children.into_iter().any(|v| nested_deeper_than(v, rest)),
+    }
+}
+
 /// Parses `text` into a [`Value`], refusing duplicate keys in any object.
 pub fn parse_strict(text: &str) -> Result<Value, JsonError> {
     let strict: Strict = serde_json::from_str(text).map_err(|e| JsonError::from_serde(&e))?;
@@ -113,6 +134,17 @@ impl<'de> Visitor<'de> for StrictVisitor {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nesting_depth() {
+        use super::nested_deeper_than;
+        use serde_json::json;
+        assert!(!nested_deeper_than(&json!(1), 0));
+        assert!(nested_deeper_than(&json!([]), 0));
+        assert!(!nested_deeper_than(&json!([1, {"a": 2}]), 2));
+        assert!(nested_deeper_than(&json!([1, {"a": [2]}]), 2));
+        assert!(!nested_deeper_than(&json!([1, {"a": [2]}]), 3));
+    }
+
     use super::*;
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod crash;
 pub mod fake_k8s;
+pub mod fuzz;
 
 use std::io::Write;
 use std::path::PathBuf;

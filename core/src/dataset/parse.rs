@@ -10,6 +10,7 @@ use super::def::{
     SplitsDef, TransformDef,
 };
 use super::error::{DatasetError, invalid, quoted};
+use crate::json::{MAX_NESTING, nested_deeper_than};
 
 const SOURCE_KINDS: &[&str] = &["range", "list", "files", "splits"];
 const TRANSFORM_KINDS: &[&str] = &["repeat", "take", "skip", "shuffle", "batch", "shard_hint"];
@@ -71,6 +72,7 @@ pub(super) fn source(value: &Value, path: &str) -> Result<SourceDef, DatasetErro
             only_keys(obj, &path, &["elements"])?;
             let elements_path = format!("{path}.elements");
             let elements = array(required(obj, &path, "elements")?, &elements_path)?;
+            shallow(elements, &elements_path)?;
             Ok(SourceDef::List(ListDef { elements: elements.clone() }))
         }
         "files" => {
@@ -109,8 +111,20 @@ pub(super) fn source(value: &Value, path: &str) -> Result<SourceDef, DatasetErro
             only_keys(obj, &path, &["items"])?;
             let items_path = format!("{path}.items");
             let items = array(required(obj, &path, "items")?, &items_path)?;
+            shallow(items, &items_path)?;
             Ok(SourceDef::Splits(SplitsDef { items: items.clone() }))
         }
+    }
+}
+
+/// Refuses an element nested more than [`MAX_NESTING`] levels deep: the journal could not
+/// replay the dataset's registration (see [`crate::json::MAX_NESTING`]).
+fn shallow(values: &[Value], path: &str) -> Result<(), DatasetError> {
+    match values.iter().position(|v| nested_deeper_than(v, MAX_NESTING)) {
+        None => Ok(()),
+        Some(i) => Err(invalid(format!(
+            "{path}[{i}] nests arrays and objects more than {MAX_NESTING} levels deep"
+        ))),
     }
 }
 

@@ -896,6 +896,13 @@ impl Dispatcher {
     /// metadata must match.
     pub fn register_dataset(&mut self, req: &RegisterDataset) -> Result<String, DispatchError> {
         let metadata = req.metadata.clone().unwrap_or(Value::Null);
+        if crate::json::nested_deeper_than(&metadata, crate::json::MAX_NESTING) {
+            // Journaled inside a record, deeper metadata could not be replayed.
+            return Err(DispatchError::InvalidArgument(format!(
+                "metadata nests arrays and objects more than {} levels deep",
+                crate::json::MAX_NESTING
+            )));
+        }
         if let Some(id) = &req.dataset_id {
             if !valid_id(id) {
                 return Err(DispatchError::InvalidArgument(format!(

@@ -112,6 +112,47 @@ mod tests {
         assert!(e.to_string().starts_with("Failed to parse journal record at offset 16"), "{e}");
     }
 
+    /// `depth` levels of arrays around a number.
+    fn nested(depth: usize) -> serde_json::Value {
+        (0..depth).fold(serde_json::json!(1), |v, _| serde_json::json!([v]))
+    }
+
+    /// Found by the journal fuzz target (`fuzz_journal_decoder`): a dataset whose elements
+    /// (or metadata) nested about 125 levels deep was accepted and journaled, but the record
+    /// around it passed the decoder's 128-level limit, so the acknowledged registration could
+    /// not be replayed and the dispatcher refused to restart. Values are now capped at
+    /// `MAX_NESTING` levels, and values at the cap replay, in their records and in a snapshot.
+    #[test]
+    fn deeply_nested_dataset_values_replay_or_are_refused() {
+        use crate::dispatch::dispatcher::RegisterDataset;
+        use crate::dispatch::{Dispatcher, DispatcherConfig};
+        use crate::json::MAX_NESTING;
+        let request = |elements: serde_json::Value, metadata: serde_json::Value| {
+            serde_json::from_value::<RegisterDataset>(serde_json::json!({
+                "dataset": {"source": {"list": {"elements": [elements]}}},
+                "metadata": metadata,
+            }))
+        };
+        let mut d = Dispatcher::new(DispatcherConfig::default(), "t".into(), Millis(0)).unwrap();
+        let deepest = request(nested(MAX_NESTING), nested(MAX_NESTING)).unwrap();
+        d.register_dataset(&deepest).unwrap();
+        let splits = serde_json::json!({"dataset": {"source": {"splits": {"items": [nested(MAX_NESTING)]}}}});
+        d.register_dataset(&serde_json::from_value(splits).unwrap()).unwrap();
+        let mut updates: Vec<Update> = std::iter::from_fn(|| d.poll_journal()).collect();
+        updates.push(d.snapshot());
+        let mut seg = segment_header().to_vec();
+        for u in &updates {
+            encode_update(u, &mut seg).unwrap();
+        }
+        assert_eq!(decode_updates(&seg).unwrap().updates, updates);
+
+        let too_deep = request(nested(MAX_NESTING + 1), serde_json::Value::Null).unwrap_err();
+        assert!(too_deep.to_string().contains("more than 64 levels deep"), "{too_deep}");
+        let e =
+            d.register_dataset(&request(nested(1), nested(MAX_NESTING + 1)).unwrap()).unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
+    }
+
     /// A torn final record is reported, earlier records kept.
     #[test]
     fn torn_tail_keeps_the_prefix() {
