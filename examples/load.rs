@@ -1249,7 +1249,7 @@ async fn fleet_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<(String, b
         report.generator_rss_kb.unwrap_or(0)
     ));
     drop(d);
-    Ok((out, report.errors > 0))
+    Ok((out, report.errors > 0 || report.behind > 0))
 }
 
 /// Bytes of the files under `dir`, `depth` levels down at most.

@@ -33,6 +33,9 @@ const RANGE_STOP: u64 = 1 << 40;
 /// Setup calls and the whole run's slack past its schedule.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 const RUN_SLACK: Duration = Duration::from_secs(60);
+/// Requests of the window not sent this long after its end are given up: the dispatcher fell
+/// behind (they count in [`Report::behind`]).
+const CATCH_UP: Duration = Duration::from_secs(10);
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -108,6 +111,9 @@ pub struct Report {
     pub first_error: Option<String>,
     /// Offered rate: (workers + clients) x rate.
     pub target_rate: f64,
+    /// Requests of the window not answered by [`CATCH_UP`] after its end (the dispatcher, or
+    /// the machine, could not keep up): 0 when the fleet's load was held.
+    pub behind: u64,
     /// Answered requests of the window per second, from the window's start to its last
     /// answer (below the target when the dispatcher falls behind).
     pub achieved_rate: f64,
@@ -198,6 +204,14 @@ impl Report {
             self.registration_secs,
             f(self.other_cores, 2)
         ));
+        if self.behind > 0 {
+            out.push_str(&format!(
+                "NOT HELD: {} requests of the window were not answered within {} s of its end \
+                 (the dispatcher fell behind)\n",
+                self.behind,
+                CATCH_UP.as_secs()
+            ));
+        }
         if let Some(e) = &self.first_error {
             out.push_str(&format!("first error: {e}\n"));
         }
@@ -559,6 +573,8 @@ struct Shared {
     batch: Duration,
     done: AtomicU64,
     errors: AtomicU64,
+    /// Send nothing more (set when the run is too far behind its schedule).
+    stop: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug)]
@@ -625,7 +641,7 @@ async fn drive(sh: Arc<Shared>, mut conn: Conn, entities: Vec<Entity>) -> ConnSt
     let due_of = |tick: u64, e: &Entity| {
         sh.t0 + sh.period.mul_f64(tick as f64) + Duration::from_nanos(e.offset_ns)
     };
-    while n > 0 && tick < sh.total_ticks {
+    while n > 0 && tick < sh.total_ticks && !sh.stop.load(Ordering::Relaxed) {
         tokio::time::sleep_until(due_of(tick, &st.entities[next]) + sh.batch).await;
         let now = Instant::now();
         // Everything due by now (just the one without pipelining).
@@ -814,6 +830,7 @@ pub async fn run(addr: SocketAddr, opts: &Options) -> Result<Report, String> {
         batch: opts.batch,
         done: AtomicU64::new(0),
         errors: AtomicU64::new(0),
+        stop: Default::default(),
     });
     let tasks: Vec<_> = registered
         .into_iter()
@@ -856,6 +873,13 @@ pub async fn run(addr: SocketAddr, opts: &Options) -> Result<Report, String> {
     let mut client = Histogram::new();
     let mut last = m0;
     let deadline = m1 + RUN_SLACK;
+    let stopper = {
+        let sh = sh.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(m1 + CATCH_UP).await;
+            sh.stop.store(true, Ordering::Relaxed);
+        })
+    };
     for t in tasks {
         let st = match tokio::time::timeout_at(deadline, t).await {
             Ok(Ok(st)) => st,
@@ -878,11 +902,14 @@ pub async fn run(addr: SocketAddr, opts: &Options) -> Result<Report, String> {
             .filter(|e| matches!(&e.kind, Kind::Worker { tasks, .. } if tasks.len() == 1))
             .count() as u64;
     }
+    stopper.abort();
     report.errors = sh.errors.load(Ordering::Relaxed);
     report.total_requests = sh.done.load(Ordering::Relaxed) + report.errors;
     report.worker = worker.summary();
     report.client = client.summary();
     report.measured_requests = report.worker.count + report.client.count;
+    report.behind = ((opts.workers + client_ids.len()) as u64 * (total_ticks - warmup_ticks))
+        .saturating_sub(report.measured_requests);
     report.client_reply_bytes /= report.client.count.max(1) as f64;
     report.window_secs = (last - m0).as_secs_f64().max(1e-9);
     report.achieved_rate = report.measured_requests as f64 / report.window_secs;

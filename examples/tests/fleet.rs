@@ -31,6 +31,7 @@ async fn a_tiny_fleet_heartbeats_without_errors() {
             .expect("the fleet run succeeds");
     eprintln!("{}", report.render(&opts));
     assert_eq!(report.errors, 0, "{:?}", report.first_error);
+    assert_eq!(report.behind, 0);
     // 2 s at 4 Hz: 8 heartbeats of each of the 220, all answered; 2 warm-up ticks before.
     assert_eq!(report.worker.count, 200 * 8);
     assert_eq!(report.client.count, 20 * 8);
