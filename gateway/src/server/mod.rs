@@ -501,6 +501,13 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
             }
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // TCP_NODELAY: a client that pipelines gets its replies as they are written, not held
+        // back by Nagle's algorithm until the previous one is acknowledged (a delayed ACK,
+        // ~40 ms).
+        use axum::serve::ListenerExt as _;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let result = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let failure = shutdown.await;
