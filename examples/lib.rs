@@ -1,5 +1,9 @@
 //! Runnable examples; see the `[[example]]` targets. The seed flow's logic lives here
-//! ([`seed::run`]) so that a test runs it too.
+//! ([`seed::run`]) so that a test runs it too, and so does the load generator's fleet mode
+//! ([`fleet::run`]).
+
+#[path = "load/fleet.rs"]
+pub mod fleet;
 
 pub mod seed {
     //! TensorFlow's `DispatchServer` example, in one process: a dispatcher and a worker on

@@ -23,6 +23,15 @@
 //! thread (`/proc/<pid>/task/*/stat`, thread `shardwise-dispat...`), and this process's own
 //! CPU per call (it shares the machine's cores). Output: a Markdown table per mode and the
 //! issue's goals against TensorFlow's figures in `shared/reference/peer_results.md`.
+//!
+//! `--fleet` runs the fleet instead (issue 6): `--fleet-workers` simulated workers (default
+//! 10,000) and `--fleet-clients` clients (default 1,000, leased on one `distributed_epoch`
+//! iteration) each heartbeating at `--rate` Hz (default 1), spread evenly over the second and
+//! multiplexed over `--fleet-conns` keep-alive connections, open loop, for `--duration`
+//! seconds (default 20; 300 with `SHARDWISE_LONG=1`, the soak) after `--fleet-warmup`
+//! seconds. It reports errors, achieved rate, latency p50/p99/max from each request's due
+//! time, the dispatcher's CPU (% of one core) and RSS (every `--report-every` seconds), and
+//! this generator's own CPU. See [`shardwise_examples::fleet`].
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -127,6 +136,10 @@ struct Options {
     client_threads: usize,
     tmp_dir: PathBuf,
     max_splits: u32,
+    /// `--fleet`: the fleet run's options (its dispatcher pid is filled in per mode).
+    fleet: Option<shardwise_examples::fleet::Options>,
+    /// Extra arguments for `shardwise dispatcher` (A/B runs of its options).
+    dispatcher_args: Vec<String>,
 }
 
 const USAGE: &str = "\
@@ -143,7 +156,18 @@ usage: load [OPTIONS]
   --max-splits N         splits per get_split call (default 1)
   --client-threads N     this generator's tokio worker threads (default 1: current-thread)
   --tmp-dir DIR          where the fault-tolerant work dir is created (default: the system
-                         temp dir; it must be a real disk for fsync to mean anything)";
+                         temp dir; it must be a real disk for fsync to mean anything)
+  --dispatcher-arg ARG   pass ARG to `shardwise dispatcher` (repeatable)
+  --fleet                run the fleet instead (each worker and client heartbeating at --rate):
+  --fleet-workers N      simulated workers (default 10000)
+  --fleet-clients N      clients on one distributed_epoch iteration (default 1000; 0: no job)
+  --fleet-conns N        keep-alive connections the fleet shares (default 64)
+  --rate HZ              heartbeats per second of each worker and client (default 1)
+  --duration S           measured seconds (default 20; 300 with SHARDWISE_LONG=1)
+  --fleet-warmup S       seconds before the measured window (default 5)
+  --report-every S       RSS and progress every S seconds (default 10)
+  --batch-ms MS          pipelining: each connection sends what is due every MS ms at once
+                         (default 0: one request in flight per connection, like real workers)";
 
 fn parse_args() -> Result<Options, String> {
     let mut o = Options {
@@ -158,7 +182,15 @@ fn parse_args() -> Result<Options, String> {
         client_threads: 1,
         tmp_dir: std::env::temp_dir(),
         max_splits: 1,
+        fleet: None,
+        dispatcher_args: Vec::new(),
     };
+    let long = std::env::var("SHARDWISE_LONG").is_ok_and(|v| v == "1");
+    let mut fleet = shardwise_examples::fleet::Options {
+        duration: Duration::from_secs(if long { 300 } else { 20 }),
+        ..Default::default()
+    };
+    let mut is_fleet = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
@@ -179,6 +211,20 @@ fn parse_args() -> Result<Options, String> {
             "--warmup" => o.warmup = num(value()?)?,
             "--client-threads" => o.client_threads = num(value()?)? as usize,
             "--tmp-dir" => o.tmp_dir = PathBuf::from(value()?),
+            "--dispatcher-arg" => o.dispatcher_args.push(value()?),
+            "--fleet" => is_fleet = true,
+            "--fleet-workers" => fleet.workers = num(value()?)? as usize,
+            "--fleet-clients" => fleet.clients = num(value()?)? as usize,
+            "--fleet-conns" => fleet.connections = num(value()?)? as usize,
+            "--rate" => fleet.rate_hz = secs_of(&flag, value()?)?,
+            "--duration" => fleet.duration = Duration::from_secs_f64(secs_of(&flag, value()?)?),
+            "--fleet-warmup" => {
+                fleet.warmup = Duration::from_secs_f64(secs_of(&flag, value()?)?);
+            }
+            "--report-every" => {
+                fleet.report_every = Duration::from_secs_f64(secs_of(&flag, value()?)?);
+            }
+            "--batch-ms" => fleet.batch = Duration::from_millis(num(value()?)?),
             "--max-splits" => {
                 o.max_splits = u32::try_from(num(value()?)?)
                     .ok()
@@ -215,6 +261,18 @@ fn parse_args() -> Result<Options, String> {
             other => return Err(format!("unknown option {other:?}\n{USAGE}")),
         }
     }
+    if is_fleet {
+        if fleet.connections == 0 || fleet.connections > 4096 {
+            return Err("--fleet-conns must be in 1..=4096".into());
+        }
+        if fleet.workers + fleet.clients == 0 || fleet.workers > 1 << 24 {
+            return Err("--fleet-workers must be at most 2^24, and the fleet not empty".into());
+        }
+        if fleet.report_every.is_zero() || fleet.duration.is_zero() {
+            return Err("--duration and --report-every must be positive".into());
+        }
+        o.fleet = Some(fleet);
+    }
     if o.workers == 0 {
         return Err("--workers must be at least 1".into());
     }
@@ -236,6 +294,14 @@ fn parse_args() -> Result<Options, String> {
         ));
     }
     Ok(o)
+}
+
+/// A non-negative finite number of seconds (or Hz) for `flag`.
+fn secs_of(flag: &str, v: String) -> Result<f64, String> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x >= 0.0 && *x <= 86_400.0)
+        .ok_or_else(|| format!("{flag}: {v:?} is not a number of seconds"))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -434,9 +500,15 @@ fn find_or_build_shardwise(opts: &Options) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-fn start_dispatcher(bin: &Path, mode: Mode, tmp: &Path) -> Result<Dispatcher, String> {
+fn start_dispatcher(
+    bin: &Path,
+    mode: Mode,
+    tmp: &Path,
+    extra: &[String],
+) -> Result<Dispatcher, String> {
     let mut cmd = Command::new(bin);
     cmd.args(["dispatcher", "--host", "127.0.0.1", "--port", "0"]);
+    cmd.args(extra);
     let work_dir = match mode {
         Mode::Memory => None,
         Mode::FaultTolerant => {
@@ -1097,7 +1169,7 @@ fn print_goals(all: &HashMap<&'static str, Vec<RunResult>>, opts: &Options) {
 // ---------------------------------------------------------------------------------------
 
 async fn bench_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<Vec<RunResult>, String> {
-    let d = start_dispatcher(bin, mode, &opts.tmp_dir)?;
+    let d = start_dispatcher(bin, mode, &opts.tmp_dir, &opts.dispatcher_args)?;
     let pid = d.child.id();
     wait_ready(d.addr).await?;
     // healthz alone needs no dispatcher state (and works against any server that answers
@@ -1160,6 +1232,26 @@ async fn bench_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<Vec<RunRes
     Ok(results)
 }
 
+/// The fleet against a fresh dispatcher of `mode`: its report as Markdown, and whether it
+/// had errors.
+async fn fleet_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<(String, bool), String> {
+    let Some(fleet) = &opts.fleet else { return Err("not a fleet run".into()) };
+    let d = start_dispatcher(bin, mode, &opts.tmp_dir, &opts.dispatcher_args)?;
+    wait_ready(d.addr).await?;
+    let fleet =
+        shardwise_examples::fleet::Options { dispatcher_pid: Some(d.child.id()), ..fleet.clone() };
+    let report = shardwise_examples::fleet::run(d.addr, &fleet).await?;
+    let mut out = format!("\n### {}\n\n", mode.name());
+    out.push_str(&report.render(&fleet));
+    out.push_str(&format!(
+        "dispatcher RSS (s: kB): {}\nload generator RSS at the end: {} kB\n",
+        report.rss.iter().map(|(t, kb)| format!("{t:.0}: {kb}")).collect::<Vec<_>>().join(", "),
+        report.generator_rss_kb.unwrap_or(0)
+    ));
+    drop(d);
+    Ok((out, report.errors > 0 || report.behind > 0))
+}
+
 /// Bytes of the files under `dir`, `depth` levels down at most.
 fn tree_bytes(dir: &Path, depth: u32) -> u64 {
     let Ok(rd) = std::fs::read_dir(dir) else { return 0 };
@@ -1207,6 +1299,30 @@ fn main() {
         .ok()
         .and_then(|t| t.elapsed().ok())
         .map_or_else(|| "?".to_string(), |d| fmt_int(d.as_secs_f64()));
+    if opts.fleet.is_some() {
+        println!(
+            "# Shardwise fleet load test\n\nbinary {} (built {age} s ago); extra dispatcher \
+             arguments {:?}; {} CPUs; CPU from /proc/*/stat utime+stime at an assumed {} ticks/s.",
+            bin.display(),
+            opts.dispatcher_args,
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            CLK_TCK
+        );
+        let mut failed = false;
+        for &mode in &opts.modes {
+            match runtime.block_on(fleet_mode(&bin, mode, &opts)) {
+                Ok((text, errors)) => {
+                    println!("{text}");
+                    failed |= errors;
+                }
+                Err(e) => {
+                    eprintln!("load: {} fleet failed: {e}", mode.short());
+                    failed = true;
+                }
+            }
+        }
+        std::process::exit(i32::from(failed));
+    }
     let mut all: HashMap<&'static str, Vec<RunResult>> = HashMap::new();
     println!("# Shardwise dispatcher load test\n");
     println!(

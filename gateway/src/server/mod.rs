@@ -66,6 +66,10 @@ pub struct DispatcherArgs {
     /// Port to listen on (0: any free port; the bound port is printed).
     #[arg(long, env = "SHARDWISE_PORT", default_value_t = 5050)]
     pub port: u16,
+    /// Threads serving requests (0: one per CPU). Fewer threads wake each other less: on 2
+    /// CPUs, 1 thread served 10,000 heartbeats/s with ~13% less CPU than 2.
+    #[arg(long, env = "SHARDWISE_THREADS", default_value_t = 0)]
+    pub threads: usize,
     /// Keep a journal in this directory and replay it on start.
     #[arg(long, env = "SHARDWISE_WORK_DIR", value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
@@ -131,6 +135,7 @@ impl Default for DispatcherArgs {
         DispatcherArgs {
             host: "127.0.0.1".into(),
             port: 5050,
+            threads: 0,
             work_dir: None,
             fault_tolerant: false,
             worker_addresses: Vec::new(),
@@ -356,7 +361,11 @@ async fn problem_for_empty_errors(res: Response) -> Response {
 /// Runs the dispatcher until SIGINT/SIGTERM; returns the process exit status.
 pub fn run(args: DispatcherArgs) -> i32 {
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if args.threads > 0 {
+        builder.worker_threads(args.threads);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("shardwise dispatcher: cannot start the runtime: {e}");
@@ -538,6 +547,13 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
             }
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // TCP_NODELAY: a client that pipelines gets its replies as they are written, not held
+        // back by Nagle's algorithm until the previous one is acknowledged (a delayed ACK,
+        // ~40 ms).
+        use axum::serve::ListenerExt as _;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let result = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async move {
                 let failure = shutdown.await;
