@@ -426,6 +426,12 @@ pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
     let (loops_tx, loops_rx) = watch::channel(false);
     let server_shared = Arc::clone(&shared);
     let task = tokio::spawn(async move {
+        // TCP_NODELAY, as on the dispatcher: replies go out as written, not held back by
+        // Nagle's algorithm behind a delayed ACK.
+        use axum::serve::ListenerExt as _;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let result = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = stop_rx.await;
