@@ -624,3 +624,43 @@ fn snapshot_compacts_the_journal() {
             .unwrap();
     assert_eq!(d2.state().jobs_by_name.get("j"), Some(&job));
 }
+
+/// A client that sends back the `tasks_version` it kept is told "unchanged" instead of being
+/// sent the same task list again (megabytes with thousands of workers); any change to the
+/// state sends the whole list, and a recovered dispatcher has the same version.
+#[test]
+fn client_heartbeats_leave_out_an_unchanged_task_list() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    h.heartbeat(1, "w1", &[]);
+    let ds = h.dataset(range(10));
+    let job = h.job(&ds, ShardingPolicy::Off, None);
+    let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    h.sync();
+    let hb = |h: &mut Harness, known: Option<u64>| {
+        let req = ClientHeartbeat { known_tasks_version: known, ..ClientHeartbeat::default() };
+        let r = h.d.client_heartbeat(Millis(2), lease.client_id, &req).unwrap();
+        h.sync();
+        r
+    };
+    let full = hb(&mut h, None);
+    assert_eq!((full.tasks.len(), full.tasks_unchanged), (1, false));
+    let same = hb(&mut h, Some(full.tasks_version));
+    assert!(same.tasks_unchanged);
+    assert!(same.tasks.is_empty());
+    assert_eq!(same.tasks_version, full.tasks_version);
+    // A stale or foreign version gets the whole list.
+    let other = hb(&mut h, Some(full.tasks_version + 7));
+    assert_eq!((other.tasks.len(), other.tasks_unchanged), (1, false));
+    // A worker joins: its new task changes the list.
+    h.heartbeat(3, "w2", &[]);
+    let grown = hb(&mut h, Some(full.tasks_version));
+    assert!(!grown.tasks_unchanged);
+    assert_eq!(grown.tasks.len(), 2);
+    assert!(grown.tasks_version > full.tasks_version);
+    // Recovery replays to the same version: a client carries on without a full list.
+    let recovered =
+        Dispatcher::recover(DispatcherConfig::default(), "inc-1".into(), Millis(4), &h.journal)
+            .unwrap();
+    assert_eq!(recovered.state().version, h.d.state().version);
+    assert!(hb(&mut h, Some(grown.tasks_version)).tasks_unchanged);
+}

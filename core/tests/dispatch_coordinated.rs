@@ -95,7 +95,11 @@ impl H {
             .client_heartbeat(
                 Millis(10),
                 lease.client_id,
-                &ClientHeartbeat { current_round: Some(current), blocked_round: blocked },
+                &ClientHeartbeat {
+                    current_round: Some(current),
+                    blocked_round: blocked,
+                    ..ClientHeartbeat::default()
+                },
             )
             .unwrap();
         self.sync();

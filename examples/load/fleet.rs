@@ -506,8 +506,15 @@ pub fn worker_address(i: usize) -> String {
 
 #[derive(Debug)]
 enum Kind {
-    Worker { address: String, tasks: Vec<String> },
-    Client,
+    Worker {
+        address: String,
+        tasks: Vec<String>,
+    },
+    /// A client keeps the task list of its last full reply and sends its version back, as
+    /// the Rust client does, so an unchanged list is left out of the reply.
+    Client {
+        path: String,
+    },
 }
 
 #[derive(Debug)]
@@ -529,6 +536,13 @@ fn worker_request(address: &str, tasks: &[String], incarnation: &str) -> Vec<u8>
 }
 
 /// A steady-state worker reply: nothing to start, nothing to stop.
+/// The unsigned integer right after `key` in a JSON body.
+fn number_after(body: &[u8], key: &[u8]) -> Option<u64> {
+    let at = find(body, key)? + key.len();
+    let digits = body[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&body[at..at + digits]).ok()?.parse().ok()
+}
+
 fn steady(body: &[u8]) -> bool {
     find(body, b"\"new_tasks\":[]").is_some() && find(body, b"\"tasks_to_delete\":[]").is_some()
 }
@@ -609,7 +623,15 @@ fn handle_reply(
         return Err(format!("{status}: {}", String::from_utf8_lossy(reply)));
     }
     match &mut e.kind {
-        Kind::Client => Ok(false),
+        Kind::Client { path } => {
+            if find(reply, b"\"tasks_unchanged\":true").is_none() {
+                let version = number_after(reply, b"\"tasks_version\":")
+                    .ok_or_else(|| "client heartbeat reply without tasks_version".to_owned())?;
+                let body = json!({"known_tasks_version": version}).to_string();
+                e.request = request_bytes("POST", path, body.as_bytes());
+            }
+            Ok(false)
+        }
         Kind::Worker { address, tasks } => {
             if steady(reply) {
                 return Ok(false);
@@ -780,7 +802,7 @@ pub async fn run(addr: SocketAddr, opts: &Options) -> Result<Report, String> {
         entities.push(Entity {
             offset_ns: period_ns * (2 * j as u64 + 1) / (2 * opts.clients as u64),
             request: request_bytes("POST", &format!("/v1/clients/{id}/heartbeat"), b"{}"),
-            kind: Kind::Client,
+            kind: Kind::Client { path: format!("/v1/clients/{id}/heartbeat") },
         });
     }
     entities.sort_by_key(|e| e.offset_ns);

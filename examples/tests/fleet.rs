@@ -39,7 +39,9 @@ async fn a_tiny_fleet_heartbeats_without_errors() {
     assert_eq!(report.workers_with_a_task, 200, "each worker holds its task of the iteration");
     assert_eq!(report.task_changes, 0, "the measured window is the steady state");
     assert!(report.worker.p50 <= report.worker.p99 && report.worker.p99 <= report.worker.max);
-    assert!(report.client_reply_bytes > 200.0 * 20.0, "each client reply lists the 200 tasks");
+    // Clients send back the tasks_version they kept: in the steady state the 200-task list
+    // (over 20 kB) is left out of every reply.
+    assert!(report.client_reply_bytes < 1_000.0, "{} bytes", report.client_reply_bytes);
     assert!(report.dispatcher_cpu_pct.is_some() && report.generator_cpu_pct.is_some());
     assert!(report.rss.len() >= 3 && report.rss.iter().all(|&(_, kb)| kb > 0), "{:?}", report.rss);
 

@@ -772,17 +772,27 @@ async fn heartbeat_task(
     let publish_error = |e: ClientError| {
         view.send_modify(|v| v.error = Some(e));
     };
+    // The last task list and its version: the dispatcher leaves an unchanged list out.
+    let mut known: Option<(u64, Vec<TaskInfo>)> = None;
     loop {
-        let req = if coordinated {
+        let mut req = if coordinated {
             ClientHeartbeat {
                 current_round: Some(rounds.current.load(Ordering::SeqCst)),
                 blocked_round: rounds.limit(),
+                ..ClientHeartbeat::default()
             }
         } else {
             ClientHeartbeat::default()
         };
+        req.known_tasks_version = known.as_ref().map(|(v, _)| *v);
         let wait = match rest.post::<_, ClientHeartbeatReply>(&path, &req).await {
-            Ok(reply) => {
+            Ok(mut reply) => {
+                match &known {
+                    Some((v, tasks)) if reply.tasks_unchanged && *v == reply.tasks_version => {
+                        reply.tasks.clone_from(tasks);
+                    }
+                    _ => known = Some((reply.tasks_version, reply.tasks.clone())),
+                }
                 failing_since = None;
                 backoff.reset();
                 if reply.incarnation != incarnation {

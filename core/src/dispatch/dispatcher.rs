@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::DispatchError;
-use super::state::{Job, SplitRef, State, Task, Update, apply};
+use super::state::{Iteration, Job, SplitRef, State, Task, Update, apply};
 use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId};
 use crate::dataset::{DatasetDef, Sharding, chunk_at, num_splits, split_at, validate_sharding};
 
@@ -313,6 +313,11 @@ pub struct ClientHeartbeat {
     /// Coordinated reads: the round the client agreed to stop before.
     #[serde(default)]
     pub blocked_round: Option<u64>,
+    /// The `tasks_version` of the last reply whose `tasks` the client kept. When the tasks
+    /// have not changed since, the reply leaves them out (`tasks_unchanged`): with thousands
+    /// of workers the list is megabytes. Valid within one incarnation.
+    #[serde(default)]
+    pub known_tasks_version: Option<u64>,
 }
 
 /// A task as a client sees it.
@@ -337,8 +342,16 @@ pub struct TaskInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClientHeartbeatReply {
-    /// Tasks of the iteration, in creation order.
+    /// Tasks of the iteration, in creation order (empty when `tasks_unchanged`).
     pub tasks: Vec<TaskInfo>,
+    /// The version of the dispatcher state these tasks are from: send it back as
+    /// `known_tasks_version`.
+    #[serde(default)]
+    pub tasks_version: u64,
+    /// The tasks are those of the `known_tasks_version` the client sent, so `tasks` is empty:
+    /// keep the list from that reply.
+    #[serde(default)]
+    pub tasks_unchanged: bool,
     /// Every task is done.
     pub iteration_finished: bool,
     /// Coordinated reads: do not start this round yet.
@@ -1207,8 +1220,22 @@ impl Dispatcher {
             *round = (*round).max(r);
         }
         let it = &self.state.iterations[&iteration_id];
-        let tasks = it
-            .tasks
+        let tasks_version = self.state.version;
+        let tasks_unchanged = req.known_tasks_version == Some(tasks_version);
+        let tasks = if tasks_unchanged { Vec::new() } else { self.task_infos(it) };
+        Ok(ClientHeartbeatReply {
+            tasks,
+            tasks_version,
+            tasks_unchanged,
+            iteration_finished: it.finished,
+            block_round: it.pending.front().map(|p| p.target_round),
+            incarnation: self.incarnation.clone(),
+        })
+    }
+
+    /// What a client is told about an iteration's tasks.
+    fn task_infos(&self, it: &Iteration) -> Vec<TaskInfo> {
+        it.tasks
             .iter()
             .filter_map(|t| self.state.tasks.get(t))
             .map(|t| {
@@ -1222,13 +1249,7 @@ impl Dispatcher {
                     worker_lost: t.abandoned,
                 }
             })
-            .collect();
-        Ok(ClientHeartbeatReply {
-            tasks,
-            iteration_finished: it.finished,
-            block_round: it.pending.front().map(|p| p.target_round),
-            incarnation: self.incarnation.clone(),
-        })
+            .collect()
     }
 
     /// Coordinated reads: a consumer that cannot read `task_id` in `round` votes to drop it;

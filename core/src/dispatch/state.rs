@@ -307,6 +307,11 @@ pub struct State {
     /// clients that the state they knew is gone (ids may start over).
     #[serde(default)]
     pub incarnation: String,
+    /// Updates applied since the state began (a snapshot carries it). Within one incarnation,
+    /// equal versions mean equal states, so a reader that saw version `v` can be told
+    /// "nothing changed" instead of being sent the same data again.
+    #[serde(default)]
+    pub version: u64,
     /// Job id by name.
     #[serde(skip)]
     pub jobs_by_name: HashMap<String, JobId>,
@@ -616,6 +621,9 @@ fn bump(counter: &mut u64, used: u64) {
 
 /// Applies one update. Trusts its input: the dispatcher validates before it journals.
 pub fn apply(state: &mut State, update: &Update) {
+    if !matches!(update, Update::Snapshot { .. }) {
+        state.version += 1;
+    }
     match update {
         Update::RegisterDataset { dataset_id, def, metadata } => {
             state.datasets.insert(
