@@ -835,6 +835,10 @@ mod crash_points {
                 }
             }
         }
+        println!(
+            "{total} storage operations; {} crashes, then {cases} crashed restarts",
+            4 * (total + 1)
+        );
         assert!(cases > 1000, "{cases} crash cases");
     }
 }
