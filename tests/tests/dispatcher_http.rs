@@ -520,12 +520,17 @@ fn body_size_rate_and_in_flight_limits_answer_problems() {
     // One request in flight: a request whose body never finishes holds it, others get 503.
     let d = Dispatcher::start(&["--max-in-flight", "1"]);
     let host = d.url.trim_start_matches("http://").to_owned();
-    let mut held = std::net::TcpStream::connect(&host).unwrap();
-    std::io::Write::write_all(
-        &mut held,
-        format!("POST /v1/datasets HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{").as_bytes(),
-    )
-    .unwrap();
+    let hold = || {
+        let mut held = std::net::TcpStream::connect(&host).unwrap();
+        std::io::Write::write_all(
+            &mut held,
+            format!("POST /v1/datasets HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{").as_bytes(),
+        )
+        .unwrap();
+        held.set_read_timeout(Some(std::time::Duration::from_millis(1))).unwrap();
+        held
+    };
+    let mut held = hold();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let busy = loop {
         let r = d.call("GET", "/v1/version", None);
@@ -533,6 +538,12 @@ fn body_size_rate_and_in_flight_limits_answer_problems() {
             break r;
         }
         assert!(std::time::Instant::now() < deadline, "the held request never counted");
+        // A probe that held the slot when the held request arrived got it refused (503):
+        // hold it again.
+        let mut answer = [0u8; 64];
+        if std::io::Read::read(&mut held, &mut answer).is_ok() {
+            held = hold();
+        }
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
     assert_eq!(busy.status, 503, "{}", busy.body);
