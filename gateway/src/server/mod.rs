@@ -282,7 +282,7 @@ pub(crate) fn common_layers<S: Clone + Send + Sync + 'static>(
                     .to_owned();
                 tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
             },
-        ))
+        ).on_failure(log_failure))
         .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(RequestIds::new()))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
@@ -331,6 +331,23 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
     p.status = 405;
     p.title = "Method not allowed".into();
     p
+}
+
+/// A 503 is an answer the callers retry by design (not ready yet, overloaded, a journal that
+/// stopped, which is logged on its own): a warning. Any other server error is an error.
+fn log_failure(
+    class: tower_http::classify::ServerErrorsFailureClass,
+    latency: Duration,
+    _span: &tracing::Span,
+) {
+    use tower_http::classify::ServerErrorsFailureClass::StatusCode as Status;
+    let ms = latency.as_millis();
+    match class {
+        Status(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::warn!(latency_ms = ms, "answered 503 Service Unavailable");
+        }
+        other => tracing::error!(classification = %other, latency_ms = ms, "request failed"),
+    }
 }
 
 /// Middleware answers (timeouts, limits) carry no body: give them a problem body.
