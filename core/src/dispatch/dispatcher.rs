@@ -796,11 +796,11 @@ impl Dispatcher {
                     tags: req.tags.clone(),
                     uid,
                 });
-                self.join_unfinished_iterations(addr)?;
+                self.join_unfinished_iterations(addr, true)?;
             }
             Some((false, _)) => {
                 self.commit(Update::WorkerRevived { address: addr.to_owned(), uid });
-                self.join_unfinished_iterations(addr)?;
+                self.join_unfinished_iterations(addr, false)?;
             }
             Some((true, old)) if uid.is_some() && old != uid => {
                 self.commit(Update::WorkerRestarted { address: addr.to_owned(), uid });
@@ -842,14 +842,26 @@ impl Dispatcher {
         })
     }
 
-    fn join_unfinished_iterations(&mut self, addr: &str) -> Result<(), DispatchError> {
-        let has_task: BTreeSet<IterationId> = self
-            .state
-            .tasks
-            .values()
-            .filter(|t| t.worker_address == addr)
-            .map(|t| t.iteration_id)
-            .collect();
+    /// Gives a joining worker a task in every unfinished iteration it has none in.
+    ///
+    /// A worker registering for the first time has no task anywhere (tasks are only ever
+    /// created for registered workers, and workers are never forgotten), so only a revived
+    /// one needs the scan of every task: registering a fleet stays linear.
+    fn join_unfinished_iterations(
+        &mut self,
+        addr: &str,
+        first_registration: bool,
+    ) -> Result<(), DispatchError> {
+        let has_task: BTreeSet<IterationId> = if first_registration {
+            BTreeSet::new()
+        } else {
+            self.state
+                .tasks
+                .values()
+                .filter(|t| t.worker_address == addr)
+                .map(|t| t.iteration_id)
+                .collect()
+        };
         let open: Vec<IterationId> = self
             .state
             .iterations
