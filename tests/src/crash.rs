@@ -9,30 +9,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// SplitMix64: a tiny seeded generator, enough to place kills reproducibly.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `lo..hi` (`lo` when the range is empty).
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        if hi <= lo { lo } else { lo + self.next_u64() % (hi - lo) }
-    }
-}
+/// The seeded generator the fuzz targets use places the kills too.
+pub use crate::fuzz::Rng;
 
 /// The seed of a run: `SHARDWISE_CRASH_SEED` when set, else derived from the clock.
 pub fn seed() -> u64 {
@@ -42,7 +20,7 @@ pub fn seed() -> u64 {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos());
-            SplitMix64::new(nanos as u64 ^ u64::from(std::process::id())).next_u64()
+            Rng::new(nanos as u64 ^ u64::from(std::process::id())).next_u64()
         }
     }
 }
@@ -264,7 +242,7 @@ mod tests {
 
     #[test]
     fn splitmix_is_seeded_and_ranges_hold() {
-        let (mut a, mut b) = (SplitMix64::new(7), SplitMix64::new(7));
+        let (mut a, mut b) = (Rng::new(7), Rng::new(7));
         let xs: Vec<u64> = (0..5).map(|_| a.next_u64()).collect();
         assert_eq!(xs, (0..5).map(|_| b.next_u64()).collect::<Vec<_>>());
         assert_ne!(xs[0], xs[1]);

@@ -50,6 +50,11 @@ impl Rng {
         usize::try_from(self.next_u64() % u64::try_from(n).unwrap_or(u64::MAX)).unwrap_or(0)
     }
 
+    /// A number in `lo..hi` (`lo` when the range is empty).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        if hi <= lo { lo } else { lo + self.next_u64() % (hi - lo) }
+    }
+
     /// True one time in `n`.
     pub fn one_in(&mut self, n: usize) -> bool {
         self.below(n) == 0

@@ -26,7 +26,7 @@ use shardwise_core::dispatch::TargetWorkers;
 use shardwise_core::dispatch::dispatcher::{CreateJob, NamedMode, ProcessingMode};
 use shardwise_gateway::client::{DistributeOptions, distribute, fingerprint};
 use shardwise_tests::crash::{
-    Forwarder, SplitMix64, compaction_interrupted, log_time_of_day, long_run, seed, segments,
+    Forwarder, Rng, compaction_interrupted, log_time_of_day, long_run, seed, segments,
     time_of_day_now,
 };
 use shardwise_tests::{
@@ -337,7 +337,7 @@ fn dispatcher_killed_at_random_loses_no_acknowledged_state_and_no_split() {
     let started = Instant::now();
     let seed = seed();
     println!("crash seed {seed} (replay with SHARDWISE_CRASH_SEED={seed})");
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = Rng::new(seed);
     let kills = if long_run() { 100 } else { 10 };
     let dir = TempDir::new("crash");
     let flags = Flags::new(&dir, &[]);

@@ -396,42 +396,38 @@ impl Task {
         }
     }
 
-    /// Waits for room in the buffer; `None` once the task stopped.
-    async fn room(&self) -> Option<usize> {
+    /// Waits on `writable` until `check` answers. The notification is armed before the state
+    /// is checked (under the lock), so a change in between is never missed.
+    async fn wait_writable<T>(&self, check: impl Fn(&TaskState) -> Option<T>) -> T {
         loop {
             let notified = self.writable.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let st = self.lock();
-                if st.stopped {
-                    return None;
-                }
-                if st.buf.len() < self.capacity {
-                    return Some(self.capacity - st.buf.len());
-                }
+            if let Some(answer) = check(&self.lock()) {
+                return answer;
             }
             notified.await;
         }
     }
 
+    /// Waits for room in the buffer; `None` once the task stopped.
+    async fn room(&self) -> Option<usize> {
+        self.wait_writable(|st| {
+            if st.stopped {
+                Some(None)
+            } else {
+                (st.buf.len() < self.capacity).then(|| Some(self.capacity - st.buf.len()))
+            }
+        })
+        .await
+    }
+
     /// Waits until clients took every element produced so far; `false` once the task stopped.
     async fn drained(&self) -> bool {
-        loop {
-            let notified = self.writable.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let st = self.lock();
-                if st.stopped {
-                    return false;
-                }
-                if st.unread() == 0 {
-                    return true;
-                }
-            }
-            notified.await;
-        }
+        self.wait_writable(|st| {
+            if st.stopped { Some(false) } else { (st.unread() == 0).then_some(true) }
+        })
+        .await
     }
 
     fn is_stopped(&self) -> bool {
@@ -439,15 +435,7 @@ impl Task {
     }
 
     async fn until_stopped(&self) {
-        loop {
-            let notified = self.writable.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_stopped() {
-                return;
-            }
-            notified.await;
-        }
+        self.wait_writable(|st| st.stopped.then_some(())).await;
     }
 
     /// The producer: drives the pipeline into the buffer until it ends, fails or is stopped.
