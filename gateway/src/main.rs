@@ -5,9 +5,11 @@ use shardwise_gateway::resolve::{self, ResolveArgs};
 use shardwise_gateway::server::{self, DispatcherArgs};
 use shardwise_gateway::worker::{self, WorkerArgs};
 
-/// Shardwise: cluster resolution and data-split coordination for distributed training.
+/// Coordinate distributed training input: run a dispatcher that hands out data splits
+/// (`dispatcher`), a worker that reads them (`worker`), or resolve who is in a cluster
+/// (`resolve`).
 #[derive(Debug, Parser)]
-#[command(name = "shardwise", version, about, propagate_version = true)]
+#[command(name = "shardwise", version, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

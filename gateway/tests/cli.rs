@@ -16,3 +16,18 @@ fn version_and_usage_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read --input"));
 }
+
+#[test]
+fn help_opens_with_what_the_command_does() {
+    let bin = env!("CARGO_BIN_EXE_shardwise");
+    let out = Command::new(bin).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let first = help.lines().next().unwrap_or_default();
+    // What the command does, not the crate's description ("Shardwise's IO layer: ...").
+    assert!(first.starts_with("Coordinate distributed training input"), "{first}");
+    assert!(!help.contains("IO layer"), "{help}");
+    for sub in ["dispatcher", "worker", "resolve", "journal", "openapi"] {
+        assert!(help.contains(sub), "--help lists {sub}: {help}");
+    }
+}

@@ -40,3 +40,15 @@ fn every_response_is_described_and_errors_are_problems() {
         }
     }
 }
+
+#[test]
+fn a_split_is_documented_as_source_positions() {
+    // A chunk's start and stop are positions in the source, not element values: range(-2^63, ..)
+    // split by 1 hands out {"start": 0, "stop": 1}. The schema must say so.
+    let doc: serde_json::Value = serde_json::from_str(CHECKED_IN).unwrap();
+    let split = doc["components"]["schemas"]["Split"]["description"].as_str().unwrap();
+    assert!(split.contains("element positions in the source"), "{split}");
+    assert!(split.contains("not element values"), "{split}");
+    let reply = &doc["components"]["schemas"]["SplitsReply"]["properties"]["splits"];
+    assert!(reply.to_string().contains("positions"), "{reply}");
+}

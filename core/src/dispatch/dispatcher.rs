@@ -475,7 +475,12 @@ impl utoipa::PartialSchema for Split {
         // Any JSON value: a chunk object, a path string or a list item.
         utoipa::openapi::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::SchemaType::AnyValue)
-            .description(Some("A split: a chunk `{\"start\", \"stop\"}`, a path or an item."))
+            .description(Some(
+                "A split. For a `range` or `list` source, a chunk `{\"start\": a, \"stop\": b}` \
+                 of element positions in the source (0-based, `stop` exclusive), not element \
+                 values: `range(-5, 5)` split by 4 gives `{\"start\": 0, \"stop\": 4}` for the \
+                 elements -5, -4, -3 and -2. For `files`, a path; for `splits`, the item itself.",
+            ))
             .into()
     }
 }
@@ -487,7 +492,8 @@ impl utoipa::ToSchema for Split {}
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SplitsReply {
-    /// The splits (chunks `{"start", "stop"}`, paths, or items).
+    /// The splits: chunks `{"start", "stop"}` of element positions in the source (not
+    /// element values), paths, or items.
     pub splits: Vec<Split>,
     /// Their ids (`"<repetition>:<index>"`), to acknowledge them in the next request.
     pub split_ids: Vec<SplitId>,
