@@ -39,3 +39,37 @@ fn kubernetes_example() {
     );
     assert_eq!(r["master"], "grpc://10.4.0.13:8470");
 }
+
+/// The README's two set-up commands, in order: the dispatcher, then the whole test suite.
+fn readme_setup_commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(shardwise_tests::repo_root().join("README.md")).unwrap();
+    let setup = readme.split("## Set up").nth(1).expect("a Set up section");
+    let setup = setup.split("\n## ").next().unwrap_or_default();
+    setup
+        .split("```sh\n")
+        .skip(1)
+        .map(|block| block.split("```").next().unwrap_or_default().trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_readme_test_command_needs_only_cargo_and_is_what_ci_runs() {
+    let commands = readme_setup_commands();
+    assert_eq!(commands.len(), 2, "exactly two set-up commands: {commands:?}");
+    assert_eq!(commands[0], "cargo run --release --bin shardwise -- dispatcher");
+    let test = &commands[1];
+    // Built-in cargo subcommands only: a machine with just the Rust toolchain has no
+    // `cargo nextest` (or any other installed subcommand).
+    for part in test.split("&&") {
+        let words: Vec<&str> = part.split_whitespace().collect();
+        assert_eq!(words.first(), Some(&"cargo"), "{test}");
+        assert!(
+            ["test", "build", "run", "check"].contains(&words[1]),
+            "`cargo {}` is not built into cargo: {test}",
+            words[1]
+        );
+    }
+    let ci = std::fs::read_to_string(shardwise_tests::repo_root().join(".ci/run")).unwrap();
+    let last = ci.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
+    assert_eq!(last.trim(), test, ".ci/run ends with the README's test command");
+}
