@@ -191,7 +191,7 @@ pub fn api_router() -> (Router<WorkerState>, utoipa::openapi::OpenApi) {
 }
 
 /// The worker's router: the element route behind `--auth-tokens` (client role), `/healthz`,
-/// `/metrics` (admin) and `/openapi.json`, with the layers every Shardwise server has.
+/// `/metrics` (monitor role) and `/openapi.json`, with the layers every Shardwise server has.
 pub(crate) fn router(shared: Arc<Shared>, tokens: Option<auth::Tokens>) -> Router {
     let (api, _) = api_router();
     let api = api

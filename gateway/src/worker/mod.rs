@@ -85,8 +85,9 @@ pub struct WorkerArgs {
     /// A file holding the bearer token presented to the dispatcher.
     #[arg(long, env = "SHARDWISE_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// Require bearer tokens on this worker's element route (client role): a JSON file
-    /// `{"tokens": [{"role": "admin"|"worker"|"client", "token": "..."}]}`.
+    /// Require bearer tokens on this worker's element route (client role) and `/metrics`
+    /// (monitor role): a JSON file `{"tokens": [{"role": "admin"|"worker"|"client"|"monitor",
+    /// "token": "..."}]}`.
     #[arg(long, env = "SHARDWISE_AUTH_TOKENS", value_name = "FILE")]
     pub auth_tokens: Option<PathBuf>,
 }
