@@ -248,7 +248,8 @@ fn the_bearer_scheme_is_case_insensitive_and_a_monitor_token_reads_metrics() {
         assert_eq!(st, 403, "{scheme}: {raw}");
     }
     for bad in ["Basic", "Bearer:", "Token"] {
-        let (st, raw) = send(&d.url, "GET", "/v1/version", &format!("Authorization: {bad} {CLIENT}\r\n"), "");
+        let (st, raw) =
+            send(&d.url, "GET", "/v1/version", &format!("Authorization: {bad} {CLIENT}\r\n"), "");
         assert_eq!(st, 401, "{bad}: {raw}");
     }
     // Least privilege: the monitor token reads nothing but the metrics and the version.

@@ -412,11 +412,17 @@ pub fn run(args: DispatcherArgs) -> i32 {
 }
 
 /// Logs on stderr; `SHARDWISE_LOG` (e.g. `info`, `shardwise_gateway=debug`) sets the level.
+/// Colour (ANSI escapes) only when stderr is a terminal: a log file or collector gets plain
+/// text.
 pub(crate) fn init_logging() {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDWISE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 /// A server running on this process's tokio runtime: `shardwise dispatcher` or `shardwise
