@@ -51,6 +51,10 @@ const PROBLEMS: &[(&str, &str)] = &[
     // Its description names the roles of each route (see `add_problems`).
     ("403", ""),
     ("404", "Something the request names does not exist (`NOT_FOUND`)."),
+    (
+        "408",
+        "The request body did not arrive within `--read-timeout` (`UNAVAILABLE`); the connection is closed.",
+    ),
     ("409", "The request conflicts with the state (`FAILED_PRECONDITION` or `ALREADY_EXISTS`)."),
     ("413", "The request body is too large (`RESOURCE_EXHAUSTED`)."),
     ("415", "The request body is not JSON."),
@@ -68,7 +72,7 @@ const PROBLEMS: &[(&str, &str)] = &[
 fn add_problems(op: &mut Operation, with_body: bool, access: Access) {
     let open = access == Access::Open;
     for (status, description) in PROBLEMS {
-        if !with_body && (*status == "413" || *status == "415") {
+        if !with_body && (*status == "408" || *status == "413" || *status == "415") {
             continue;
         }
         if open && (*status == "401" || *status == "403") {

@@ -6,7 +6,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
-use shardwise_tests::{Process, TempDir, http, shardwise_bin};
+use shardwise_tests::{
+    Dispatcher, Process, TempDir, Worker, http, run_bounded, run_shardwise, shardwise_bin,
+};
 
 const ADMIN: &str = "admin-token-0123456789";
 const WORKER: &str = "worker-token-0123456789";
@@ -159,4 +161,251 @@ fn logs_have_no_colour_when_stderr_is_not_a_terminal() {
         assert!(std::time::Instant::now() < deadline, "no debug logs: {d_err:?} {w_err:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+// ---- point 1: one owner per work dir ---------------------------------------------------
+
+/// Registers a dataset of `stop` elements; its id (acknowledged: 200).
+fn register(d: &Dispatcher, stop: u64) -> String {
+    let r = d.call(
+        "POST",
+        "/v1/datasets",
+        Some(json!({"dataset": {"source": {"range": {"stop": stop}}}})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()["dataset_id"].as_str().unwrap().to_owned()
+}
+
+fn assert_has(d: &Dispatcher, id: &str, stop: u64) {
+    let r = d.call("GET", &format!("/v1/datasets/{id}"), None);
+    assert_eq!(r.status, 200, "dataset {id} lost: {}", r.body);
+    assert_eq!(r.json()["dataset"]["source"]["range"]["stop"], stop, "dataset {id}");
+}
+
+/// The issue's scenario: a second dispatcher on a work dir in use (fault-tolerant or not) is
+/// refused, naming the dir and the holder's pid; the first keeps serving, `journal dump`
+/// reads the journal meanwhile without breaking the lock, and everything the first
+/// acknowledged is there after its restart.
+#[test]
+fn a_second_dispatcher_on_a_work_dir_is_refused_naming_the_holder() {
+    let dir = TempDir::new("one-owner");
+    let first = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
+    let pid = first.child.id();
+    let a = register(&first, 7);
+    for extra in [&["--fault-tolerant"][..], &[]] {
+        let mut args = vec!["--work-dir", dir.path()];
+        args.extend_from_slice(extra);
+        let err = Dispatcher::try_start(&args).map(|_| ()).unwrap_err();
+        assert!(err.contains("exited with Some(1)"), "{err}");
+        assert!(err.contains(&format!("pid {pid}")), "names the holder: {err}");
+        assert!(err.contains(dir.path()), "names the dir: {err}");
+    }
+    // The lock file names the holder, and is no journal segment: `journal dump` reads the
+    // journal while the dispatcher runs, and leaves the lock alone.
+    let lock = std::fs::read_to_string(dir.0.join("lock")).unwrap();
+    assert_eq!(lock.trim(), pid.to_string());
+    let dump = run_shardwise(&["journal", "dump", dir.path()], "", &[]);
+    assert_eq!(dump.code, 0, "{}", dump.stderr);
+    assert!(dump.stdout.contains(&format!("\"{a}\"")), "{}", dump.stdout);
+    let err = Dispatcher::try_start(&["--work-dir", dir.path()]).map(|_| ()).unwrap_err();
+    assert!(err.contains(&format!("pid {pid}")), "still locked after the dump: {err}");
+    // The first one kept serving; after its restart, all it acknowledged is there.
+    let b = register(&first, 8);
+    assert_has(&first, &a, 7);
+    stop(first);
+    let again = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
+    assert_has(&again, &a, 7);
+    assert_has(&again, &b, 8);
+}
+
+/// SIGTERM, and wait for a clean exit.
+fn stop(mut d: Dispatcher) {
+    let pid = d.child.id().to_string();
+    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = d.child.try_wait().unwrap() {
+            assert_eq!(status.code(), Some(0), "{}", d.output());
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A lock left by a SIGKILLed dispatcher does not block the next start (the kernel drops a
+/// `flock` with its holder).
+#[test]
+fn a_dispatcher_killed_with_sigkill_leaves_no_lock_behind() {
+    let dir = TempDir::new("kill-lock");
+    let mut first = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
+    let a = register(&first, 3);
+    first.kill();
+    let again = Dispatcher::try_start(&["--work-dir", dir.path(), "--fault-tolerant"])
+        .unwrap_or_else(|e| panic!("restart after kill -9: {e}"));
+    assert_has(&again, &a, 3);
+    let lock = std::fs::read_to_string(dir.0.join("lock")).unwrap();
+    assert_eq!(lock.trim(), again.child.id().to_string(), "the new owner's pid");
+}
+
+// ---- point 11: the listening line means serving ----------------------------------------
+
+/// Runs `shardwise dispatcher --port 0 --work-dir DIR` to its end: it must refuse to start,
+/// exit 1, print no listening line, and name `failed` (the exact path) on stderr.
+fn assert_refused(work_dir: &std::path::Path, failed: &std::path::Path) {
+    let mut cmd = Command::new(shardwise_bin());
+    cmd.args(["dispatcher", "--port", "0", "--fault-tolerant", "--work-dir"]).arg(work_dir);
+    let run = run_bounded(cmd.env_remove("SHARDWISE_LOG"), Duration::from_secs(60));
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(!run.stdout.contains("listening on"), "a listening line: {run:?}");
+    let failed = failed.to_str().unwrap();
+    assert!(run.stderr.contains(&format!("{failed}:")), "does not name {failed}: {run:?}");
+}
+
+/// Each way a work dir can be unusable: no listening line, exit 1, the path that failed.
+#[test]
+fn a_start_that_fails_prints_no_listening_line_and_names_the_path() {
+    let dir = TempDir::new("bad-start");
+    // A file where the work dir should be, and a work dir under a file.
+    let file = dir.0.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    assert_refused(&file, &file);
+    assert_refused(&file.join("wd"), &file.join("wd"));
+    // A file named `journal` in the work dir: that file is named, not the work dir.
+    let wd = dir.0.join("journal-file");
+    std::fs::create_dir(&wd).unwrap();
+    std::fs::write(wd.join("journal"), "x").unwrap();
+    assert_refused(&wd, &wd.join("journal"));
+    // A segment that cannot be read (a directory where the file should be).
+    let wd = dir.0.join("unreadable");
+    let seg = wd.join("journal").join("segment-000000000000.swj");
+    std::fs::create_dir_all(&seg).unwrap();
+    assert_refused(&wd, &seg);
+    // The lock file cannot be opened.
+    let wd = dir.0.join("lock-dir");
+    std::fs::create_dir_all(wd.join("lock")).unwrap();
+    assert_refused(&wd, &wd.join("lock"));
+    // A work dir it may not write (not for root, who may write anywhere).
+    let wd = dir.0.join("read-only");
+    std::fs::create_dir(&wd).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&wd, std::fs::Permissions::from_mode(0o555)).unwrap();
+    if std::fs::write(wd.join("probe"), "x").is_err() {
+        assert_refused(&wd, &wd.join("lock"));
+    }
+    std::fs::set_permissions(&wd, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The listening line comes after the replay: the dispatcher serves its journal's state at
+/// once (no `/readyz` wait needed).
+#[test]
+fn the_listening_line_comes_after_the_replay() {
+    let dir = TempDir::new("listening-after-replay");
+    let a = {
+        let d = Dispatcher::start(&["--work-dir", dir.path()]);
+        register(&d, 5)
+    };
+    let p = spawn(&["dispatcher", "--port", "0", "--work-dir", dir.path()], &[]);
+    let url = listening(&p, "dispatcher");
+    let (out, _) = p.output();
+    let replayed = out.find("replayed").unwrap_or_else(|| panic!("{out}"));
+    assert!(replayed < out.find("listening on").unwrap(), "{out}");
+    assert_eq!(http("GET", &url, "/readyz", None).unwrap().status, 200);
+    let r = http("GET", &url, &format!("/v1/datasets/{a}"), None).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+// ---- point 10: bounded time to read headers and body -----------------------------------
+
+/// Connects, sends `bytes`, then nothing; reads until the server closes the connection (at
+/// most 10 s). Returns how long that took and what it answered.
+fn stall(url: &str, bytes: &str) -> (Duration, String) {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(bytes.as_bytes()).unwrap();
+    let started = std::time::Instant::now();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!(
+                "neither answered nor closed within 10 s ({e}) after {bytes:?}: {:?}",
+                String::from_utf8_lossy(&out)
+            ),
+        }
+    }
+    (started.elapsed(), String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Half the headers, nothing at all, or full headers and half a declared body, then a stall:
+/// the dispatcher and the worker close the connection (no request to answer yet) or answer
+/// 408 within `--read-timeout`. A long poll, which has no body, outlives it.
+#[test]
+fn a_stalled_request_is_answered_or_closed_within_the_read_timeout() {
+    let dir = TempDir::new("read-timeout");
+    let cluster = dir.0.join("cluster.json");
+    let simple = json!({"resolver": {"simple": {"cluster": {"worker": ["a:1"]}}}});
+    std::fs::write(&cluster, simple.to_string()).unwrap();
+    let d = Dispatcher::start(&[
+        "--read-timeout",
+        "300ms",
+        "--cluster-config",
+        cluster.to_str().unwrap(),
+    ]);
+    let w = Worker::start(&d.url, &["--read-timeout", "300ms"]);
+    let bound = Duration::from_secs(5);
+    for (url, body_route) in [(&d.url, "POST /v1/datasets"), (&w.url, "GET /healthz")] {
+        for half in ["", "GET /healthz HTTP/1.1\r\nHost: x\r\nAccept: appli"] {
+            let (took, answer) = stall(url, half);
+            assert!(took < bound, "{url} {half:?}: closed after {took:?}");
+            assert!(
+                answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+                "{url} {half:?}: {answer}"
+            );
+        }
+        let half_body = format!(
+            "{body_route} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: 100\r\n\r\n{{\"dataset\": "
+        );
+        let (took, answer) = stall(url, &half_body);
+        assert!(took < bound, "{url}: answered after {took:?}");
+        assert!(answer.starts_with("HTTP/1.1 408"), "{url}: {answer}");
+        assert!(answer.contains("application/problem+json"), "{answer}");
+        assert!(answer.contains("--read-timeout"), "{answer}");
+        // A whole request still works (and the timeout is not from the start of the body).
+        assert_eq!(http("GET", url, "/healthz", None).unwrap().status, 200);
+    }
+    // A long poll without a body waits past the read timeout and is answered.
+    let started = std::time::Instant::now();
+    let r = http("GET", &d.url, "/v1/cluster?after=1000&wait=1s", None).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
+    // A body that arrives in time, sent in two parts, is read.
+    let (_, answer) = {
+        use std::io::{Read, Write};
+        let host = d.url.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let body = json!({"dataset": {"source": {"range": {"stop": 3}}}}).to_string();
+        let (first, second) = body.split_at(10);
+        write!(
+            s,
+            "POST /v1/datasets HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{first}",
+            body.len()
+        )
+        .unwrap();
+        s.flush().unwrap();
+        s.write_all(second.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        ((), out)
+    };
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }

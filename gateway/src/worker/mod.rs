@@ -91,6 +91,11 @@ pub struct WorkerArgs {
     /// "token": "..."}]}`.
     #[arg(long, env = "SHARDWISE_WORKER_AUTH_TOKENS", value_name = "FILE")]
     pub auth_tokens: Option<PathBuf>,
+    /// The time a client may take to send a request's headers (from connecting, or from the
+    /// last answer on a kept-alive connection; then it is disconnected) and then its body
+    /// (then it is answered 408).
+    #[arg(long, env = "SHARDWISE_WORKER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub read_timeout: Duration,
 }
 
 impl WorkerArgs {
@@ -106,6 +111,7 @@ impl WorkerArgs {
             buffer: 1024,
             token_file: None,
             auth_tokens: None,
+            read_timeout: crate::server::conn::DEFAULT_READ_TIMEOUT,
         }
     }
 }
@@ -423,31 +429,20 @@ pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
         heartbeat_now: Notify::new(),
         report_now: Notify::new(),
     });
-    let app = api::router(Arc::clone(&shared), tokens);
+    let app = api::router(Arc::clone(&shared), tokens, args.read_timeout);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (loops_tx, loops_rx) = watch::channel(false);
     let server_shared = Arc::clone(&shared);
+    let read_timeout = args.read_timeout;
     let task = tokio::spawn(async move {
-        // TCP_NODELAY, as on the dispatcher: replies go out as written, not held back by
-        // Nagle's algorithm behind a delayed ACK.
-        use axum::serve::ListenerExt as _;
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let result = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-            })
-            .await;
+        // Bounded header and body reads, TCP_NODELAY, graceful shutdown: as on the dispatcher.
+        crate::server::conn::serve(listener, app, read_timeout, async move {
+            let _ = stop_rx.await;
+        })
+        .await;
         let _ = loops_tx.send(true);
         server_shared.stop_all();
-        match result {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("shardwise worker: {e}");
-                1
-            }
-        }
+        0
     });
     let running = Running::new(local, address, stop_tx, task);
     // Register: retry while the dispatcher is unavailable (it may start later).
