@@ -655,6 +655,31 @@ mod tests {
         assert!(Journal::open(DirStorage::open(&dir).unwrap(), true).is_err());
         fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// One owner per work dir: a second lock (another open file, as another process would
+    /// have) is refused naming the dir and the pid; `dump` reads without it; dropping the
+    /// journal releases it.
+    #[test]
+    fn a_work_dir_has_one_owner() {
+        let dir = std::env::temp_dir().join(format!("shardwise-lock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let (mut j, _) = Journal::open(DirStorage::exclusive(&dir).unwrap(), true).unwrap();
+        j.append(&[rec(1)]).unwrap();
+        j.commit().unwrap();
+        let pid = std::process::id().to_string();
+        assert_eq!(fs::read_to_string(dir.join(LOCK_FILE)).unwrap().trim(), pid);
+        let err = DirStorage::exclusive(&dir).unwrap_err();
+        assert!(err.contains(&format!("pid {pid}")), "{err}");
+        assert!(err.contains(&dir.display().to_string()), "{err}");
+        // The lock file is not a segment: dump and replay never see it.
+        let mut out = Vec::new();
+        assert_eq!(dump(&dir, &mut out).unwrap(), 1);
+        assert!(DirStorage::exclusive(&dir).is_err(), "dump left the lock alone");
+        drop(j);
+        let (_, r) = Journal::open(DirStorage::exclusive(&dir).unwrap(), true).unwrap();
+        assert_eq!(r.updates, vec![rec(1)]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }
 
 /// Crash consistency, checked exhaustively: a simulated disk that loses power at every

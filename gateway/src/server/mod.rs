@@ -100,7 +100,7 @@ pub struct DispatcherArgs {
     #[arg(long, env = "SHARDWISE_GC_DYNAMIC_SHARDING_JOBS")]
     pub gc_dynamic_sharding_jobs: bool,
     /// Require bearer tokens: a JSON file `{"tokens": [{"role":
-    /// "admin"|"worker"|"client"|"monitor", "token": "..."}]}` (`monitor`: `/metrics` only).
+    /// "admin"|"worker"|"client"|"monitor", "token": "..."}]}` (`monitor`: `/metrics`, `/v1/version`).
     #[arg(long, env = "SHARDWISE_AUTH_TOKENS", value_name = "FILE")]
     pub auth_tokens: Option<PathBuf>,
     /// Keep this resolve request (the `shardwise resolve` JSON) resolved and serve it at
