@@ -200,7 +200,10 @@ class Worker:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
-    add("--dispatcher", default=os.environ.get("SHARDWISE_DISPATCHER", "http://127.0.0.1:5050"))
+    add(
+        "--dispatcher",
+        default=os.environ.get("SHARDWISE_WORKER_DISPATCHER", "http://127.0.0.1:5050"),
+    )
     add(
         "--address",
         default=f"python-worker-{os.getpid()}@{socket.gethostname()}",

@@ -1,6 +1,11 @@
 //! The dispatcher's durable journal: segment files in a work dir, behind a [`Storage`] trait
 //! so that tests can inject write and fsync failures.
 //!
+//! Owner: one dispatcher at a time. [`WorkDirLock`] holds an exclusive lock (`flock`) on
+//! `<work_dir>/lock`, which names the holder's pid, from before replay for as long as the journal
+//! is open; a second dispatcher on the same work dir refuses to start. The kernel drops the lock
+//! when its holder exits, killed or not. `journal dump` reads without it.
+//!
 //! Layout: `<work_dir>/journal/segment-<n>.swj`, `n` increasing. Every dispatcher run opens a
 //! new segment; compaction writes a segment that starts with a snapshot record and then
 //! deletes the older ones. Replay starts at the newest segment that begins with a snapshot
@@ -17,8 +22,8 @@
 //! offset. These rules hold at every crash point: `crash_points` below cuts the power at each
 //! storage operation, in each way a file system may lose unsynced data, and replays.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use shardwise_core::dispatch::Update;
@@ -49,19 +54,105 @@ pub trait Storage: Send {
     fn describe(&self, segment: u64) -> String;
 }
 
+/// Creates `dir` (and its parents); an error names it, and says so when a file is in the way.
+fn create_dir(dir: &Path, what: &str) -> io::Result<()> {
+    fs::create_dir_all(dir).map_err(|e| {
+        let why = if dir.exists() && !dir.is_dir() {
+            "it is a file, not a directory".to_owned()
+        } else {
+            e.to_string()
+        };
+        io::Error::new(e.kind(), format!("cannot create {what} {}: {why}", dir.display()))
+    })
+}
+
+/// The lock file in a work dir (beside `journal/`, never taken for a segment).
+pub const LOCK_FILE: &str = "lock";
+
+/// The exclusive lock that makes one dispatcher the owner of a work dir: `flock` on
+/// `<work_dir>/lock` (which holds the owner's pid), released when this value is dropped or the
+/// process ends in any way.
+#[derive(Debug)]
+pub struct WorkDirLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl WorkDirLock {
+    /// Creates the work dir if needed and takes its lock; an error names the path that failed,
+    /// or the dir and the pid of the process holding it.
+    pub fn acquire(work_dir: &Path) -> Result<WorkDirLock, String> {
+        create_dir(work_dir, "the work dir").map_err(|e| e.to_string())?;
+        let path = work_dir.join(LOCK_FILE);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                // The holder writes its pid right after it locked; it may not have yet.
+                let mut text = String::new();
+                let _ = (&file).take(32).read_to_string(&mut text);
+                let holder = match text.trim().parse::<u32>() {
+                    Ok(pid) => format!("pid {pid}"),
+                    Err(_) => "a process that has not written its pid yet".to_owned(),
+                };
+                return Err(format!(
+                    "the work dir {} is in use by another dispatcher ({holder} holds {}): one \
+                     dispatcher per work dir; stop that one first",
+                    work_dir.display(),
+                    path.display()
+                ));
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(format!("cannot lock {}: {e}", path.display()));
+            }
+        }
+        file.set_len(0)
+            .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+            .map_err(|e| format!("cannot write the lock file {}: {e}", path.display()))?;
+        Ok(WorkDirLock { _file: file, path })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// Segment files in a directory.
 #[derive(Debug)]
 pub struct DirStorage {
     dir: PathBuf,
     current: Option<File>,
+    /// The work dir's lock, held as long as the journal is open (see [`DirStorage::exclusive`]).
+    lock: Option<WorkDirLock>,
 }
 
 impl DirStorage {
-    /// Uses (and creates) `<work_dir>/journal`.
+    /// Uses (and creates) `<work_dir>/journal`. Errors name the path that failed.
     pub fn open(work_dir: &Path) -> io::Result<Self> {
         let dir = work_dir.join("journal");
-        fs::create_dir_all(&dir)?;
-        Ok(DirStorage { dir, current: None })
+        create_dir(&dir, "the journal directory")?;
+        Ok(DirStorage { dir, current: None, lock: None })
+    }
+
+    /// Takes the work dir's lock ([`WorkDirLock::acquire`]), then opens it like
+    /// [`DirStorage::open`]; the lock is held until the storage (the journal) is dropped.
+    pub fn exclusive(work_dir: &Path) -> Result<Self, String> {
+        let lock = WorkDirLock::acquire(work_dir)?;
+        let mut storage = DirStorage::open(work_dir).map_err(|e| e.to_string())?;
+        storage.lock = Some(lock);
+        Ok(storage)
+    }
+
+    /// The work dir's lock, when this storage holds it.
+    pub fn lock(&self) -> Option<&WorkDirLock> {
+        self.lock.as_ref()
     }
 
     fn path(&self, segment: u64) -> PathBuf {
@@ -75,9 +166,12 @@ impl DirStorage {
 
 impl Storage for DirStorage {
     fn list(&self) -> io::Result<Vec<u64>> {
+        let named = |e: io::Error| {
+            io::Error::new(e.kind(), format!("cannot list {}: {e}", self.dir.display()))
+        };
         let mut out = Vec::new();
-        for entry in fs::read_dir(&self.dir)? {
-            let name = entry?.file_name();
+        for entry in fs::read_dir(&self.dir).map_err(named)? {
+            let name = entry.map_err(named)?.file_name();
             let name = name.to_string_lossy();
             if name.starts_with('.') {
                 continue;
@@ -102,14 +196,22 @@ impl Storage for DirStorage {
     }
 
     fn read(&self, segment: u64) -> io::Result<Vec<u8>> {
-        fs::read(self.path(segment))
+        let path = self.path(segment);
+        fs::read(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot read {}: {e}", path.display())))
     }
 
     fn create(&mut self, segment: u64, bytes: &[u8]) -> io::Result<()> {
-        let mut f = OpenOptions::new().create_new(true).append(true).open(self.path(segment))?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        self.sync_dir()?;
+        let path = self.path(segment);
+        let named = |e: io::Error| {
+            io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display()))
+        };
+        let mut f = OpenOptions::new().create_new(true).append(true).open(&path).map_err(named)?;
+        f.write_all(bytes).map_err(named)?;
+        f.sync_all().map_err(named)?;
+        self.sync_dir().map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot sync {}: {e}", self.dir.display()))
+        })?;
         self.current = Some(f);
         Ok(())
     }
@@ -129,13 +231,20 @@ impl Storage for DirStorage {
     }
 
     fn truncate(&mut self, segment: u64, len: u64) -> io::Result<()> {
-        let f = OpenOptions::new().write(true).open(self.path(segment))?;
-        f.set_len(len)?;
-        f.sync_all()
+        let path = self.path(segment);
+        let named = |e: io::Error| {
+            io::Error::new(e.kind(), format!("cannot truncate {}: {e}", path.display()))
+        };
+        let f = OpenOptions::new().write(true).open(&path).map_err(named)?;
+        f.set_len(len).map_err(named)?;
+        f.sync_all().map_err(named)
     }
 
     fn remove(&mut self, segment: u64) -> io::Result<()> {
-        fs::remove_file(self.path(segment))?;
+        let path = self.path(segment);
+        fs::remove_file(&path).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot remove {}: {e}", path.display()))
+        })?;
         self.sync_dir()
     }
 
@@ -167,7 +276,7 @@ pub enum OpenError {
         file: String,
     },
     /// The storage failed.
-    #[error("cannot read the journal: {0}")]
+    #[error("journal: {0}")]
     Io(#[from] io::Error),
 }
 
@@ -363,7 +472,8 @@ impl<S: Storage> Journal<S> {
 /// per line (`{"segment", "offset", "update"}`), damage reported as it would be at startup
 /// (nothing is modified: a torn tail is reported, not truncated).
 pub fn dump(work_dir: &Path, out: &mut dyn Write) -> Result<usize, String> {
-    let storage = DirStorage { dir: work_dir.join("journal"), current: None };
+    // Read only, and without the lock: a running dispatcher keeps its work dir.
+    let storage = DirStorage { dir: work_dir.join("journal"), current: None, lock: None };
     if !storage.dir.is_dir() {
         return Err(format!("{} has no journal directory", work_dir.display()));
     }
@@ -543,6 +653,31 @@ mod tests {
         assert_eq!(r.updates, vec![rec(1)]);
         fs::write(dir.join("journal").join("stray.txt"), b"x").unwrap();
         assert!(Journal::open(DirStorage::open(&dir).unwrap(), true).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// One owner per work dir: a second lock (another open file, as another process would
+    /// have) is refused naming the dir and the pid; `dump` reads without it; dropping the
+    /// journal releases it.
+    #[test]
+    fn a_work_dir_has_one_owner() {
+        let dir = std::env::temp_dir().join(format!("shardwise-lock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let (mut j, _) = Journal::open(DirStorage::exclusive(&dir).unwrap(), true).unwrap();
+        j.append(&[rec(1)]).unwrap();
+        j.commit().unwrap();
+        let pid = std::process::id().to_string();
+        assert_eq!(fs::read_to_string(dir.join(LOCK_FILE)).unwrap().trim(), pid);
+        let err = DirStorage::exclusive(&dir).unwrap_err();
+        assert!(err.contains(&format!("pid {pid}")), "{err}");
+        assert!(err.contains(&dir.display().to_string()), "{err}");
+        // The lock file is not a segment: dump and replay never see it.
+        let mut out = Vec::new();
+        assert_eq!(dump(&dir, &mut out).unwrap(), 1);
+        assert!(DirStorage::exclusive(&dir).is_err(), "dump left the lock alone");
+        drop(j);
+        let (_, r) = Journal::open(DirStorage::exclusive(&dir).unwrap(), true).unwrap();
+        assert_eq!(r.updates, vec![rec(1)]);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -6,6 +6,7 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 
 use crate::problem::{PROBLEM_JSON, Problem};
+use crate::server::auth::Access;
 
 /// The document's fixed parts; the paths come from the router.
 #[derive(Debug, OpenApi)]
@@ -47,11 +48,13 @@ const PROBLEMS: &[(&str, &str)] = &[
         "401",
         "With `--auth-tokens`: no `Authorization: Bearer` token, or not a valid one (`UNAUTHENTICATED`).",
     ),
-    (
-        "403",
-        "With `--auth-tokens`: the token's role may not call this route (`PERMISSION_DENIED`).",
-    ),
+    // Its description names the roles of each route (see `add_problems`).
+    ("403", ""),
     ("404", "Something the request names does not exist (`NOT_FOUND`)."),
+    (
+        "408",
+        "The request body did not arrive within `--read-timeout` (`UNAVAILABLE`); the connection is closed.",
+    ),
     ("409", "The request conflicts with the state (`FAILED_PRECONDITION` or `ALREADY_EXISTS`)."),
     ("413", "The request body is too large (`RESOURCE_EXHAUSTED`)."),
     ("415", "The request body is not JSON."),
@@ -66,18 +69,30 @@ const PROBLEMS: &[(&str, &str)] = &[
     ),
 ];
 
-fn add_problems(op: &mut Operation, with_body: bool, open: bool) {
+fn add_problems(op: &mut Operation, with_body: bool, access: Access) {
+    let open = access == Access::Open;
     for (status, description) in PROBLEMS {
-        if !with_body && (*status == "413" || *status == "415") {
+        if !with_body && (*status == "408" || *status == "413" || *status == "415") {
             continue;
         }
         if open && (*status == "401" || *status == "403") {
             continue;
         }
+        // Who may call it, where a caller learns it: in the 403 (every valid token may call
+        // an `Any` route, so it has none).
+        let description = match (*status, access) {
+            ("403", Access::Any) => continue,
+            ("403", _) => format!(
+                "With `--auth-tokens`: the token's role may not call this route \
+                 (`PERMISSION_DENIED`). It needs {}.",
+                access.describe()
+            ),
+            _ => (*description).to_owned(),
+        };
         op.responses.responses.entry((*status).to_owned()).or_insert_with(|| {
             RefOr::T(
                 ResponseBuilder::new()
-                    .description(*description)
+                    .description(description)
                     .content(
                         PROBLEM_JSON,
                         ContentBuilder::new()
@@ -101,9 +116,7 @@ pub fn complete(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
             (&mut item.put, Method::PUT, true),
         ] {
             if let Some(op) = op {
-                let open =
-                    crate::server::auth::access(&method, path) == crate::server::auth::Access::Open;
-                add_problems(op, body, open);
+                add_problems(op, body, crate::server::auth::access(&method, path));
             }
         }
     }

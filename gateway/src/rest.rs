@@ -87,7 +87,10 @@ pub fn http_client(request_timeout: Duration) -> reqwest::Client {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
         .timeout(request_timeout)
-        .pool_idle_timeout(Duration::from_secs(30))
+        // Below the servers' default `--read-timeout` (10 s), which closes a kept-alive
+        // connection that sends no request: the client lets go of an idle connection first,
+        // rather than race the server's close with its next request.
+        .pool_idle_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .build()
         .unwrap_or_else(|_| reqwest::Client::new())

@@ -9,6 +9,7 @@ use shardwise_tests::{Dispatcher, Process, TempDir, Worker, http, repo_root, sha
 const ADMIN: &str = "admin-token-0123456789";
 const WORKER: &str = "worker-token-0123456789";
 const CLIENT: &str = "client-token-0123456789";
+const MONITOR: &str = "monitor-token-0123456789";
 /// A token-shaped secret no server knows.
 const WRONG: &str = "wrong-secret-token-9876543210";
 
@@ -16,7 +17,8 @@ const WRONG: &str = "wrong-secret-token-9876543210";
 fn token_files(dir: &TempDir) -> (String, String) {
     let file = dir.0.join("tokens.json");
     std::fs::write(&file, json!({"tokens": [
-        {"role": "admin", "token": ADMIN}, {"role": "worker", "token": WORKER}, {"role": "client", "token": CLIENT}
+        {"role": "admin", "token": ADMIN}, {"role": "worker", "token": WORKER}, {"role": "client", "token": CLIENT},
+        {"role": "monitor", "token": MONITOR}
     ]}).to_string()).unwrap();
     let worker = dir.0.join("worker-token");
     std::fs::write(&worker, WORKER).unwrap();
@@ -121,7 +123,8 @@ fn bad_token_files_refuse_to_start() {
 }
 
 /// Who may call each documented operation, written out here independently of the server's
-/// own table: `open` (no token), `any` (any valid token) or the one role (or admin).
+/// own table: `open` (no token), `any` (any valid token) or the roles, `|`-separated (admin
+/// may call everything).
 const EXPECTED: &[(&str, &str, &str)] = &[
     ("get", "/v1/version", "any"),
     ("post", "/v1/workers/heartbeat", "worker"),
@@ -137,10 +140,10 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("delete", "/v1/clients/{client_id}", "client"),
     ("post", "/v1/tasks/{task_id}/maybe-remove", "client"),
     ("post", "/v1/cluster/resolve", "client"),
-    ("get", "/v1/cluster", "any"),
+    ("get", "/v1/cluster", "worker|client"),
     ("get", "/healthz", "open"),
     ("get", "/readyz", "open"),
-    ("get", "/metrics", "admin"),
+    ("get", "/metrics", "monitor"),
     ("get", "/v1/tasks/{task_id}/elements", "client"),
 ];
 
@@ -180,11 +183,11 @@ fn every_documented_operation_is_checked_for_its_role() {
             let body = if method == "POST" { "{}" } else { "" };
             let what = format!("{method} {concrete}");
             let mut answers = vec![(None, send(url, &method, &concrete, "", body))];
-            for t in [WRONG, ADMIN, WORKER, CLIENT] {
+            for t in [WRONG, ADMIN, WORKER, CLIENT, MONITOR] {
                 answers.push((Some(t), send(url, &method, &concrete, &bearer(t), body)));
             }
             for (token, (status, raw)) in answers {
-                for secret in [WRONG, ADMIN, WORKER, CLIENT] {
+                for secret in [WRONG, ADMIN, WORKER, CLIENT, MONITOR] {
                     assert!(!raw.contains(secret), "{what} echoed a token: {raw}");
                 }
                 let allowed = match (need, token) {
@@ -196,9 +199,13 @@ fn every_documented_operation_is_checked_for_its_role() {
                         continue;
                     }
                     (_, Some(ADMIN)) | ("any", _) => true,
-                    ("worker", Some(t)) => t == WORKER,
-                    ("client", Some(t)) => t == CLIENT,
-                    _ => false,
+                    (roles, Some(t)) => roles.split('|').any(|r| match r {
+                        "worker" => t == WORKER,
+                        "client" => t == CLIENT,
+                        "monitor" => t == MONITOR,
+                        "admin" => false,
+                        other => panic!("unknown role {other:?} in EXPECTED"),
+                    }),
                 };
                 if allowed {
                     assert!(status != 401 && status != 403, "{what} refused {token:?}: {raw}");
@@ -211,9 +218,53 @@ fn every_documented_operation_is_checked_for_its_role() {
         }
     }
     assert_eq!(walked, EXPECTED.len(), "every row of EXPECTED is a documented operation");
-    // The worker's undocumented admin route.
+    // The worker's undocumented metrics route: monitor (or admin) only.
     assert_eq!(send(&w.url, "GET", "/metrics", &bearer(CLIENT), "").0, 403);
+    assert_eq!(send(&w.url, "GET", "/metrics", &bearer(WORKER), "").0, 403);
+    assert_eq!(send(&w.url, "GET", "/metrics", &bearer(MONITOR), "").0, 200);
     assert_eq!(send(&w.url, "GET", "/metrics", &bearer(ADMIN), "").0, 200);
+}
+
+/// RFC 9110: the auth scheme is case-insensitive. `bearer`, `BEARER` and `BeArEr` are
+/// `Bearer`, on the dispatcher and on the worker; other schemes stay 401. A monitor token
+/// reads `/metrics` on both (what Prometheus scrapes with) and nothing that is not its.
+#[test]
+fn the_bearer_scheme_is_case_insensitive_and_a_monitor_token_reads_metrics() {
+    let dir = TempDir::new("auth-scheme");
+    let (tokens, worker_token) = token_files(&dir);
+    let d = Dispatcher::start(&["--auth-tokens", &tokens]);
+    let w = Worker::start(&d.url, &["--token-file", &worker_token, "--auth-tokens", &tokens]);
+    for scheme in ["Bearer", "bearer", "BEARER", "BeArEr"] {
+        let auth = |t: &str| format!("Authorization: {scheme} {t}\r\n");
+        let (st, raw) = send(&d.url, "GET", "/v1/version", &auth(CLIENT), "");
+        assert_eq!(st, 200, "{scheme}: {raw}");
+        let (st, raw) = send(&d.url, "GET", "/metrics", &auth(MONITOR), "");
+        assert_eq!(st, 200, "{scheme}: {raw}");
+        assert!(raw.contains("shardwise_"), "{raw}");
+        let (st, raw) = send(&w.url, "GET", "/metrics", &auth(MONITOR), "");
+        assert_eq!(st, 200, "{scheme}: {raw}");
+        assert!(raw.contains("shardwise_worker_tasks"), "{raw}");
+        let (st, raw) = send(&w.url, "GET", "/v1/tasks/1/elements", &auth(MONITOR), "");
+        assert_eq!(st, 403, "{scheme}: {raw}");
+    }
+    for bad in ["Basic", "Bearer:", "Token"] {
+        let (st, raw) =
+            send(&d.url, "GET", "/v1/version", &format!("Authorization: {bad} {CLIENT}\r\n"), "");
+        assert_eq!(st, 401, "{bad}: {raw}");
+    }
+    // Least privilege: the monitor token reads nothing but the metrics and the version.
+    assert_eq!(send(&d.url, "GET", "/v1/version", &bearer(MONITOR), "").0, 200);
+    for path in ["/v1/workers", "/v1/cluster", "/v1/datasets/1000", "/v1/jobs/5000"] {
+        let (st, raw) = send(&d.url, "GET", path, &bearer(MONITOR), "");
+        assert_eq!(st, 403, "{path}: {raw}");
+        assert!(raw.contains("\"code\":\"PERMISSION_DENIED\""), "{raw}");
+    }
+    let ds = json!({"dataset": {"source": {"range": {"stop": 3}}}}).to_string();
+    assert_eq!(send(&d.url, "POST", "/v1/datasets", &bearer(MONITOR), &ds).0, 403);
+    // Client and worker tokens no longer read the metrics.
+    for t in [CLIENT, WORKER] {
+        assert_eq!(send(&d.url, "GET", "/metrics", &bearer(t), "").0, 403);
+    }
 }
 
 /// The worker's element route needs the client role: no token 401, a worker token 403, a

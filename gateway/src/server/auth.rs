@@ -22,6 +22,21 @@ pub enum Role {
     Worker,
     /// Dataset, job, iteration, client and cluster routes, and a worker's element route.
     Client,
+    /// Monitoring: `/metrics` (of the dispatcher and of a worker) and `/v1/version`, nothing
+    /// else: a scraper needs no dataset definitions, worker addresses or cluster layout.
+    Monitor,
+}
+
+impl Role {
+    /// Its name in the token file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Worker => "worker",
+            Role::Client => "client",
+            Role::Monitor => "monitor",
+        }
+    }
 }
 
 /// What a route requires.
@@ -29,10 +44,47 @@ pub enum Role {
 pub enum Access {
     /// No token needed.
     Open,
-    /// Any valid token.
+    /// Any valid token (every role).
     Any,
     /// This role (or admin).
     Only(Role),
+    /// One of these roles (or admin).
+    OneOf(&'static [Role]),
+}
+
+impl Access {
+    /// Whether a token of `role` may call a route that requires this.
+    pub fn allows(self, role: Role) -> bool {
+        match self {
+            Access::Open | Access::Any => true,
+            _ if role == Role::Admin => true,
+            Access::Only(want) => role == want,
+            Access::OneOf(roles) => roles.contains(&role),
+        }
+    }
+
+    /// The roles it lets in besides admin, for messages and the OpenAPI document (empty for
+    /// `Open` and `Any`).
+    pub fn roles(self) -> &'static [Role] {
+        match self {
+            Access::Open | Access::Any => &[],
+            Access::Only(Role::Admin) => &[Role::Admin],
+            Access::Only(Role::Worker) => &[Role::Worker],
+            Access::Only(Role::Client) => &[Role::Client],
+            Access::Only(Role::Monitor) => &[Role::Monitor],
+            Access::OneOf(roles) => roles,
+        }
+    }
+
+    /// `the client role (or admin)`, `the worker or client role (or admin)`, `the admin role`.
+    pub fn describe(self) -> String {
+        let names: Vec<&str> = self.roles().iter().map(|r| r.name()).collect();
+        match self.roles() {
+            [] => "any valid token".to_owned(),
+            [Role::Admin] => "the admin role".to_owned(),
+            _ => format!("the {} role (or admin)", names.join(" or ")),
+        }
+    }
 }
 
 /// The route table: every route of the API and what it requires. A route missing here
@@ -41,9 +93,12 @@ pub fn access(method: &Method, path: &str) -> Access {
     match (method.as_str(), path) {
         (_, "/healthz" | "/readyz" | "/openapi.json") => Access::Open,
         (_, p) if p == "/docs" || p.starts_with("/docs/") => Access::Open,
+        ("GET", "/v1/version") => Access::Any,
         // Every task of a training job reads the cluster (its TF_CONFIG), workers and
-        // clients alike.
-        ("GET", "/v1/version" | "/v1/cluster") => Access::Any,
+        // clients alike; a monitoring token does not (the view names every host of the job).
+        ("GET", "/v1/cluster") => Access::OneOf(&[Role::Worker, Role::Client]),
+        // Prometheus scrapes with a monitor token (dispatcher and worker alike).
+        ("GET", "/metrics") => Access::Only(Role::Monitor),
         (
             "POST",
             "/v1/workers/heartbeat" | "/v1/workers/update" | "/v1/iterations/{iteration_id}/splits",
@@ -82,7 +137,7 @@ impl std::fmt::Debug for Tokens {
 }
 
 impl Tokens {
-    /// Reads `{"tokens": [{"role": "admin"|"worker"|"client", "token": "..."}]}`.
+    /// Reads `{"tokens": [{"role": "admin"|"worker"|"client"|"monitor", "token": "..."}]}`.
     pub fn load(path: &Path) -> Result<Tokens, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read --auth-tokens {}: {e}", path.display()))?;
@@ -135,6 +190,16 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
+/// The token of an `Authorization: Bearer <token>` value. The scheme is case-insensitive
+/// (RFC 9110, section 11.1): `bearer`, `BEARER` and `Bearer` are the same.
+pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let value = value.trim_ascii();
+    let space = value.iter().position(|b| *b == b' ' || *b == b'\t')?;
+    let (scheme, token) = value.split_at(space);
+    let token = token.trim_ascii_start();
+    (scheme.eq_ignore_ascii_case(b"bearer") && !token.is_empty()).then_some(token)
+}
+
 fn unauthenticated(detail: &str) -> Response {
     let mut res = Problem::new("UNAUTHENTICATED", detail).into_response();
     res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -157,7 +222,7 @@ pub async fn check(
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .and_then(|v| bearer_token(v.as_bytes()))
         .map(<[u8]>::to_vec);
     let Some(presented) = presented else {
         return unauthenticated("this route needs `Authorization: Bearer <token>`");
@@ -165,13 +230,14 @@ pub async fn check(
     let Some(role) = tokens.role_of(&presented) else {
         return unauthenticated("the bearer token is not valid");
     };
-    match need {
-        Access::Only(want) if role != want && role != Role::Admin => Problem::new(
+    if need.allows(role) {
+        next.run(req).await
+    } else {
+        Problem::new(
             "PERMISSION_DENIED",
-            format!("{} {route} needs the {want:?} role", req.method()).to_lowercase(),
+            format!("{} {route} needs {}", req.method().as_str().to_lowercase(), need.describe()),
         )
-        .into_response(),
-        _ => next.run(req).await,
+        .into_response()
     }
 }
 
@@ -194,6 +260,49 @@ mod tests {
         assert_eq!(t.role_of(b"0123456789abcdef"), Some(Role::Worker));
         assert_eq!(t.role_of(b"0123456789abcde"), None);
         assert!(!format!("{t:?}").contains("0123"), "tokens never printed");
+        let m = Tokens::parse(r#"{"tokens": [{"role": "monitor", "token": "0123456789abcdef"}]}"#)
+            .unwrap();
+        assert_eq!(m.role_of(b"0123456789abcdef"), Some(Role::Monitor));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer tok", "bearer tok", "BEARER tok", "bEaReR   tok", " Bearer tok "] {
+            assert_eq!(bearer_token(v.as_bytes()), Some(&b"tok"[..]), "{v:?}");
+        }
+        for v in ["Basic tok", "Bearer", "Bearer ", "Bearertok", "tok", "", "Bearers tok"] {
+            assert_eq!(bearer_token(v.as_bytes()), None, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn roles_are_least_privilege() {
+        let metrics = access(&Method::GET, "/metrics");
+        for role in [Role::Monitor, Role::Admin] {
+            assert!(metrics.allows(role), "{role:?}");
+        }
+        for role in [Role::Worker, Role::Client] {
+            assert!(!metrics.allows(role), "{role:?}");
+        }
+        // A monitor token reads the version and the metrics, and nothing else.
+        for (m, p) in [
+            (Method::GET, "/v1/cluster"),
+            (Method::GET, "/v1/workers"),
+            (Method::GET, "/v1/datasets/{dataset_id}"),
+            (Method::GET, "/v1/jobs/{job_id}"),
+            (Method::GET, "/v1/tasks/{task_id}/elements"),
+            (Method::POST, "/v1/datasets"),
+            (Method::POST, "/v1/workers/heartbeat"),
+        ] {
+            assert!(!access(&m, p).allows(Role::Monitor), "{m} {p}");
+        }
+        assert!(access(&Method::GET, "/v1/version").allows(Role::Monitor));
+        assert_eq!(metrics.describe(), "the monitor role (or admin)");
+        assert_eq!(
+            access(&Method::GET, "/v1/cluster").describe(),
+            "the worker or client role (or admin)"
+        );
+        assert_eq!(access(&Method::GET, "/v1/workers").describe(), "the admin role");
     }
 
     #[test]
@@ -230,10 +339,10 @@ mod table {
             ("delete", "/v1/clients/{client_id}", Access::Only(Role::Client)),
             ("post", "/v1/tasks/{task_id}/maybe-remove", Access::Only(Role::Client)),
             ("post", "/v1/cluster/resolve", Access::Only(Role::Client)),
-            ("get", "/v1/cluster", Access::Any),
+            ("get", "/v1/cluster", Access::OneOf(&[Role::Worker, Role::Client])),
             ("get", "/healthz", Access::Open),
             ("get", "/readyz", Access::Open),
-            ("get", "/metrics", Access::Only(Role::Admin)),
+            ("get", "/metrics", Access::Only(Role::Monitor)),
             ("get", "/v1/tasks/{task_id}/elements", Access::Only(Role::Client)),
         ];
         let mut seen = 0;

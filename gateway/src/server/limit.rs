@@ -19,16 +19,31 @@ use crate::problem::Problem;
 const MAX_BUCKETS: usize = 65_536;
 
 /// What a server limits.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct LimitConfig {
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
+    /// The time a request's headers, and then its body, may take to arrive.
+    pub read_timeout: std::time::Duration,
     /// Requests per second per peer IP address (0: no rate limit).
     pub rate_per_sec: u32,
     /// Requests a peer may send at once before the rate applies (0: one second's worth).
     pub burst: u32,
     /// Requests handled at once, over all peers (0: no limit).
     pub max_in_flight: usize,
+}
+
+impl Default for LimitConfig {
+    /// No body, no rate or in-flight limit, the default read timeout.
+    fn default() -> Self {
+        LimitConfig {
+            max_body_bytes: 0,
+            read_timeout: super::conn::DEFAULT_READ_TIMEOUT,
+            rate_per_sec: 0,
+            burst: 0,
+            max_in_flight: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -167,6 +182,7 @@ mod tests {
             rate_per_sec: 2,
             burst: 3,
             max_in_flight: 0,
+            ..LimitConfig::default()
         });
         let a = IpAddr::from([10, 0, 0, 1]);
         let b = IpAddr::from([10, 0, 0, 2]);

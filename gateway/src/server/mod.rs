@@ -3,6 +3,7 @@
 pub mod actor;
 pub mod api;
 pub mod auth;
+pub mod conn;
 pub mod limit;
 pub mod metrics;
 #[cfg(test)]
@@ -98,8 +99,8 @@ pub struct DispatcherArgs {
     /// Also collect DYNAMIC iterations.
     #[arg(long, env = "SHARDWISE_GC_DYNAMIC_SHARDING_JOBS")]
     pub gc_dynamic_sharding_jobs: bool,
-    /// Require bearer tokens: a JSON file `{"tokens": [{"role": "admin"|"worker"|"client",
-    /// "token": "..."}]}`.
+    /// Require bearer tokens: a JSON file `{"tokens": [{"role":
+    /// "admin"|"worker"|"client"|"monitor", "token": "..."}]}` (`monitor`: `/metrics`, `/v1/version`).
     #[arg(long, env = "SHARDWISE_AUTH_TOKENS", value_name = "FILE")]
     pub auth_tokens: Option<PathBuf>,
     /// Keep this resolve request (the `shardwise resolve` JSON) resolved and serve it at
@@ -109,6 +110,11 @@ pub struct DispatcherArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "SHARDWISE_MAX_BODY_BYTES", default_value_t = 16 << 20)]
     pub max_body_bytes: usize,
+    /// The time a client may take to send a request's headers (from connecting, or from the
+    /// last answer on a kept-alive connection; then it is disconnected) and then its body
+    /// (then it is answered 408).
+    #[arg(long, env = "SHARDWISE_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub read_timeout: Duration,
     /// Requests per second accepted from one peer IP address, more are answered 429 with
     /// `Retry-After` (0: off, the default: a fleet behind one NAT shares an address, so
     /// size it for the whole fleet, e.g. 2x its heartbeats per second, if you turn it on).
@@ -148,6 +154,7 @@ impl Default for DispatcherArgs {
             auth_tokens: None,
             cluster_config: None,
             max_body_bytes: 16 << 20,
+            read_timeout: conn::DEFAULT_READ_TIMEOUT,
             rate_limit: 0,
             rate_limit_burst: 0,
             max_in_flight: 0,
@@ -173,6 +180,7 @@ impl DispatcherArgs {
     pub fn limits(&self) -> limit::LimitConfig {
         limit::LimitConfig {
             max_body_bytes: self.max_body_bytes,
+            read_timeout: self.read_timeout,
             rate_per_sec: self.rate_limit,
             burst: self.rate_limit_burst,
             max_in_flight: self.max_in_flight,
@@ -241,6 +249,11 @@ pub fn router(state: AppState, limits: limit::LimitConfig, tokens: Option<auth::
     // The one document: the dispatcher's routes and the worker's (tagged `worker-data-plane`).
     let doc = crate::openapi::with_worker_paths(doc);
     let routes = state.routes.clone();
+    // Bodies are read after the token check: an unauthenticated caller gets no buffer.
+    let api = api.route_layer(axum::middleware::from_fn_with_state(
+        conn::BodyLimits::from(&limits),
+        conn::read_body,
+    ));
     // Without tokens there is nothing to check: no layer at all, rather than one that passes.
     let api = match tokens {
         Some(t) => api.route_layer(axum::middleware::from_fn_with_state(Some(t), auth::check)),
@@ -412,11 +425,17 @@ pub fn run(args: DispatcherArgs) -> i32 {
 }
 
 /// Logs on stderr; `SHARDWISE_LOG` (e.g. `info`, `shardwise_gateway=debug`) sets the level.
+/// Colour (ANSI escapes) only when stderr is a terminal: a log file or collector gets plain
+/// text.
 pub(crate) fn init_logging() {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDWISE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 /// A server running on this process's tokio runtime: `shardwise dispatcher` or `shardwise
@@ -474,10 +493,11 @@ impl Running {
     }
 }
 
-/// Starts a dispatcher on this tokio runtime: validates the arguments, binds, starts the
-/// actor (which replays the journal, if any) and serves. Errors carry the exit status (2 for
-/// bad arguments, 1 otherwise). A journal that cannot be replayed stops the server: it exits
-/// with status 1 after printing why.
+/// Starts a dispatcher on this tokio runtime: validates the arguments, takes the work dir's
+/// lock (one dispatcher per work dir), binds, replays the journal (if any) on the actor's
+/// thread while already answering `/healthz` (and `/readyz` 503), and returns once it is
+/// ready. Errors carry the exit status (2 for bad arguments, 1 otherwise) and name the path
+/// that failed; a journal that cannot be replayed is an error, and nothing is left serving.
 pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
     if args.fault_tolerant && args.work_dir.is_none() {
         return Err((
@@ -491,6 +511,20 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
     };
     let config = args.config();
     config.validate().map_err(|e| (2, e.to_string()))?;
+    let cluster = match &args.cluster_config {
+        None => None,
+        Some(path) => {
+            Some(crate::live_cluster::LiveCluster::start(path).await.map_err(|e| (2, e))?)
+        }
+    };
+    // Own the work dir before anything reads it: a second dispatcher on it would acknowledge
+    // records with the same ids as this one.
+    let storage = match &args.work_dir {
+        None => None,
+        Some(dir) => {
+            Some(DirStorage::exclusive(dir).map_err(|e| (1, format!("refusing to start: {e}")))?)
+        }
+    };
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -501,42 +535,29 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
     let inc = incarnation();
     let startup: Startup = Box::new(move || {
         let t = now();
-        match work_dir {
-            None => Ok((Dispatcher::new(config, inc, t).map_err(|e| e.to_string())?, None)),
-            Some(dir) => {
-                let storage = DirStorage::open(&dir)
-                    .map_err(|e| format!("cannot open the work dir {}: {e}", dir.display()))?;
-                let (journal, replay) =
-                    Journal::open(storage, config.fault_tolerant).map_err(|e| e.to_string())?;
-                for w in &replay.warnings {
-                    tracing::warn!("{w}");
-                    eprintln!("shardwise dispatcher: warning: {w}");
-                }
-                let d = Dispatcher::recover(config, inc, t, &replay.updates)
-                    .map_err(|e| e.to_string())?;
-                println!(
-                    "shardwise dispatcher replayed {} records from {} segments in {}",
-                    replay.updates.len(),
-                    replay.segments,
-                    dir.display()
-                );
-                let sink: Box<dyn JournalSink> = Box::new(journal);
-                Ok((d, Some(sink)))
-            }
+        let (Some(storage), Some(dir)) = (storage, work_dir) else {
+            return Ok((Dispatcher::new(config, inc, t).map_err(|e| e.to_string())?, None));
+        };
+        let (journal, replay) =
+            Journal::open(storage, config.fault_tolerant).map_err(|e| e.to_string())?;
+        for w in &replay.warnings {
+            tracing::warn!("{w}");
+            eprintln!("shardwise dispatcher: warning: {w}");
         }
+        let d = Dispatcher::recover(config, inc, t, &replay.updates).map_err(|e| e.to_string())?;
+        println!(
+            "shardwise dispatcher replayed {} records from {} segments in {}",
+            replay.updates.len(),
+            replay.segments,
+            dir.display()
+        );
+        let sink: Box<dyn JournalSink> = Box::new(journal);
+        Ok((d, Some(sink)))
     });
-    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Option<String>>();
     let actor = Actor::spawn_with(startup, args.compact_at_bytes, move |err| {
-        if let Some(e) = err {
-            let _ = failed_tx.send(e);
-        }
+        let _ = started_tx.send(err);
     });
-    let cluster = match &args.cluster_config {
-        None => None,
-        Some(path) => {
-            Some(crate::live_cluster::LiveCluster::start(path).await.map_err(|e| (2, e))?)
-        }
-    };
     let state = AppState {
         actor,
         fault_tolerant,
@@ -546,47 +567,23 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
     };
     let app = router(state, args.limits(), tokens);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let read_timeout = args.read_timeout;
     let task = tokio::spawn(async move {
-        let shutdown = async move {
-            // A startup failure is sent on `failed_rx`; a successful start drops the sender.
-            let failed = async move {
-                match failed_rx.await {
-                    Ok(e) => e,
-                    Err(_) => std::future::pending::<String>().await,
-                }
-            };
-            tokio::select! {
-                e = failed => {
-                    eprintln!("shardwise dispatcher: refusing to start: {e}");
-                    Some(e)
-                }
-                _ = stop_rx => None,
-            }
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        // TCP_NODELAY: a client that pipelines gets its replies as they are written, not held
-        // back by Nagle's algorithm until the previous one is acknowledged (a delayed ACK,
-        // ~40 ms).
-        use axum::serve::ListenerExt as _;
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let result = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(async move {
-                let failure = shutdown.await;
-                let _ = tx.send(failure);
-            })
-            .await;
-        if let Err(e) = result {
-            eprintln!("shardwise dispatcher: {e}");
-            return 1;
-        }
-        match rx.await {
-            Ok(Some(_)) => 1,
-            _ => 0,
-        }
+        conn::serve(listener, app, read_timeout, async move {
+            let _ = stop_rx.await;
+        })
+        .await;
+        0
     });
-    Ok(Running::new(local, local.to_string(), stop_tx, task))
+    let running = Running::new(local, local.to_string(), stop_tx, task);
+    // Ready only once replay finished: the caller prints the listening line after this.
+    let failure = match started_rx.await {
+        Ok(None) => return Ok(running),
+        Ok(Some(e)) => format!("refusing to start: {e}"),
+        Err(_) => "refusing to start: the replay thread ended without an answer (a bug)".to_owned(),
+    };
+    running.stop().await;
+    Err((1, failure))
 }
 
 pub(crate) async fn shutdown_signal() {

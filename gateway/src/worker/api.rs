@@ -191,18 +191,27 @@ pub fn api_router() -> (Router<WorkerState>, utoipa::openapi::OpenApi) {
 }
 
 /// The worker's router: the element route behind `--auth-tokens` (client role), `/healthz`,
-/// `/metrics` (admin) and `/openapi.json`, with the layers every Shardwise server has.
-pub(crate) fn router(shared: Arc<Shared>, tokens: Option<auth::Tokens>) -> Router {
+/// `/metrics` (monitor role) and `/openapi.json`, with the layers every Shardwise server has.
+pub(crate) fn router(
+    shared: Arc<Shared>,
+    tokens: Option<auth::Tokens>,
+    read_timeout: Duration,
+) -> Router {
+    let limits = crate::server::limit::LimitConfig {
+        max_body_bytes: 64 << 10,
+        read_timeout,
+        ..Default::default()
+    };
     let (api, _) = api_router();
     let api = api
         .route("/healthz", get(crate::server::api::healthz))
         .route("/metrics", get(metrics))
+        // No route takes a body; one sent anyway is read within the bound, after the token.
+        .route_layer(axum::middleware::from_fn_with_state(
+            crate::server::conn::BodyLimits::from(&limits),
+            crate::server::conn::read_body,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(tokens, auth::check));
     let app = api.route("/openapi.json", get(openapi_json)).fallback(crate::server::api::not_found);
-    crate::server::common_layers(
-        app,
-        "worker",
-        crate::server::limit::LimitConfig { max_body_bytes: 64 << 10, ..Default::default() },
-    )
-    .with_state(WorkerState(shared))
+    crate::server::common_layers(app, "worker", limits).with_state(WorkerState(shared))
 }

@@ -56,39 +56,46 @@ fn parse_buffer(s: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-/// Arguments of `shardwise worker` (each also read from a `SHARDWISE_*` variable).
+/// Arguments of `shardwise worker`, each also read from `SHARDWISE_WORKER_<FLAG>` (the
+/// dispatcher's are `SHARDWISE_<FLAG>`: one environment can configure both roles).
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
     /// The dispatcher (`http://host:port` or `host:port`).
-    #[arg(long, env = "SHARDWISE_DISPATCHER", value_name = "URL")]
+    #[arg(long, env = "SHARDWISE_WORKER_DISPATCHER", value_name = "URL")]
     pub dispatcher: String,
     /// Address to listen on.
-    #[arg(long, env = "SHARDWISE_HOST", default_value = "127.0.0.1")]
+    #[arg(long, env = "SHARDWISE_WORKER_HOST", default_value = "127.0.0.1")]
     pub host: String,
     /// Port to listen on (0: any free port; the bound port is printed).
-    #[arg(long, env = "SHARDWISE_PORT", default_value_t = 0)]
+    #[arg(long, env = "SHARDWISE_WORKER_PORT", default_value_t = 0)]
     pub port: u16,
     /// The address the dispatcher and clients reach this worker at (`host:port`, where
     /// `%port%` stands for the bound port). Default: --host and the bound port.
     #[arg(long, env = "SHARDWISE_WORKER_ADDRESS", value_name = "HOST:PORT")]
     pub worker_address: Option<String>,
     /// Worker tags, comma separated (e.g. `COLOCATED`).
-    #[arg(long, env = "SHARDWISE_TAGS", value_delimiter = ',')]
+    #[arg(long, env = "SHARDWISE_WORKER_TAGS", value_delimiter = ',')]
     pub tags: Vec<String>,
     /// How often to heartbeat (tasks are also fetched at once when a client asks for one
     /// the worker does not know yet).
-    #[arg(long, env = "SHARDWISE_HEARTBEAT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "SHARDWISE_WORKER_HEARTBEAT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub heartbeat_interval: Duration,
     /// The most elements buffered per task before production pauses.
-    #[arg(long, env = "SHARDWISE_BUFFER", default_value = "1024", value_parser = parse_buffer)]
+    #[arg(long, env = "SHARDWISE_WORKER_BUFFER", default_value = "1024", value_parser = parse_buffer)]
     pub buffer: usize,
     /// A file holding the bearer token presented to the dispatcher.
-    #[arg(long, env = "SHARDWISE_TOKEN_FILE", value_name = "FILE")]
+    #[arg(long, env = "SHARDWISE_WORKER_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// Require bearer tokens on this worker's element route (client role): a JSON file
-    /// `{"tokens": [{"role": "admin"|"worker"|"client", "token": "..."}]}`.
-    #[arg(long, env = "SHARDWISE_AUTH_TOKENS", value_name = "FILE")]
+    /// Require bearer tokens on this worker's element route (client role) and `/metrics`
+    /// (monitor role): a JSON file `{"tokens": [{"role": "admin"|"worker"|"client"|"monitor",
+    /// "token": "..."}]}`.
+    #[arg(long, env = "SHARDWISE_WORKER_AUTH_TOKENS", value_name = "FILE")]
     pub auth_tokens: Option<PathBuf>,
+    /// The time a client may take to send a request's headers (from connecting, or from the
+    /// last answer on a kept-alive connection; then it is disconnected) and then its body
+    /// (then it is answered 408).
+    #[arg(long, env = "SHARDWISE_WORKER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub read_timeout: Duration,
 }
 
 impl WorkerArgs {
@@ -104,6 +111,7 @@ impl WorkerArgs {
             buffer: 1024,
             token_file: None,
             auth_tokens: None,
+            read_timeout: crate::server::conn::DEFAULT_READ_TIMEOUT,
         }
     }
 }
@@ -421,31 +429,20 @@ pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
         heartbeat_now: Notify::new(),
         report_now: Notify::new(),
     });
-    let app = api::router(Arc::clone(&shared), tokens);
+    let app = api::router(Arc::clone(&shared), tokens, args.read_timeout);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (loops_tx, loops_rx) = watch::channel(false);
     let server_shared = Arc::clone(&shared);
+    let read_timeout = args.read_timeout;
     let task = tokio::spawn(async move {
-        // TCP_NODELAY, as on the dispatcher: replies go out as written, not held back by
-        // Nagle's algorithm behind a delayed ACK.
-        use axum::serve::ListenerExt as _;
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let result = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-            })
-            .await;
+        // Bounded header and body reads, TCP_NODELAY, graceful shutdown: as on the dispatcher.
+        crate::server::conn::serve(listener, app, read_timeout, async move {
+            let _ = stop_rx.await;
+        })
+        .await;
         let _ = loops_tx.send(true);
         server_shared.stop_all();
-        match result {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("shardwise worker: {e}");
-                1
-            }
-        }
+        0
     });
     let running = Running::new(local, address, stop_tx, task);
     // Register: retry while the dispatcher is unavailable (it may start later).
@@ -541,6 +538,34 @@ mod tests {
         let parsed =
             <Cli as clap::Parser>::try_parse_from(["worker", "--dispatcher", "d:1"]).unwrap().args;
         assert_eq!(format!("{parsed:?}"), format!("{:?}", WorkerArgs::new("d:1")));
+    }
+
+    /// Each role reads its own variables: exporting the dispatcher's `SHARDWISE_PORT` (or
+    /// `SHARDWISE_AUTH_TOKENS`) for it leaves a worker in the same environment alone.
+    #[test]
+    fn every_flag_has_its_own_environment_name() {
+        use clap::Args as _;
+        fn envs(c: &clap::Command) -> Vec<String> {
+            c.get_arguments()
+                .filter(|a| a.get_long().is_some())
+                .map(|a| {
+                    let env =
+                        a.get_env().unwrap_or_else(|| panic!("--{:?} has no env", a.get_id()));
+                    env.to_string_lossy().into_owned()
+                })
+                .collect()
+        }
+        let worker = envs(&WorkerArgs::augment_args(clap::Command::new("worker")));
+        let dispatcher =
+            envs(&crate::server::DispatcherArgs::augment_args(clap::Command::new("dispatcher")));
+        assert!(worker.contains(&"SHARDWISE_WORKER_PORT".to_owned()), "{worker:?}");
+        for e in &worker {
+            assert!(e.starts_with("SHARDWISE_WORKER_"), "{e}");
+            assert!(!dispatcher.contains(e), "{e} is read by both roles");
+        }
+        for e in &dispatcher {
+            assert!(e.starts_with("SHARDWISE_"), "{e}");
+        }
     }
 
     #[test]

@@ -1,0 +1,184 @@
+//! Serving connections with bounded read times (`--read-timeout`), for the dispatcher and the
+//! worker alike.
+//!
+//! * **Headers.** Each HTTP/1 connection is served by hyper with a header read timeout: from
+//!   the moment it waits for a request (a new connection, or a kept-alive one after its last
+//!   answer) to the end of the request's headers. A client that sends half its headers, or
+//!   nothing, is disconnected when it passes (there is no request to answer yet).
+//! * **Bodies.** [`read_body`] reads a request's whole body before the route's handler runs,
+//!   within the same bound; a body that does not arrive in time is answered `408` (a problem,
+//!   with `Connection: close`). A request without a body (a long poll such as
+//!   `GET /v1/cluster?wait=30s`) has nothing to wait for and is not bounded by it.
+//!
+//! Everything else [`serve`] does is what `axum::serve` did: `TCP_NODELAY`, the peer's address
+//! as `ConnectInfo<SocketAddr>` (the rate limiter's key), and a graceful shutdown that stops
+//! accepting, lets in-flight requests finish and closes idle connections.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, HttpBody as _};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tower::ServiceExt as _;
+
+use crate::problem::Problem;
+
+/// The default of `--read-timeout`.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `app` on `listener` until `shutdown` resolves, then stops gracefully: no new
+/// connections, in-flight requests finish, idle connections are closed. Each connection's
+/// headers must arrive within `read_timeout`.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    read_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        enum Next {
+            Conn(std::io::Result<(tokio::net::TcpStream, SocketAddr)>),
+            Reaped,
+            Stop,
+        }
+        let next = tokio::select! {
+            () = &mut shutdown => Next::Stop,
+            accepted = listener.accept() => Next::Conn(accepted),
+            Some(_) = connections.join_next(), if !connections.is_empty() => Next::Reaped,
+        };
+        let (tcp, peer) = match next {
+            Next::Stop => break,
+            Next::Reaped => continue,
+            Next::Conn(Ok(accepted)) => accepted,
+            Next::Conn(Err(e)) => {
+                // A connection that failed before it was accepted concerns that peer only;
+                // anything else (out of file descriptors) is the whole server's: wait a
+                // little, as `axum::serve` does, rather than spin.
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionAborted
+                        | std::io::ErrorKind::ConnectionReset
+                        | std::io::ErrorKind::ConnectionRefused
+                ) {
+                    tracing::error!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                continue;
+            }
+        };
+        // TCP_NODELAY: a client that pipelines gets its replies as they are written, not held
+        // back by Nagle's algorithm until the previous one is acknowledged (a delayed ACK,
+        // ~40 ms).
+        let _ = tcp.set_nodelay(true);
+        let service = app.clone().map_request(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            req.map(Body::new)
+        });
+        let mut closing = closing_rx.clone();
+        connections.spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(read_timeout);
+            let conn =
+                builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "connection ended");
+                    }
+                    return;
+                }
+                _ = closing.wait_for(|c| *c) => {}
+            }
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    let _ = closing_tx.send(true);
+    while connections.join_next().await.is_some() {}
+}
+
+/// What [`read_body`] needs: the bound and the largest body.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyLimits {
+    pub(crate) read_timeout: Duration,
+    pub(crate) max_bytes: usize,
+}
+
+impl From<&super::limit::LimitConfig> for BodyLimits {
+    fn from(l: &super::limit::LimitConfig) -> Self {
+        BodyLimits { read_timeout: l.read_timeout, max_bytes: l.max_body_bytes }
+    }
+}
+
+/// Reads the whole request body within the read timeout before the handler runs: `408` when
+/// it does not arrive in time, `413` when it is larger than the limit (a chunked body, whose
+/// length was not declared). Requests without a body pass untouched.
+pub(crate) async fn read_body(
+    State(limits): State<BodyLimits>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if req.body().is_end_stream() {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let read = async {
+        let mut stream = body.into_data_stream();
+        let mut buf = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                Problem::new("INVALID_ARGUMENT", format!("cannot read the request body: {e}"))
+            })?;
+            if buf.len() + chunk.len() > limits.max_bytes {
+                let mut p = Problem::new(
+                    "RESOURCE_EXHAUSTED",
+                    format!(
+                        "the request body is too large (the limit is {} bytes)",
+                        limits.max_bytes
+                    ),
+                );
+                p.status = 413;
+                p.title = "Payload too large".into();
+                return Err(p);
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(buf)
+    };
+    match tokio::time::timeout(limits.read_timeout, read).await {
+        Ok(Ok(buf)) => next.run(Request::from_parts(parts, Body::from(buf))).await,
+        Ok(Err(p)) => closing(p.into_response()),
+        Err(_) => {
+            let mut p = Problem::new(
+                "UNAVAILABLE",
+                format!(
+                    "the request body did not arrive within {} ms (--read-timeout)",
+                    limits.read_timeout.as_millis()
+                ),
+            );
+            p.status = 408;
+            p.title = "Request timeout".into();
+            closing(p.into_response())
+        }
+    }
+}
+
+/// The connection cannot be reused after a body that was not read to its end.
+fn closing(mut res: Response) -> Response {
+    res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
+}
