@@ -80,6 +80,7 @@
 //!   (`tests/tests/worker_http.rs`: aligned rounds, a worker joining coordinated reads,
 //!   `AUTO` skipping `COLOCATED` workers).
 
+pub mod address;
 pub mod dispatcher;
 pub mod error;
 pub mod framing;
