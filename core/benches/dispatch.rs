@@ -132,6 +132,7 @@ fn iteration(d: &mut Dispatcher, now: u64, job_id: JobId) -> (IterationId, Clien
 fn get_splits_req(worker: &str, max_splits: u32) -> GetSplits {
     GetSplits {
         worker_address: worker.into(),
+        worker_uid: None,
         repetition: 0,
         split_provider_index: 0,
         max_splits: Some(max_splits),
@@ -411,8 +412,11 @@ fn realistic_run() -> Vec<Update> {
                 .iter()
                 .map(|t| TaskProgress { task_id: *t, completed: true })
                 .collect();
-            d.worker_update(Millis(now), &WorkerUpdate { worker_address: w.clone(), updates })
-                .unwrap();
+            d.worker_update(
+                Millis(now),
+                &WorkerUpdate { worker_address: w.clone(), worker_uid: None, updates },
+            )
+            .unwrap();
         }
         for lease in &open {
             d.release_client(Millis(now), lease.client_id).unwrap();

@@ -23,6 +23,16 @@ pub fn echo(value: &str) -> String {
     }
 }
 
+/// `value` as it is when it is short and plain (printable ASCII without spaces or quotes),
+/// else quoted and cut like [`echo`]: for texts that name a value the way TensorFlow's do
+/// (`Dataset id my_dataset not found`).
+pub fn bare(value: &str) -> String {
+    let plain = !value.is_empty()
+        && value.len() <= ECHO_CHARS
+        && value.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'`' | b'\\'));
+    if plain { value.to_owned() } else { echo(value) }
+}
+
 /// `message` with every quoted run (between backticks, or a double-quoted string with its
 /// escapes) longer than [`ECHO_CHARS`] characters cut like [`echo`] cuts, and the whole cut to
 /// [`MAX_MESSAGE_BYTES`].
@@ -110,6 +120,16 @@ mod tests {
         assert!(e.ends_with("(200 bytes)"), "{e}");
         // Exactly ECHO_CHARS characters are not cut.
         assert!(!echo(&"y".repeat(ECHO_CHARS)).contains('…'));
+    }
+
+    #[test]
+    fn bare_values_are_plain_and_short() {
+        assert_eq!(bare("missing_dataset_id"), "missing_dataset_id");
+        assert_eq!(bare("w1:1"), "w1:1");
+        assert_eq!(bare("a b"), "\"a b\"");
+        assert_eq!(bare(""), "\"\"");
+        assert_eq!(bare("x\ny"), "\"x\\ny\"");
+        assert!(bare(&"z".repeat(1000)).ends_with("(1000 bytes)"));
     }
 
     #[test]
