@@ -139,6 +139,7 @@ class Worker:
         path = f"/v1/iterations/{task['iteration_id']}/splits"
         body = {
             "worker_address": self.address,
+            "worker_uid": self.uid,  # only the worker holding the task may take its splits
             "repetition": 0,
             "max_splits": self.max_splits,
             "acknowledge": acknowledge,
@@ -188,6 +189,7 @@ class Worker:
                 time.sleep((reply.get("retry_after_ms") or 100) / 1000)
         update = {
             "worker_address": self.address,
+            "worker_uid": self.uid,
             "updates": [{"task_id": task_id, "completed": True}],
         }
         reply = self.post("/v1/workers/update", update)

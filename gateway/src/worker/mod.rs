@@ -283,6 +283,7 @@ impl Shared {
         }
         let req = WorkerUpdate {
             worker_address: self.address.clone(),
+            worker_uid: Some(self.uid.clone()),
             updates: ready
                 .iter()
                 .map(|t| TaskProgress { task_id: t.def.task_id, completed: true })
