@@ -129,8 +129,9 @@ impl DispatcherConfig {
 }
 
 /// How a job divides data, as clients spell it: `"parallel_epochs"`,
-/// `"distributed_epoch"` or `{"sharding_policy": "OFF" | ...}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// `"distributed_epoch"` or `{"sharding_policy": "OFF" | ...}`. Anything else is refused with
+/// a text naming these forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum ProcessingMode {
@@ -152,6 +153,62 @@ pub enum NamedMode {
     ParallelEpochs,
     /// DYNAMIC.
     DistributedEpoch,
+}
+
+/// The forms of a processing mode, for error texts.
+const PROCESSING_MODES: &str = "\"parallel_epochs\", \"distributed_epoch\" or \
+    {\"sharding_policy\": P} with P one of OFF, DYNAMIC, FILE, DATA, FILE_OR_DATA, HINT";
+
+/// By hand rather than serde's untagged decoding, whose error ("data did not match any
+/// variant of untagged enum") names neither the value nor the valid ones.
+impl<'de> Deserialize<'de> for ProcessingMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ProcessingMode;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "a processing mode: {PROCESSING_MODES}")
+            }
+            fn visit_str<E: Error>(self, v: &str) -> Result<ProcessingMode, E> {
+                match v {
+                    "parallel_epochs" => Ok(ProcessingMode::Named(NamedMode::ParallelEpochs)),
+                    "distributed_epoch" => Ok(ProcessingMode::Named(NamedMode::DistributedEpoch)),
+                    _ => Err(E::custom(format!(
+                        "processing_mode {} is not one of {PROCESSING_MODES}",
+                        echo(v)
+                    ))),
+                }
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ProcessingMode, A::Error> {
+                let mut policy = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key != "sharding_policy" {
+                        return Err(A::Error::custom(format!(
+                            "processing_mode has an unknown field {}: it is one of \
+                             {PROCESSING_MODES}",
+                            echo(&key)
+                        )));
+                    }
+                    if policy.is_some() {
+                        return Err(A::Error::duplicate_field("sharding_policy"));
+                    }
+                    policy = Some(map.next_value::<ShardingPolicy>()?);
+                }
+                match policy {
+                    Some(sharding_policy) => Ok(ProcessingMode::Policy { sharding_policy }),
+                    None => Err(A::Error::custom(format!(
+                        "processing_mode {{}} lacks sharding_policy: it is one of \
+                         {PROCESSING_MODES}"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl ProcessingMode {
