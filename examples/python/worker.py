@@ -203,10 +203,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("--dispatcher", default=os.environ.get("SHARDWISE_DISPATCHER", "http://127.0.0.1:5050"))
+    # Addresses are host:port, the host letters, digits, `-` and `.`.
+    host = "".join(
+        c if c.isascii() and (c.isalnum() or c in ".-") else "-" for c in socket.gethostname()
+    )
     add(
         "--address",
-        default=f"python-worker-{os.getpid()}@{socket.gethostname()}",
-        help="this worker's unique name at the dispatcher (default: python-worker-PID@HOST)",
+        default=f"python-worker-{os.getpid()}.{host.strip('.') or 'localhost'}:1",
+        help="this worker's unique name at the dispatcher, as host:port (it serves nothing "
+        "there; default: python-worker-PID.HOST:1)",
     )
     add("--heartbeat-interval", type=float, default=1.0, metavar="SECONDS")
     add("--max-splits", type=int, default=4, help="splits per get-split (default 4)")
