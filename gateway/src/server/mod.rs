@@ -130,7 +130,7 @@ pub struct DispatcherArgs {
     pub compact_at_bytes: u64,
     /// The most bytes registered datasets may hold (definitions and metadata, encoded as
     /// JSON, summed); a registration past it is refused with RESOURCE_EXHAUSTED. In memory a
-    /// dataset takes up to about 6 times its encoded size.
+    /// dataset takes up to about 36 times its encoded size (a `list` of one-digit numbers).
     #[arg(long, env = "SHARDWISE_MAX_DATASET_BYTES", default_value_t = shardwise_core::dispatch::dispatcher::DEFAULT_MAX_DATASET_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_dataset_bytes: u64,
 }
