@@ -191,9 +191,9 @@ fn worker_addresses_are_host_port() {
         ok(&d.call("POST", "/v1/workers/heartbeat", Some(json!({"worker_address": good}))));
     }
     assert_eq!(ok(&d.call("GET", "/v1/workers", None))["workers"].as_array().unwrap().len(), 3);
-    let e = Dispatcher::try_start(&["--worker-addresses", "w1:%port%,bad address:1"])
-        .err()
-        .expect("a bad --worker-addresses entry is refused");
+    let Err(e) = Dispatcher::try_start(&["--worker-addresses", "w1:%port%,bad address:1"]) else {
+        panic!("a bad --worker-addresses entry is refused");
+    };
     assert!(e.contains("\"bad address:1\"") && e.contains("--worker-addresses"), "{e}");
     Dispatcher::start(&["--worker-addresses", "w1:%port%, w2:7000,w3"]);
 }
@@ -220,7 +220,9 @@ fn identical_datasets_share_an_id_and_dataset_bytes_are_bounded() {
     assert_eq!(ok(&register(ds))["dataset_id"], a);
     ok(&register(json!({"dataset": {"source": {"range": {"stop": 5}}}})));
     ok(&d.call("GET", "/readyz", None));
-    let bad = Dispatcher::try_start(&["--max-dataset-bytes", "0"]).err().expect("0 is refused");
+    let Err(bad) = Dispatcher::try_start(&["--max-dataset-bytes", "0"]) else {
+        panic!("--max-dataset-bytes 0 is refused");
+    };
     assert!(bad.contains("--max-dataset-bytes"), "{bad}");
 }
 
