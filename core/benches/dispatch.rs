@@ -48,23 +48,29 @@ const RECORDS: usize = 1_000_000;
 /// The heartbeat a worker process sends: its address, its tasks and its process id (a
 /// UUID-sized string, as a real worker would send on every heartbeat).
 fn heartbeat(address: &str, current_tasks: Vec<TaskId>) -> WorkerHeartbeat {
-    let h = address
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     WorkerHeartbeat {
         worker_address: address.to_owned(),
         current_tasks,
-        worker_uid: Some(format!(
-            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-            h >> 32,
-            (h >> 16) & 0xffff,
-            h & 0xfff,
-            (h >> 20) & 0xfff,
-            h & 0xffff_ffff_ffff
-        )),
+        worker_uid: Some(uid_of(address)),
         incarnation: Some(INCARNATION.into()),
         ..WorkerHeartbeat::default()
     }
+}
+
+/// The worker process id of the worker at `address` (a UUID-shaped string). Updates and
+/// get-split carry it too: only the worker holding a task may change it.
+fn uid_of(address: &str) -> String {
+    let h = address
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        h >> 32,
+        (h >> 16) & 0xffff,
+        h & 0xfff,
+        (h >> 20) & 0xfff,
+        h & 0xffff_ffff_ffff
+    )
 }
 
 /// A Kubernetes-style worker address (about 50 bytes, like a headless-service pod name).
@@ -132,6 +138,7 @@ fn iteration(d: &mut Dispatcher, now: u64, job_id: JobId) -> (IterationId, Clien
 fn get_splits_req(worker: &str, max_splits: u32) -> GetSplits {
     GetSplits {
         worker_address: worker.into(),
+        worker_uid: Some(uid_of(worker)),
         repetition: 0,
         split_provider_index: 0,
         max_splits: Some(max_splits),
@@ -411,8 +418,11 @@ fn realistic_run() -> Vec<Update> {
                 .iter()
                 .map(|t| TaskProgress { task_id: *t, completed: true })
                 .collect();
-            d.worker_update(Millis(now), &WorkerUpdate { worker_address: w.clone(), updates })
-                .unwrap();
+            d.worker_update(
+                Millis(now),
+                &WorkerUpdate { worker_address: w.clone(), worker_uid: Some(uid_of(w)), updates },
+            )
+            .unwrap();
         }
         for lease in &open {
             d.release_client(Millis(now), lease.client_id).unwrap();

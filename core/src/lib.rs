@@ -30,5 +30,6 @@
 pub mod cluster;
 pub mod dataset;
 pub mod dispatch;
+pub mod echo;
 pub mod json;
 pub mod pyrepr;

@@ -270,6 +270,7 @@ fn st_09_st_13_tasks_and_finishing() {
         Millis(3),
         &WorkerUpdate {
             worker_address: "w1".into(),
+            worker_uid: None,
             updates: vec![TaskProgress { task_id: t1, completed: true }],
         },
     )
@@ -282,6 +283,7 @@ fn st_09_st_13_tasks_and_finishing() {
             Millis(3),
             &WorkerUpdate {
                 worker_address: "w2".into(),
+                worker_uid: None,
                 updates: vec![
                     TaskProgress { task_id: TaskId(99), completed: true },
                     TaskProgress { task_id: t2, completed: true },
@@ -347,6 +349,7 @@ fn drain_splits(
                     iteration,
                     &GetSplits {
                         worker_address: (*w).into(),
+                        worker_uid: None,
                         repetition: 0,
                         split_provider_index: 0,
                         max_splits: Some(per_call),
@@ -384,6 +387,7 @@ fn dynamic_splits_are_handed_out_exactly_once() {
             lease.iteration_id,
             &GetSplits {
                 worker_address: "w1".into(),
+                worker_uid: None,
                 repetition: 0,
                 split_provider_index: 0,
                 max_splits: None,
@@ -399,6 +403,7 @@ fn dynamic_splits_are_handed_out_exactly_once() {
         &mut h,
         GetSplits {
             worker_address: "w1".into(),
+            worker_uid: None,
             repetition: 0,
             split_provider_index: 1,
             max_splits: None,
@@ -411,6 +416,7 @@ fn dynamic_splits_are_handed_out_exactly_once() {
         &mut h,
         GetSplits {
             worker_address: "nobody".into(),
+            worker_uid: None,
             repetition: 0,
             split_provider_index: 0,
             max_splits: None,
@@ -423,6 +429,7 @@ fn dynamic_splits_are_handed_out_exactly_once() {
         &mut h,
         GetSplits {
             worker_address: "w1".into(),
+            worker_uid: None,
             repetition: 0,
             split_provider_index: 0,
             max_splits: Some(0),
@@ -445,6 +452,7 @@ fn a_lost_workers_splits_are_handed_out_again() {
     h.sync();
     let req = |w: &str, n| GetSplits {
         worker_address: w.into(),
+        worker_uid: None,
         repetition: 0,
         split_provider_index: 0,
         max_splits: Some(n),
@@ -482,6 +490,7 @@ fn a_lost_workers_splits_are_handed_out_again() {
         Millis(1_700),
         &WorkerUpdate {
             worker_address: "w1".into(),
+            worker_uid: None,
             updates: vec![TaskProgress { task_id: t1, completed: true }],
         },
     )
@@ -569,14 +578,16 @@ fn a_restarted_worker_process_gives_back_its_splits_at_once() {
     let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
     h.sync();
     let task = hb(&mut h, "process-a", vec![]).new_tasks[0].task_id;
-    let req = GetSplits {
+    // Each process asks with its own uid.
+    let req = |uid: &str| GetSplits {
         worker_address: "w1".into(),
+        worker_uid: Some(uid.into()),
         repetition: 0,
         split_provider_index: 0,
         max_splits: Some(2),
         acknowledge: None,
     };
-    let first = h.d.get_splits(Millis(6), lease.iteration_id, &req).unwrap().splits;
+    let first = h.d.get_splits(Millis(6), lease.iteration_id, &req("process-a")).unwrap().splits;
     h.sync();
     assert_eq!(first.len(), 2);
     // Same uid: nothing changes. New uid: the process restarted; its task comes back and
@@ -584,7 +595,7 @@ fn a_restarted_worker_process_gives_back_its_splits_at_once() {
     assert!(hb(&mut h, "process-a", vec![task]).new_tasks.is_empty());
     let r = hb(&mut h, "process-b", vec![]);
     assert_eq!(r.new_tasks.len(), 1);
-    let again = h.d.get_splits(Millis(7), lease.iteration_id, &req).unwrap().splits;
+    let again = h.d.get_splits(Millis(7), lease.iteration_id, &req("process-b")).unwrap().splits;
     h.sync();
     assert_eq!(again, first);
 }
@@ -607,6 +618,7 @@ fn snapshot_compacts_the_journal() {
         lease.iteration_id,
         &GetSplits {
             worker_address: "w1".into(),
+            worker_uid: None,
             repetition: 0,
             split_provider_index: 0,
             max_splits: Some(3),

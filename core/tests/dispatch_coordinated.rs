@@ -148,6 +148,7 @@ fn a_finished_coordinated_iteration_takes_no_rejoining_worker() {
             Millis(2),
             &WorkerUpdate {
                 worker_address: "w1".into(),
+                worker_uid: None,
                 updates: vec![TaskProgress { task_id: t1[0], completed: true }],
             },
         )

@@ -92,6 +92,7 @@ fn dispatcher_config() -> DispatcherConfig {
         job_gc_check_interval: Millis(1),
         job_gc_timeout: None,
         gc_dynamic_sharding_jobs: false,
+        ..DispatcherConfig::default()
     }
 }
 
@@ -527,6 +528,13 @@ impl Model {
         let expect = match existing {
             Some(d) if (d.start, d.stop, d.step) == def => Expect::Dataset(d.id.clone()),
             Some(_) => Expect::Err(INVALID_ARGUMENT),
+            // Without an id, the same definition gets the id it has (the first in id order).
+            None if id.is_none()
+                && self.datasets.iter().any(|d| (d.start, d.stop, d.step) == def) =>
+            {
+                let ids = self.datasets.iter().filter(|d| (d.start, d.stop, d.step) == def);
+                Expect::Dataset(ids.map(|d| d.id.clone()).min().unwrap())
+            }
             None => {
                 let id = id.unwrap_or_else(|| {
                     self.generated_datasets += 1;
@@ -1277,6 +1285,8 @@ impl Sut {
                 let alive = self.alive(addr);
                 let req = GetSplits {
                     worker_address: addr.into(),
+                    // As the worker holding the task: the uid it registered with.
+                    worker_uid: self.d.state().workers.get(addr).and_then(|w| w.uid.clone()),
                     repetition: *repetition,
                     split_provider_index: 0,
                     max_splits: Some(*max),
@@ -1324,6 +1334,8 @@ impl Sut {
                     .collect();
                 let req = WorkerUpdate {
                     worker_address: addr.into(),
+                    // As the worker holding the task: the uid it registered with.
+                    worker_uid: self.d.state().workers.get(addr).and_then(|w| w.uid.clone()),
                     updates: tasks
                         .iter()
                         .map(|t| TaskProgress { task_id: TaskId(*t), completed: true })
@@ -1611,6 +1623,7 @@ fn ask(
 ) -> Result<(Vec<u64>, bool), DispatchError> {
     let req = GetSplits {
         worker_address: w.into(),
+        worker_uid: None,
         repetition: 0,
         split_provider_index: 0,
         max_splits: Some(max),
@@ -1687,6 +1700,7 @@ fn bug_split_read_by_a_lost_worker_is_lost() {
         Millis(1_200),
         &WorkerUpdate {
             worker_address: "w2".into(),
+            worker_uid: None,
             updates: vec![TaskProgress { task_id: t2, completed: true }],
         },
     )
@@ -1717,6 +1731,7 @@ fn bug_revived_worker_keeps_tasks_of_finished_iterations() {
         Millis(1_002),
         &WorkerUpdate {
             worker_address: "w2".into(),
+            worker_uid: None,
             updates: vec![TaskProgress { task_id: t2, completed: true }],
         },
     )

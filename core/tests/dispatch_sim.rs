@@ -622,7 +622,10 @@ fn heartbeat(sim: &mut Sim, worker: &str, uid: &str) -> WorkerHeartbeatReply {
 }
 
 fn get_splits(sim: &mut Sim, it: IterationId, worker: &str, max: u32) -> SplitsReply {
-    sim.dispatch(|d, now| d.get_splits(now, it, &splits_req(worker, 0, max))).expect("get_splits")
+    // As the process registered at `worker` (its uid).
+    let mut req = splits_req(worker, 0, max);
+    req.worker_uid = sim.state().workers.get(worker).and_then(|w| w.uid.clone());
+    sim.dispatch(|d, now| d.get_splits(now, it, &req)).expect("get_splits")
 }
 
 fn starts(splits: &[Split]) -> Vec<u64> {
@@ -690,7 +693,8 @@ fn lost_worker_gets_no_splits_until_it_rejoins() {
         }
         assert!(!sim.state().workers["w2"].alive);
         // The partition heals: w2's split thread asks before its heartbeat thread does.
-        let req = splits_req("w2", 0, 1);
+        let mut req = splits_req("w2", 0, 1);
+        req.worker_uid = Some("w2#0".into());
         let zombie = sim.dispatch(|d, now| d.get_splits(now, it, &req));
         let mut got = match zombie {
             Ok(r) => starts(&r.splits),
@@ -742,8 +746,9 @@ fn lost_get_split_reply_is_sent_again() {
         .expect("iteration")
         .iteration_id;
     let ask = |sim: &mut Sim, acks: Vec<SplitId>| {
-        sim.dispatch(|d, now| d.get_splits(now, it, &splits_req_ack("w1", 0, 1, acks)))
-            .expect("get_splits")
+        let mut req = splits_req_ack("w1", 0, 1, acks);
+        req.worker_uid = Some("w1#0".into());
+        sim.dispatch(|d, now| d.get_splits(now, it, &req)).expect("get_splits")
     };
     let _lost = ask(&mut sim, vec![]);
     // The same crash, made explicit: the record is durable, the reply never left.

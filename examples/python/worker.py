@@ -139,6 +139,7 @@ class Worker:
         path = f"/v1/iterations/{task['iteration_id']}/splits"
         body = {
             "worker_address": self.address,
+            "worker_uid": self.uid,  # only the worker holding the task may take its splits
             "repetition": 0,
             "max_splits": self.max_splits,
             "acknowledge": acknowledge,
@@ -188,6 +189,7 @@ class Worker:
                 time.sleep((reply.get("retry_after_ms") or 100) / 1000)
         update = {
             "worker_address": self.address,
+            "worker_uid": self.uid,
             "updates": [{"task_id": task_id, "completed": True}],
         }
         reply = self.post("/v1/workers/update", update)
@@ -204,10 +206,15 @@ def main() -> int:
         "--dispatcher",
         default=os.environ.get("SHARDWISE_WORKER_DISPATCHER", "http://127.0.0.1:5050"),
     )
+    # Addresses are host:port, the host letters, digits, `-` and `.`.
+    host = "".join(
+        c if c.isascii() and (c.isalnum() or c in ".-") else "-" for c in socket.gethostname()
+    )
     add(
         "--address",
-        default=f"python-worker-{os.getpid()}@{socket.gethostname()}",
-        help="this worker's unique name at the dispatcher (default: python-worker-PID@HOST)",
+        default=f"python-worker-{os.getpid()}.{host.strip('.') or 'localhost'}:1",
+        help="this worker's unique name at the dispatcher, as host:port (it serves nothing "
+        "there; default: python-worker-PID.HOST:1)",
     )
     add("--heartbeat-interval", type=float, default=1.0, metavar="SECONDS")
     add("--max-splits", type=int, default=4, help="splits per get-split (default 4)")

@@ -148,7 +148,7 @@ fn every_error_is_a_problem() {
         (
             "POST",
             "/v1/iterations/2000/splits",
-            Some(json!({"worker_address": "w", "repetition": 0})),
+            Some(json!({"worker_address": "w:1", "repetition": 0})),
             404,
             "NOT_FOUND",
         ),
@@ -296,11 +296,12 @@ fn kill_9_loses_nothing_acknowledged() {
     }
     // A recovery keeps the state's incarnation: workers and clients carry on.
     assert_eq!(ok(&d2.call("GET", "/v1/version", None))["incarnation"], version["incarnation"]);
-    // New ids continue after the replayed ones.
+    // New ids continue after the replayed ones (a dataset not registered before: the same
+    // one again would get its id back).
     let next = ok(&d2.call(
         "POST",
         "/v1/datasets",
-        Some(json!({"dataset": {"source": {"range": {"stop": 1}}}})),
+        Some(json!({"dataset": {"source": {"range": {"stop": 1_000_000}}}})),
     ));
     assert!(!acked.iter().any(|(id, _)| id == next["dataset_id"].as_str().unwrap()));
 }

@@ -165,7 +165,7 @@ fn python_worker_processes_every_split_of_a_dynamic_epoch_exactly_once() {
     let flags = ["--heartbeat-interval", "0.05", "--max-splits", "3", "--exit-after-tasks", "1"];
     let mut workers: Vec<(String, Process)> = (0..2)
         .map(|i| {
-            let address = format!("python-worker-{i}");
+            let address = format!("python-worker-{i}:1");
             let p = start_python_worker(&d.url, &address, &flags);
             (address, p)
         })
@@ -265,7 +265,7 @@ fn python_worker_prints_the_dispatchers_problem_and_uses_its_token() {
 
     // No token: the 401 problem, printed, and exit status 1.
     let run = run_bounded(
-        &mut python("worker.py", &["--dispatcher", &d.url, "--address", "python-worker-0"]),
+        &mut python("worker.py", &["--dispatcher", &d.url, "--address", "python-worker-0:1"]),
         Duration::from_secs(60),
     );
     assert_eq!(run.code, 1, "{run:?}");
@@ -277,7 +277,7 @@ fn python_worker_prints_the_dispatchers_problem_and_uses_its_token() {
 
     // With the worker token it registers.
     let token = token_file.to_str().unwrap();
-    let _w = start_python_worker(&d.url, "python-worker-1", &["--token-file", token]);
+    let _w = start_python_worker(&d.url, "python-worker-1:1", &["--token-file", token]);
 }
 
 #[test]

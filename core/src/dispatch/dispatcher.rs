@@ -5,10 +5,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::address::check_plausible;
 use super::error::DispatchError;
-use super::state::{Iteration, Job, SplitRef, State, Task, Update, apply};
+use super::state::{Iteration, Job, SplitRef, State, Task, Update, apply, footprint};
 use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId};
 use crate::dataset::{DatasetDef, Sharding, chunk_at, num_splits, split_at, validate_sharding};
+use crate::echo::{bare, echo};
 
 /// The protocol version `GET /v1/version` reports.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -16,6 +18,11 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub const DEFAULT_SPLIT_SIZE: u64 = 1024;
 /// The most splits one get-split call may ask for.
 pub const MAX_SPLITS_PER_CALL: u32 = 1024;
+
+/// The longest job name.
+pub const MAX_JOB_NAME_LEN: usize = 256;
+/// The longest `worker_uid` a worker may register with (a UUID is 36 bytes).
+pub const MAX_UID_LEN: usize = 255;
 
 const MINUTE: u64 = 60_000;
 
@@ -41,6 +48,23 @@ pub struct DispatcherConfig {
     pub job_gc_timeout: Option<Millis>,
     /// Also collect DYNAMIC iterations (re-creating one revisits data). Default false.
     pub gc_dynamic_sharding_jobs: bool,
+    /// The most bytes registered datasets may hold: their definitions and metadata, encoded
+    /// as JSON, summed. A registration past it is refused (RESOURCE_EXHAUSTED); replay never
+    /// is. Default [`DEFAULT_MAX_DATASET_BYTES`].
+    #[serde(default = "default_max_dataset_bytes")]
+    pub max_dataset_bytes: u64,
+}
+
+/// The default bound on what datasets hold: 32 MiB of encoded JSON, twice the default request
+/// body limit. In memory a dataset takes more than its encoding, most for a `list` of tiny
+/// values: measured as the dispatcher's RSS growth per encoded byte, about 36 for one-digit
+/// numbers (`[0,0,...]`, every element a 72-byte JSON value), 9 for 7-digit numbers, under 2
+/// for long strings. So the default holds at most about 1.2 GB, and about 300 MB of a list of
+/// numbers like the issue's 12 MB one; raise it where datasets are big on purpose.
+pub const DEFAULT_MAX_DATASET_BYTES: u64 = 32 << 20;
+
+fn default_max_dataset_bytes() -> u64 {
+    DEFAULT_MAX_DATASET_BYTES
 }
 
 impl Default for DispatcherConfig {
@@ -54,6 +78,7 @@ impl Default for DispatcherConfig {
             job_gc_check_interval: Millis(10 * MINUTE),
             job_gc_timeout: Some(Millis(5 * MINUTE)),
             gc_dynamic_sharding_jobs: false,
+            max_dataset_bytes: DEFAULT_MAX_DATASET_BYTES,
         }
     }
 }
@@ -81,6 +106,15 @@ impl DispatcherConfig {
                 "worker_addresses must not contain empty entries".into(),
             ));
         }
+        for a in &self.worker_addresses {
+            check_plausible(a)
+                .map_err(|e| DispatchError::InvalidArgument(format!("worker_addresses: {e}")))?;
+        }
+        if self.max_dataset_bytes == 0 {
+            return Err(DispatchError::InvalidArgument(
+                "max_dataset_bytes must be positive".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -97,8 +131,9 @@ impl DispatcherConfig {
 }
 
 /// How a job divides data, as clients spell it: `"parallel_epochs"`,
-/// `"distributed_epoch"` or `{"sharding_policy": "OFF" | ...}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// `"distributed_epoch"` or `{"sharding_policy": "OFF" | ...}`. Anything else is refused with
+/// a text naming these forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum ProcessingMode {
@@ -120,6 +155,62 @@ pub enum NamedMode {
     ParallelEpochs,
     /// DYNAMIC.
     DistributedEpoch,
+}
+
+/// The forms of a processing mode, for error texts.
+const PROCESSING_MODES: &str = "\"parallel_epochs\", \"distributed_epoch\" or \
+    {\"sharding_policy\": P} with P one of OFF, DYNAMIC, FILE, DATA, FILE_OR_DATA, HINT";
+
+/// By hand rather than serde's untagged decoding, whose error ("data did not match any
+/// variant of untagged enum") names neither the value nor the valid ones.
+impl<'de> Deserialize<'de> for ProcessingMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ProcessingMode;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "a processing mode: {PROCESSING_MODES}")
+            }
+            fn visit_str<E: Error>(self, v: &str) -> Result<ProcessingMode, E> {
+                match v {
+                    "parallel_epochs" => Ok(ProcessingMode::Named(NamedMode::ParallelEpochs)),
+                    "distributed_epoch" => Ok(ProcessingMode::Named(NamedMode::DistributedEpoch)),
+                    _ => Err(E::custom(format!(
+                        "processing_mode {} is not one of {PROCESSING_MODES}",
+                        echo(v)
+                    ))),
+                }
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ProcessingMode, A::Error> {
+                let mut policy = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key != "sharding_policy" {
+                        return Err(A::Error::custom(format!(
+                            "processing_mode has an unknown field {}: it is one of \
+                             {PROCESSING_MODES}",
+                            echo(&key)
+                        )));
+                    }
+                    if policy.is_some() {
+                        return Err(A::Error::duplicate_field("sharding_policy"));
+                    }
+                    policy = Some(map.next_value::<ShardingPolicy>()?);
+                }
+                match policy {
+                    Some(sharding_policy) => Ok(ProcessingMode::Policy { sharding_policy }),
+                    None => Err(A::Error::custom(format!(
+                        "processing_mode {{}} lacks sharding_policy: it is one of \
+                         {PROCESSING_MODES}"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl ProcessingMode {
@@ -221,12 +312,17 @@ pub struct TaskProgress {
 pub struct WorkerUpdate {
     /// The worker.
     pub worker_address: String,
+    /// The `worker_uid` the worker registered with. Required when it registered with one:
+    /// only the worker holding a task may change it.
+    #[serde(default)]
+    pub worker_uid: Option<String>,
     /// Per-task progress.
     pub updates: Vec<TaskProgress>,
 }
 
-/// Reply to a worker update: entries are applied one by one; unknown task ids are reported,
-/// not fatal (a stale id never wedges a worker, unlike TensorFlow's #52252).
+/// Reply to a worker update. Unknown task ids are reported, not fatal (a stale id never
+/// wedges a worker, unlike TensorFlow's #52252); a task held by another worker refuses the
+/// whole update.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerUpdateReply {
@@ -367,6 +463,10 @@ pub struct ClientHeartbeatReply {
 pub struct GetSplits {
     /// The asking worker (its earlier splits of this iteration are acknowledged).
     pub worker_address: String,
+    /// The `worker_uid` the worker registered with. Required when it registered with one:
+    /// only the worker holding a task may take or acknowledge its splits.
+    #[serde(default)]
+    pub worker_uid: Option<String>,
     /// The worker's pass over the source.
     pub repetition: u64,
     /// Always 0 for declarative datasets.
@@ -391,7 +491,8 @@ pub fn split_id(s: &SplitRef) -> String {
 fn parse_split_id(id: &str) -> Result<SplitRef, DispatchError> {
     let bad = || {
         DispatchError::InvalidArgument(format!(
-            "{id:?} is not a split id (\"<repetition>:<index>\")"
+            "{} is not a split id (\"<repetition>:<index>\")",
+            echo(id)
         ))
     };
     let (r, i) = id.split_once(':').ok_or_else(bad)?;
@@ -541,7 +642,23 @@ pub struct Dispatcher {
 }
 
 fn not_found_dataset(id: &str) -> DispatchError {
-    DispatchError::NotFound(format!("Dataset id {id} not found"))
+    DispatchError::NotFound(format!("Dataset id {} not found", bare(id)))
+}
+
+fn worker_not_found(addr: &str) -> DispatchError {
+    DispatchError::NotFound(format!(
+        "Worker with address {} not found: a worker registers with its first heartbeat.",
+        bare(addr)
+    ))
+}
+
+fn uid_mismatch(addr: &str, uid: Option<&str>) -> DispatchError {
+    DispatchError::PermissionDenied(format!(
+        "worker {} registered with a worker_uid and this request {}: only the worker holding \
+         a task may change it (a restarted worker heartbeats with its new uid first)",
+        echo(addr),
+        if uid.is_some() { "has another one" } else { "has none" }
+    ))
 }
 
 fn valid_id(id: &str) -> bool {
@@ -767,13 +884,21 @@ impl Dispatcher {
         req: &WorkerHeartbeat,
     ) -> Result<WorkerHeartbeatReply, DispatchError> {
         let addr = req.worker_address.as_str();
-        if addr.trim().is_empty() {
-            return Err(DispatchError::InvalidArgument("worker_address must not be empty".into()));
-        }
+        check_plausible(addr).map_err(DispatchError::InvalidArgument)?;
         if req.tags.iter().any(|t| t.is_empty()) {
             return Err(DispatchError::InvalidArgument(format!(
-                "Worker tags cannot be empty. Got tags {{{}}}",
-                req.tags.join(", ")
+                "Worker tags cannot be empty. Got tags {}",
+                echo(&format!("{{{}}}", req.tags.join(", ")))
+            )));
+        }
+        if let Some(uid) = &req.worker_uid
+            && (uid.is_empty()
+                || uid.len() > MAX_UID_LEN
+                || uid.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(DispatchError::InvalidArgument(format!(
+                "worker_uid must be 1 to {MAX_UID_LEN} bytes without whitespace or control \
+                 characters"
             )));
         }
         // Fast path: a live worker of this incarnation, same uid, reporting exactly its tasks.
@@ -820,9 +945,7 @@ impl Dispatcher {
         let assigned: &BTreeSet<TaskId> = match self.state.workers.get(addr) {
             Some(w) => &w.tasks,
             None => {
-                return Err(DispatchError::NotFound(format!(
-                    "Worker with address {addr} not found."
-                )));
+                return Err(worker_not_found(addr));
             }
         };
         let current: BTreeSet<TaskId> = req.current_tasks.iter().copied().collect();
@@ -901,30 +1024,63 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Worker update: each entry on its own; unknown ids are reported back.
+    /// Worker update, from the worker holding the tasks: its registered address and, when it
+    /// registered with a `worker_uid`, the same uid. Every entry is checked before any is
+    /// applied: a task held by another worker refuses the whole update (PERMISSION_DENIED) and
+    /// changes nothing. Unknown ids are reported back.
     pub fn worker_update(
         &mut self,
         now: Millis,
         req: &WorkerUpdate,
     ) -> Result<WorkerUpdateReply, DispatchError> {
-        if let Some(w) = self.state.heartbeat_index.get_mut(&req.worker_address) {
-            w.seen = Some(now);
-        }
+        let addr = req.worker_address.as_str();
+        self.check_worker_identity(addr, req.worker_uid.as_deref())?;
         let mut unknown_tasks = Vec::new();
+        let mut finish = Vec::new();
         for u in &req.updates {
             match self.state.tasks.get(&u.task_id) {
                 None => unknown_tasks.push(u.task_id),
-                Some(t) if u.completed && !t.finished => {
-                    self.commit(Update::FinishTask { task_id: u.task_id })
+                Some(t) if t.worker_address != addr => {
+                    return Err(DispatchError::PermissionDenied(format!(
+                        "task {} is not held by worker {}: a worker may report only its own \
+                         tasks; nothing was changed",
+                        u.task_id,
+                        echo(addr)
+                    )));
                 }
+                Some(t) if u.completed && !t.finished => finish.push(u.task_id),
                 Some(_) => {}
+            }
+        }
+        if let Some(w) = self.state.heartbeat_index.get_mut(addr) {
+            w.seen = Some(now);
+        }
+        for task_id in finish {
+            // A task listed twice is finished once.
+            if self.state.tasks.get(&task_id).is_some_and(|t| !t.finished) {
+                self.commit(Update::FinishTask { task_id });
             }
         }
         Ok(WorkerUpdateReply { unknown_tasks, incarnation: self.incarnation.clone() })
     }
 
+    /// The caller is the worker registered at `addr`: NOT_FOUND when none is, and
+    /// PERMISSION_DENIED when it registered with a uid and `uid` is another (or none). A
+    /// worker that registered without a uid is known by its address alone. The registered
+    /// uid is never quoted back: it is what proves a request comes from that worker.
+    fn check_worker_identity(&self, addr: &str, uid: Option<&str>) -> Result<(), DispatchError> {
+        let Some(w) = self.state.heartbeat_index.get(addr) else {
+            return Err(worker_not_found(addr));
+        };
+        if !w.holds_uid(uid) {
+            return Err(uid_mismatch(addr, uid));
+        }
+        Ok(())
+    }
+
     /// Get-or-register a dataset. With an explicit id that exists, the definitions and
-    /// metadata must match.
+    /// metadata must match. Without an id, a dataset equal to a registered one (definition
+    /// and metadata) gets that one's id. A new dataset must fit in `max_dataset_bytes`.
     pub fn register_dataset(&mut self, req: &RegisterDataset) -> Result<String, DispatchError> {
         let metadata = req.metadata.clone().unwrap_or(Value::Null);
         if crate::json::nested_deeper_than(&metadata, crate::json::MAX_NESTING) {
@@ -937,7 +1093,8 @@ impl Dispatcher {
         if let Some(id) = &req.dataset_id {
             if !valid_id(id) {
                 return Err(DispatchError::InvalidArgument(format!(
-                    "dataset_id {id:?} must be 1 to 256 characters of A-Z a-z 0-9 - _ . = /"
+                    "dataset_id {} must be 1 to 256 characters of A-Z a-z 0-9 - _ . = /",
+                    echo(id)
                 )));
             }
             if let Some(existing) = self.state.datasets.get(id) {
@@ -951,6 +1108,32 @@ impl Dispatcher {
                     if existing.def == req.dataset { "metadata" } else { "definition" }
                 )));
             }
+        }
+        let (fingerprint, bytes) = footprint(&req.dataset, &metadata);
+        if req.dataset_id.is_none()
+            && let Some(id) = self.state.datasets_by_fingerprint.get(&fingerprint).and_then(|ids| {
+                ids.iter().find(|id| {
+                    self.state
+                        .datasets
+                        .get(*id)
+                        .is_some_and(|d| d.def == req.dataset && d.metadata == metadata)
+                })
+            })
+        {
+            // The same dataset again (TensorFlow's GetOrRegisterDataset): nothing changes.
+            return Ok(id.clone());
+        }
+        let max = self.config.max_dataset_bytes;
+        let total = self.state.dataset_bytes.saturating_add(bytes);
+        if total > max {
+            return Err(DispatchError::ResourceExhausted(format!(
+                "the dispatcher's datasets are full: they hold {} bytes (definitions and \
+                 metadata, encoded as JSON) and this dataset has {bytes} more, past \
+                 max_dataset_bytes = {max}. Raise it (shardwise dispatcher \
+                 --max-dataset-bytes), or register smaller datasets (a `files` source rather \
+                 than a long `list`)",
+                self.state.dataset_bytes
+            )));
         }
         let id = req.dataset_id.clone().unwrap_or_else(|| self.state.peek_dataset_id());
         self.commit(Update::RegisterDataset {
@@ -977,6 +1160,13 @@ impl Dispatcher {
         if let Some(name) = &req.job_name {
             if name.is_empty() {
                 return Err(DispatchError::InvalidArgument("`job_name` must not be empty".into()));
+            }
+            if name.len() > MAX_JOB_NAME_LEN || name.chars().any(char::is_control) {
+                return Err(DispatchError::InvalidArgument(format!(
+                    "`job_name` {} must be at most {MAX_JOB_NAME_LEN} bytes without control \
+                     characters",
+                    echo(name)
+                )));
             }
         } else if req.num_consumers.is_some() {
             return Err(DispatchError::InvalidArgument(
@@ -1357,10 +1547,11 @@ impl Dispatcher {
         let worker = req.worker_address.as_str();
         // One probe for the checks and, when they pass, for the last-seen time.
         let Some(w) = self.state.heartbeat_index.get_mut(worker) else {
-            return Err(DispatchError::NotFound(format!(
-                "Worker with address {worker} not found."
-            )));
+            return Err(worker_not_found(worker));
         };
+        if !w.holds_uid(req.worker_uid.as_deref()) {
+            return Err(uid_mismatch(worker, req.worker_uid.as_deref()));
+        }
         if !w.alive {
             return Err(DispatchError::FailedPrecondition(format!(
                 "worker {worker} was declared lost (no heartbeat for the worker timeout) and \

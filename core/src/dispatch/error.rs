@@ -20,6 +20,12 @@ pub enum DispatchError {
     /// Try again later.
     #[error("{0}")]
     Unavailable(String),
+    /// The caller may not do this (e.g. change a task another worker holds).
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// A bound the operator set is reached (e.g. the bytes datasets may hold).
+    #[error("{0}")]
+    ResourceExhausted(String),
 }
 
 impl DispatchError {
@@ -31,6 +37,8 @@ impl DispatchError {
             Self::FailedPrecondition(_) => "FAILED_PRECONDITION",
             Self::AlreadyExists(_) => "ALREADY_EXISTS",
             Self::Unavailable(_) => "UNAVAILABLE",
+            Self::PermissionDenied(_) => "PERMISSION_DENIED",
+            Self::ResourceExhausted(_) => "RESOURCE_EXHAUSTED",
         }
     }
 
@@ -41,7 +49,9 @@ impl DispatchError {
             | Self::NotFound(m)
             | Self::FailedPrecondition(m)
             | Self::AlreadyExists(m)
-            | Self::Unavailable(m) => m,
+            | Self::Unavailable(m)
+            | Self::PermissionDenied(m)
+            | Self::ResourceExhausted(m) => m,
         }
     }
 }

@@ -163,6 +163,13 @@ impl HeartbeatEntry {
         self.uid.as_ref().map(SmallBytes::as_bytes) == uid.map(str::as_bytes)
     }
 
+    /// Whether a request carrying `uid` may act for this worker: any may when it registered
+    /// without a uid, else only one carrying the same uid.
+    #[inline]
+    pub(crate) fn holds_uid(&self, uid: Option<&str>) -> bool {
+        self.uid.is_none() || self.uid_is(uid)
+    }
+
     /// [`Worker::tasks`], ascending.
     #[inline]
     pub(crate) fn tasks(&self) -> &[TaskId] {

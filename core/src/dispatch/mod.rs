@@ -40,9 +40,14 @@
 //! * **Everything observable is journaled**, garbage collection included
 //!   ([`Update::GarbageCollectIteration`]): a collected iteration does not come back after a
 //!   restart. [`Update::Snapshot`] holds the whole state so a journal can be compacted.
-//! * **Worker updates are per entry.** An unknown task id is reported back
+//! * **Worker updates are per entry, from the holder.** An unknown task id is reported back
 //!   (`unknown_tasks`) instead of failing the whole update, so one stale id cannot wedge a
-//!   worker (TensorFlow issue #52252).
+//!   worker (TensorFlow issue #52252). An update or get-split must come from the worker
+//!   holding the task (its address and, if it registered with one, its `worker_uid`); one
+//!   entry naming another worker's task refuses the whole update, which changes nothing.
+//! * **Datasets are deduplicated and bounded.** A dataset registered again without an id
+//!   gets the id it has (TensorFlow's GetOrRegisterDataset fingerprint); `max_dataset_bytes`
+//!   bounds what datasets hold, for new registrations only.
 //! * **Job names are strict.** Reusing a job name with another dataset, `num_consumers` or
 //!   `split_size` is an error (TensorFlow silently joins the first job). Static sharding
 //!   without a worker list, an unshardable dataset, and `shard_hint` under a non-HINT
@@ -80,6 +85,7 @@
 //!   (`tests/tests/worker_http.rs`: aligned rounds, a worker joining coordinated reads,
 //!   `AUTO` skipping `COLOCATED` workers).
 
+pub mod address;
 pub mod dispatcher;
 pub mod error;
 pub mod framing;

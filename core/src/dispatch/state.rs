@@ -324,6 +324,40 @@ pub struct State {
     /// Workers by address, with what a steady-state heartbeat reads inline: one hash probe.
     #[serde(skip)]
     pub(crate) heartbeat_index: HeartbeatIndex,
+    /// Dataset ids by the fingerprint of their definition and metadata ([`footprint`]), so
+    /// that registering the same dataset again without an id finds it.
+    #[serde(skip)]
+    pub datasets_by_fingerprint: HashMap<u64, BTreeSet<String>>,
+    /// What the datasets hold: the encoded JSON bytes of every definition and metadata,
+    /// summed ([`footprint`]). Bounded by `max_dataset_bytes` for new registrations.
+    #[serde(skip)]
+    pub dataset_bytes: u64,
+}
+
+/// A dataset's fingerprint and size: a hash of its definition and metadata encoded as JSON,
+/// and the length of that encoding. Equal fingerprints do not prove equal datasets (the
+/// dispatcher compares them before it deduplicates); the fingerprint only finds candidates.
+/// Encoded as a stream, without building the JSON text.
+pub fn footprint(def: &DatasetDef, metadata: &Value) -> (u64, u64) {
+    use std::hash::{DefaultHasher, Hasher};
+    struct Sink {
+        hasher: DefaultHasher,
+        len: u64,
+    }
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.hasher.write(buf);
+            self.len += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut sink = Sink { hasher: DefaultHasher::new(), len: 0 };
+    // Plain data: encoding cannot fail (a failure would only weaken deduplication).
+    let _ = serde_json::to_writer(&mut sink, &(def, metadata));
+    (sink.hasher.finish(), sink.len)
 }
 
 /// One durable state change. The journal is a sequence of these; [`apply`] gives each its
@@ -505,6 +539,13 @@ impl State {
     /// dispatcher last heard from each worker is kept.
     pub fn reindex(&mut self) {
         self.heartbeat_index = HeartbeatIndex::build(&self.workers, &self.heartbeat_index);
+        self.datasets_by_fingerprint.clear();
+        self.dataset_bytes = 0;
+        for ds in self.datasets.values() {
+            let (fingerprint, bytes) = footprint(&ds.def, &ds.metadata);
+            self.datasets_by_fingerprint.entry(fingerprint).or_default().insert(ds.id.clone());
+            self.dataset_bytes += bytes;
+        }
         self.jobs_by_name = self.jobs.values().map(|j| (j.name.clone(), j.id)).collect();
         self.iterations_by_key.clear();
         self.open_round_robin.clear();
@@ -535,6 +576,15 @@ impl State {
         }
         if rebuilt.jobs_by_name != self.jobs_by_name {
             return Err("jobs by name differ from a rebuild".into());
+        }
+        if rebuilt.datasets_by_fingerprint != self.datasets_by_fingerprint {
+            return Err("datasets by fingerprint differ from a rebuild".into());
+        }
+        if rebuilt.dataset_bytes != self.dataset_bytes {
+            return Err(format!(
+                "datasets hold {} bytes, rebuilt {}",
+                self.dataset_bytes, rebuilt.dataset_bytes
+            ));
         }
         Ok(())
     }
@@ -626,10 +676,28 @@ pub fn apply(state: &mut State, update: &Update) {
     }
     match update {
         Update::RegisterDataset { dataset_id, def, metadata } => {
-            state.datasets.insert(
+            let replaced = state.datasets.insert(
                 dataset_id.clone(),
                 Dataset { id: dataset_id.clone(), def: def.clone(), metadata: metadata.clone() },
             );
+            // (The dispatcher never registers an id twice; replay of any journal stays exact.)
+            if let Some(old) = replaced {
+                let (fingerprint, bytes) = footprint(&old.def, &old.metadata);
+                if let Some(ids) = state.datasets_by_fingerprint.get_mut(&fingerprint) {
+                    ids.remove(dataset_id);
+                    if ids.is_empty() {
+                        state.datasets_by_fingerprint.remove(&fingerprint);
+                    }
+                }
+                state.dataset_bytes = state.dataset_bytes.saturating_sub(bytes);
+            }
+            let (fingerprint, bytes) = footprint(def, metadata);
+            state
+                .datasets_by_fingerprint
+                .entry(fingerprint)
+                .or_default()
+                .insert(dataset_id.clone());
+            state.dataset_bytes += bytes;
             while state.datasets.contains_key(&state.next_dataset_id.to_string()) {
                 state.next_dataset_id += 1;
             }

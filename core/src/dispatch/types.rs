@@ -60,9 +60,11 @@ macro_rules! id_type {
             type Err = String;
             fn from_str(s: &str) -> Result<Self, String> {
                 if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(format!("{:?} is not a decimal id", s));
+                    return Err(format!("{} is not a decimal id", crate::echo::echo(s)));
                 }
-                s.parse::<u64>().map($name).map_err(|_| format!("{:?} is out of range for an id", s))
+                s.parse::<u64>()
+                    .map($name)
+                    .map_err(|_| format!("{} is out of range for an id", crate::echo::echo(s)))
             }
         }
 

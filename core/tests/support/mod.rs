@@ -147,6 +147,7 @@ pub(crate) fn job_req(dataset_id: &str, policy: ShardingPolicy, name: Option<&st
 pub(crate) fn splits_req(worker: &str, repetition: u64, max: u32) -> GetSplits {
     GetSplits {
         worker_address: worker.into(),
+        worker_uid: None,
         repetition,
         split_provider_index: 0,
         max_splits: Some(max),
@@ -163,6 +164,7 @@ pub(crate) fn splits_req_ack(
 ) -> GetSplits {
     GetSplits {
         worker_address: worker.into(),
+        worker_uid: None,
         repetition,
         split_provider_index: 0,
         max_splits: Some(max),
@@ -1163,6 +1165,7 @@ impl Sim {
             Req::WorkerUpdate { addr, generation, tasks } => {
                 let req = WorkerUpdate {
                     worker_address: addr.clone(),
+                    worker_uid: self.cfg.send_worker_uid.then(|| format!("{addr}#{generation}")),
                     updates: tasks
                         .iter()
                         .map(|t| TaskProgress { task_id: *t, completed: true })
@@ -1176,7 +1179,8 @@ impl Sim {
                 }
                 self.on_worker_update(&addr, generation, &tasks, r);
             }
-            Req::GetSplits { addr, generation, task, iteration, req } => {
+            Req::GetSplits { addr, generation, task, iteration, mut req } => {
+                req.worker_uid = self.cfg.send_worker_uid.then(|| format!("{addr}#{generation}"));
                 let was_lost = self
                     .d
                     .as_ref()

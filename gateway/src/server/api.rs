@@ -10,12 +10,14 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use shardwise_core::dispatch::address::check_worker_address;
 use shardwise_core::dispatch::dispatcher::{
     ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, GetSplits, IterationLease,
     RegisterDataset, SplitsReply, WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate,
     WorkerUpdateReply,
 };
 use shardwise_core::dispatch::{ClientId, DispatchError, IterationId, JobId, TaskId};
+use shardwise_core::echo::{MAX_MESSAGE_BYTES, cap_quotes, echo};
 use utoipa::ToSchema;
 
 use super::actor::Actor;
@@ -44,7 +46,12 @@ impl IntoResponse for Problem {
         if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut problem = self;
+        if problem.detail.len() > MAX_MESSAGE_BYTES {
+            // The last line of defence: no answer grows with what it was sent.
+            problem.detail = cap_quotes(&problem.detail);
+        }
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
         (status, headers, body).into_response()
     }
 }
@@ -100,7 +107,8 @@ impl<S: Send + Sync, T: RequestBody> FromRequest<S> for Body<T> {
                 let mut p = Problem::new(
                     "INVALID_ARGUMENT",
                     format!(
-                        "the request body must be JSON (Content-Type: application/json), not {essence:?}"
+                        "the request body must be JSON (Content-Type: application/json), not {}",
+                        echo(essence)
                     ),
                 );
                 p.status = 415;
@@ -118,14 +126,34 @@ impl<S: Send + Sync, T: RequestBody> FromRequest<S> for Body<T> {
             p
         })?;
         let text = if bytes.is_empty() { &b"{}"[..] } else { &bytes[..] };
+        // Every body is an object: serde would take an array for a struct (`[1]` as
+        // `{"repetition": 1}`).
+        if let Some(first) = text.iter().find(|b| !b.is_ascii_whitespace())
+            && *first != b'{'
+        {
+            let kind = match first {
+                b'[' => "an array",
+                b'"' => "a string",
+                b'n' => "null",
+                b't' | b'f' => "a boolean",
+                b'-' | b'0'..=b'9' => "a number",
+                _ => "not JSON",
+            };
+            return Err(Problem::new(
+                "INVALID_ARGUMENT",
+                format!(
+                    "invalid request body: it must be a JSON object ({{...}}), and it is {kind}"
+                ),
+            ));
+        }
         let decoded = if T::FLAT {
             serde_json::from_slice(text).map_err(|e| e.to_string())
         } else {
             shardwise_core::json::from_slice_strict(text).map_err(|e| e.to_string())
         };
-        decoded
-            .map(Body)
-            .map_err(|e| Problem::new("INVALID_ARGUMENT", format!("invalid request body: {e}")))
+        decoded.map(Body).map_err(|e| {
+            Problem::new("INVALID_ARGUMENT", format!("invalid request body: {}", cap_quotes(&e)))
+        })
     }
 }
 
@@ -145,6 +173,12 @@ pub(crate) fn parse_id<T: std::str::FromStr<Err = String>>(
         ));
     }
     raw.parse::<T>().map_err(|e| Problem::new("INVALID_ARGUMENT", format!("{name}: {e}")))
+}
+
+/// A worker address where one enters: `host:port`, else INVALID_ARGUMENT (checked off the
+/// dispatcher's lock).
+fn worker_address(addr: &str) -> Result<(), Problem> {
+    check_worker_address(addr).map_err(|e| Problem::new("INVALID_ARGUMENT", e))
 }
 
 type ApiResult = Result<Response, Problem>;
@@ -329,6 +363,7 @@ pub async fn worker_heartbeat(
     // probe) whatever order the worker sent it in. Sorted off the dispatcher's lock.
     req.current_tasks.sort_unstable();
     req.current_tasks.dedup();
+    worker_address(&req.worker_address)?;
     ok(&run(&s, move |d, now| d.worker_heartbeat(now, &req)).await?)
 }
 
@@ -343,6 +378,7 @@ pub async fn worker_heartbeat(
     responses((status = 200, description = "Applied; unknown task ids are listed.", body = WorkerUpdateReply))
 )]
 pub async fn worker_update(State(s): State<AppState>, Body(req): Body<WorkerUpdate>) -> ApiResult {
+    worker_address(&req.worker_address)?;
     ok(&run(&s, move |d, now| d.worker_update(now, &req)).await?)
 }
 
@@ -403,11 +439,12 @@ pub async fn get_dataset(State(s): State<AppState>, Path(id): Path<String>) -> A
     // echoed back at length.
     let syntax = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'=' | b'/');
     if id.is_empty() || id.len() > 256 || !id.bytes().all(syntax) {
-        let shown =
-            if id.len() > 64 { format!("a {}-byte value", id.len()) } else { format!("{id:?}") };
         return Err(Problem::new(
             "INVALID_ARGUMENT",
-            format!("dataset_id: {shown} is not 1 to 256 characters of A-Z a-z 0-9 - _ . = /"),
+            format!(
+                "dataset_id: {} is not 1 to 256 characters of A-Z a-z 0-9 - _ . = /",
+                echo(&id)
+            ),
         ));
     }
     let v = run(&s, move |d, _| {
@@ -556,6 +593,7 @@ pub async fn get_splits(
     Body(req): Body<GetSplits>,
 ) -> ApiResult {
     let id: IterationId = parse_id("iteration_id", &raw)?;
+    worker_address(&req.worker_address)?;
     ok(&run(&s, move |d, now| d.get_splits(now, id, &req)).await?)
 }
 
@@ -650,19 +688,21 @@ pub async fn get_cluster(State(s): State<AppState>, RawQuery(query): RawQuery) -
                 after = Some(v.parse::<u64>().map_err(|_| {
                     Problem::new(
                         "INVALID_ARGUMENT",
-                        format!("after must be a version number, not {v:?}"),
+                        format!("after must be a version number, not {}", echo(v)),
                     )
                 })?);
             }
             "wait" => {
                 wait = super::parse_duration(v)
-                    .map_err(|e| Problem::new("INVALID_ARGUMENT", format!("wait: {e}")))?
+                    .map_err(|e| {
+                        Problem::new("INVALID_ARGUMENT", format!("wait: {}", cap_quotes(&e)))
+                    })?
                     .min(MAX_CLUSTER_WAIT);
             }
             other => {
                 return Err(Problem::new(
                     "INVALID_ARGUMENT",
-                    format!("unknown query parameter {other:?} (expected after, wait)"),
+                    format!("unknown query parameter {} (expected after, wait)", echo(other)),
                 ));
             }
         }
@@ -796,5 +836,5 @@ pub async fn metrics(State(s): State<AppState>) -> Response {
 
 /// Unknown routes.
 pub async fn not_found(uri: axum::http::Uri) -> Problem {
-    Problem::new("NOT_FOUND", format!("no route for {}", uri.path()))
+    Problem::new("NOT_FOUND", format!("no route for {}", echo(uri.path())))
 }

@@ -78,8 +78,9 @@ pub struct DispatcherArgs {
     /// Needs --work-dir.
     #[arg(long, env = "SHARDWISE_FAULT_TOLERANT")]
     pub fault_tolerant: bool,
-    /// Static sharding's fixed worker list, comma separated (`host:port`, `host:%port%`).
-    #[arg(long, env = "SHARDWISE_WORKER_ADDRESSES", value_delimiter = ',')]
+    /// Static sharding's fixed worker list, comma separated (`host:port`, `host:%port%`,
+    /// `host`).
+    #[arg(long, env = "SHARDWISE_WORKER_ADDRESSES", value_delimiter = ',', value_parser = parse_worker_list_entry)]
     pub worker_addresses: Vec<String>,
     /// A worker silent this long is lost (its tasks stop blocking, its splits are handed out again).
     #[arg(long, env = "SHARDWISE_WORKER_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
@@ -133,6 +134,22 @@ pub struct DispatcherArgs {
     /// its current segment grows past this many bytes.
     #[arg(long, env = "SHARDWISE_COMPACT_AT_BYTES", default_value_t = actor::COMPACT_AT_BYTES)]
     pub compact_at_bytes: u64,
+    /// The most bytes registered datasets may hold (definitions and metadata, encoded as
+    /// JSON, summed); a registration past it is refused with RESOURCE_EXHAUSTED. In memory a
+    /// dataset takes up to about 36 times its encoded size (a `list` of one-digit numbers).
+    #[arg(long, env = "SHARDWISE_MAX_DATASET_BYTES", default_value_t = shardwise_core::dispatch::dispatcher::DEFAULT_MAX_DATASET_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_dataset_bytes: u64,
+}
+
+/// A `--worker-addresses` entry, trimmed: empty, or what
+/// [`check_worker_list_entry`](shardwise_core::dispatch::address::check_worker_list_entry)
+/// allows.
+fn parse_worker_list_entry(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if !s.is_empty() {
+        shardwise_core::dispatch::address::check_worker_list_entry(s)?;
+    }
+    Ok(s.to_owned())
 }
 
 impl Default for DispatcherArgs {
@@ -159,6 +176,7 @@ impl Default for DispatcherArgs {
             rate_limit_burst: 0,
             max_in_flight: 0,
             compact_at_bytes: actor::COMPACT_AT_BYTES,
+            max_dataset_bytes: shardwise_core::dispatch::dispatcher::DEFAULT_MAX_DATASET_BYTES,
         }
     }
 }
@@ -203,6 +221,7 @@ impl DispatcherArgs {
             job_gc_check_interval: millis(self.job_gc_check_interval),
             job_gc_timeout: self.job_gc_timeout.0.map(millis),
             gc_dynamic_sharding_jobs: self.gc_dynamic_sharding_jobs,
+            max_dataset_bytes: self.max_dataset_bytes,
         }
     }
 }

@@ -291,6 +291,7 @@ impl Shared {
         }
         let req = WorkerUpdate {
             worker_address: self.address.clone(),
+            worker_uid: Some(self.uid.clone()),
             updates: ready
                 .iter()
                 .map(|t| TaskProgress { task_id: t.def.task_id, completed: true })
@@ -371,9 +372,9 @@ fn process_uid() -> String {
 fn advertised(args: &WorkerArgs, local: SocketAddr) -> Result<String, String> {
     if let Some(a) = &args.worker_address {
         let a = a.trim().replacen("%port%", &local.port().to_string(), 1);
-        if a.is_empty() || a.contains(char::is_whitespace) || a.contains('/') {
-            return Err(format!("--worker-address {a:?} is not host:port"));
-        }
+        // What the dispatcher checks at registration, as a usage error before it.
+        shardwise_core::dispatch::address::check_worker_address(&a)
+            .map_err(|e| format!("--worker-address: {e}"))?;
         return Ok(a);
     }
     if local.ip().is_unspecified() {
@@ -523,6 +524,11 @@ mod tests {
         assert_eq!(advertised(&args, local).unwrap(), "127.0.0.1:4321");
         args.worker_address = Some("w1.example:%port%".into());
         assert_eq!(advertised(&args, local).unwrap(), "w1.example:4321");
+        for bad in ["w1.example", "w1 x:%port%", "http://w1:%port%", "w_1:%port%"] {
+            args.worker_address = Some(bad.into());
+            let e = advertised(&args, local).unwrap_err();
+            assert!(e.starts_with("--worker-address: worker_address "), "{e}");
+        }
         args.worker_address = None;
         let any: SocketAddr = "0.0.0.0:4321".parse().unwrap();
         assert!(advertised(&args, any).unwrap_err().contains("--worker-address"));

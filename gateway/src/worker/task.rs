@@ -518,6 +518,7 @@ impl Task {
             }
             let req = GetSplits {
                 worker_address: shared.address.clone(),
+                worker_uid: Some(shared.uid.clone()),
                 repetition,
                 split_provider_index: 0,
                 max_splits: Some(self.max_splits()),
