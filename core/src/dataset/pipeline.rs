@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::def::{DatasetDef, SourceDef, TransformDef};
 use super::error::{DatasetError, invalid, precondition};
+use super::limits::{Budget, Limits};
 use super::ops::{Ctx, Input, Need, Op, Out};
 use super::source::{Feed, Source};
 
@@ -81,14 +82,19 @@ pub enum Step {
 /// calling `next` again without providing it returns the same request. An input the pipeline
 /// did not ask for fails the pipeline (the error comes out of the next `next`).
 ///
-/// Infinite datasets are produced lazily. Memory is bounded by the shuffle buffers, the batch
-/// sizes and one split's or file's elements. The work of one `next` call is proportional to the
+/// Infinite datasets are produced lazily. Memory is bounded by the shuffle buffers and batches
+/// (at most [`MAX_BUFFER_ELEMENTS`](super::MAX_BUFFER_ELEMENTS) elements each, and at most
+/// [`Limits::max_buffered_bytes`] together: a pipeline that would hold more fails with
+/// `RESOURCE_EXHAUSTED`) and one split's or file's elements (the caller bounds the files it
+/// hands in). The work of one `next` call is proportional to the
 /// number of elements the transforms discard on the way (`skip`, shards, a shuffle buffer being
 /// filled), as in TensorFlow.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     source: Source,
     ops: Vec<Op>,
+    /// The bytes the buffering stages hold.
+    budget: Budget,
     /// Where the chain was suspended by a request of the source (the source's index, 0).
     resume_at: Option<usize>,
     state: State,
@@ -192,8 +198,17 @@ fn hint_outside_hint_mode(position: usize) -> DatasetError {
 
 impl Pipeline {
     /// Builds the pipeline of `def` for a task sharded with `sharding` (errors as
-    /// [`validate_sharding`]).
+    /// [`validate_sharding`]), with the default [`Limits`].
     pub fn new(def: &DatasetDef, sharding: Sharding) -> Result<Pipeline, DatasetError> {
+        Pipeline::with_limits(def, sharding, Limits::default())
+    }
+
+    /// [`Pipeline::new`] with the given limits.
+    pub fn with_limits(
+        def: &DatasetDef,
+        sharding: Sharding,
+        limits: Limits,
+    ) -> Result<Pipeline, DatasetError> {
         let plan = plan(def, sharding)?;
         let mut ops = Vec::with_capacity(def.transforms.len().saturating_add(1));
         for (position, transform) in def.transforms.iter().enumerate() {
@@ -201,8 +216,8 @@ impl Pipeline {
                 TransformDef::Repeat(count) => Op::repeat(*count),
                 TransformDef::Take(n) => Op::take(*n),
                 TransformDef::Skip(n) => Op::skip(*n),
-                TransformDef::Shuffle(s) => Op::shuffle(*s),
-                TransformDef::Batch(b) => Op::batch(*b),
+                TransformDef::Shuffle(s) => Op::shuffle(*s, position),
+                TransformDef::Batch(b) => Op::batch(*b, position),
                 TransformDef::ShardHint => match plan.hint {
                     Some((n, i)) => Op::shard(n, i),
                     None => return Err(hint_outside_hint_mode(position)),
@@ -215,6 +230,7 @@ impl Pipeline {
         Ok(Pipeline {
             source: Source::new(def.source.clone(), plan.feed),
             ops,
+            budget: Budget::new(limits),
             resume_at: None,
             state: State::Running,
         })
@@ -246,7 +262,9 @@ impl Pipeline {
                     split_requests: self.source.split_requests(),
                 };
                 match self.ops.get_mut(stage - 1) {
-                    Some(op) => op.resume(std::mem::replace(&mut input, Input::Pull), ctx),
+                    Some(op) => {
+                        op.resume(std::mem::replace(&mut input, Input::Pull), ctx, &mut self.budget)
+                    }
                     None => Out::Fail(precondition("internal error: pipeline stage missing")),
                 }
             };
@@ -271,7 +289,7 @@ impl Pipeline {
                 Out::Reset if stage > 0 => {
                     self.source.reset();
                     for op in self.ops.iter_mut().take(stage - 1) {
-                        op.reset();
+                        op.reset(&mut self.budget);
                     }
                     input = Input::Pull;
                 }

@@ -920,6 +920,11 @@ impl Dispatcher {
     /// Get-or-register a dataset. With an explicit id that exists, the definitions and
     /// metadata must match.
     pub fn register_dataset(&mut self, req: &RegisterDataset) -> Result<String, DispatchError> {
+        // Bounds no definition may exceed (shuffle buffers, batch sizes): refused here rather
+        // than failing every task of the dataset on its workers.
+        req.dataset
+            .validate()
+            .map_err(|e| DispatchError::InvalidArgument(e.message().to_owned()))?;
         let metadata = req.metadata.clone().unwrap_or(Value::Null);
         if crate::json::nested_deeper_than(&metadata, crate::json::MAX_NESTING) {
             // Journaled inside a record, deeper metadata could not be replayed.
