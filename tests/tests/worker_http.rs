@@ -555,6 +555,27 @@ fn run_time_limits_fail_the_task_and_the_worker_goes_on() {
     assert_eq!(ints(&got), [0, 1, 2]);
 }
 
+/// A skip of 2^64 - 1 over an endless repeat spun inside one pipeline step, holding a runtime
+/// thread for ever: a few such tasks left the worker unable to answer anything. Its pipeline
+/// now yields, and the worker keeps serving.
+#[test]
+fn endless_skips_do_not_hold_the_worker() {
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, WORKER);
+    let spin = json!({"source": {"range": {"stop": 10}}, "transforms": [
+        {"repeat": null}, {"skip": u64::MAX}]});
+    for _ in 0..4 {
+        let tasks = raw_iteration(&d, spin.clone(), json!("parallel_epochs"));
+        let path = format!("/v1/tasks/{}/elements?max=1", tasks[0].0);
+        // The first read starts the producer; nothing ever comes.
+        let first = (0..1000).map(|_| w.call("GET", &path)).find(|r| r.status != 404).unwrap();
+        assert_eq!(ok(&first)["elements"], json!([]));
+    }
+    assert_eq!(ok(&w.call("GET", "/healthz"))["status"], "ok");
+    let got = read_all(&d.url, json!({"source": {"range": {"stop": 3}}}), options()).unwrap();
+    assert_eq!(ints(&got), [0, 1, 2]);
+}
+
 /// Issue 11, point 14: `bytes` gave a string for a UTF-8 file and an array of numbers for
 /// another; now every file is one base64 string.
 #[test]

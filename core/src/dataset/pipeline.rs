@@ -67,11 +67,19 @@ pub enum Step {
         /// One of the source's paths.
         path: String,
     },
+    /// The pipeline pulled [`MAX_PULLS_PER_STEP`] elements from its source without a result
+    /// (a large `skip`, say, over an endless `repeat`): call `next` again to go on. It gives
+    /// the caller a chance to stay responsive, or to stop a task that would spin forever.
+    Yield,
     /// The pipeline is finished; every later call returns `End` again.
     End,
     /// The pipeline failed; every later call returns the same error.
     Error(DatasetError),
 }
+
+/// The most elements one [`Pipeline::next`] call pulls from the source before it answers
+/// [`Step::Yield`].
+pub const MAX_PULLS_PER_STEP: u64 = 1 << 16;
 
 /// A worker's pipeline for one task: a pull-based state machine that never does IO.
 ///
@@ -88,7 +96,8 @@ pub enum Step {
 /// `RESOURCE_EXHAUSTED`) and one split's or file's elements (the caller bounds the files it
 /// hands in). The work of one `next` call is proportional to the
 /// number of elements the transforms discard on the way (`skip`, shards, a shuffle buffer being
-/// filled), as in TensorFlow.
+/// filled), as in TensorFlow, but at most [`MAX_PULLS_PER_STEP`] source elements: then it
+/// answers [`Step::Yield`].
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     source: Source,
@@ -253,8 +262,16 @@ impl Pipeline {
         let top = self.ops.len();
         let mut stage = self.resume_at.take().unwrap_or(top).min(top);
         let mut input = Input::Pull;
+        let mut pulls: u64 = 0;
         loop {
             let out = if stage == 0 {
+                // Suspending here is what a request of the source does: the next call resumes
+                // at the source.
+                pulls += 1;
+                if pulls > MAX_PULLS_PER_STEP {
+                    self.resume_at = Some(0);
+                    return Step::Yield;
+                }
                 self.source.next()
             } else {
                 let ctx = Ctx {

@@ -50,6 +50,7 @@ fn run_with(
             Step::Element(v) => out.push(v),
             Step::NeedFile { path } => pipeline.provide_file(&path, &files[&path]),
             Step::NeedSplit { .. } => panic!("a static pipeline asked for a split"),
+            Step::Yield => {}
             Step::End => return Ok(out),
             Step::Error(e) => return Err(e),
         }
@@ -134,6 +135,7 @@ fn run_dynamic_limited(
                     pipelines[w].provide_split(repetition, split);
                 }
                 Step::NeedFile { path } => pipelines[w].provide_file(&path, &files[&path]),
+                Step::Yield => {}
                 Step::End => done[w] = true,
                 Step::Error(e) => panic!("worker {w}: {e}"),
             }
@@ -560,6 +562,28 @@ fn buffers_are_bounded_in_bytes_at_run_time() {
         {"repeat": null}, {"shuffle": {"buffer": 1000, "seed": 1}}]}));
     let mut p = Pipeline::new(&endless, Sharding::Off).unwrap();
     assert_eq!(p.next_batch(5000).0.len(), 5000);
+}
+
+/// A `skip` of 2^64 - 1 over an endless `repeat` discards elements forever: one `next` call
+/// used to spin without returning, holding the worker's thread. It now answers `Yield` after
+/// `MAX_PULLS_PER_STEP` pulls, and a long but finite skip goes on where it left off.
+#[test]
+fn long_skips_yield_instead_of_spinning() {
+    let endless = def_json(json!({"source": {"range": {"stop": 10}}, "transforms": [
+        {"repeat": null}, {"skip": u64::MAX}]}));
+    let mut p = Pipeline::new(&endless, Sharding::Off).unwrap();
+    for _ in 0..3 {
+        assert_eq!(p.next(), Step::Yield);
+    }
+    let skip = MAX_PULLS_PER_STEP * 2 + 5;
+    let long =
+        def_json(json!({"source": {"range": {"stop": skip + 2}}, "transforms": [{"skip": skip}]}));
+    let mut p = Pipeline::new(&long, Sharding::Off).unwrap();
+    let (none, stop) = p.next_batch(10);
+    assert_eq!((none, stop), (vec![], Some(Step::Yield)));
+    assert_eq!(p.next(), Step::Yield);
+    let skip = i64::try_from(skip).unwrap();
+    assert_eq!(p.next_batch(10), (ints([skip, skip + 1]), Some(Step::End)));
 }
 
 #[test]

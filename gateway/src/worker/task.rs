@@ -533,6 +533,9 @@ impl Task {
             }
             match stop {
                 None | Some(Step::Element(_)) => {}
+                // A long stretch without an element (a large skip): let the runtime serve
+                // others, and let a stopped task end here.
+                Some(Step::Yield) => tokio::task::yield_now().await,
                 Some(Step::End) => return self.end(&shared),
                 Some(Step::Error(e)) => return self.fail(task_failed(id, e.code(), e.message())),
                 Some(Step::NeedFile { path }) => match shared.files.read(&path).await {
