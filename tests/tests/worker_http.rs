@@ -576,6 +576,29 @@ fn endless_skips_do_not_hold_the_worker() {
     assert_eq!(ints(&got), [0, 1, 2]);
 }
 
+/// A coordinated read sizes a round by `num_consumers`, which a client chooses: a round of
+/// 2^50 consumers would be allocated at once. The worker refuses more than 10,000.
+#[test]
+fn a_huge_round_of_coordinated_reads_is_refused() {
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, WORKER);
+    let ds = json!({"source": {"range": {"stop": 10}}, "transforms": [{"repeat": null}]});
+    let opts = DistributeOptions {
+        job_name: Some("huge-round".into()),
+        num_consumers: Some(1 << 50),
+        consumer_index: Some(0),
+        ..options()
+    };
+    let first = runtime().block_on(async {
+        let mut s = distribute(&d.url, dataset(ds), opts);
+        tokio::time::timeout(Duration::from_secs(60), s.next()).await.expect("in time")
+    });
+    let err = first.expect("an answer").unwrap_err();
+    assert_eq!(err.code(), "RESOURCE_EXHAUSTED", "{err}");
+    assert!(err.to_string().contains("at most 10000 consumers"), "{err}");
+    assert_eq!(ok(&w.call("GET", "/healthz"))["status"], "ok");
+}
+
 /// Issue 11, point 14: `bytes` gave a string for a UTF-8 file and an array of numbers for
 /// another; now every file is one base64 string.
 #[test]
