@@ -22,6 +22,13 @@ then create a `distributed_epoch` job and an iteration over a `splits` dataset, 
 It prints one line per event (`registered ...`, `task 4000: split 0:1 "b"`,
 `task 4000: completed, 3 splits`) and every problem the dispatcher answers (RFC 9457
 problem+json: status, `code`, `detail`) on stderr. Exit status 1 on an error it cannot retry.
+
+A `files` dataset is written by clients, so like `shardwise worker` this worker touches paths
+only under its `--data-root` directories (repeatable, or SHARDWISE_WORKER_DATA_ROOT=DIR,DIR):
+a path is resolved (`..`, symlinks), must be a regular file under a root (a relative one is
+tried under each root in order; never /proc, /sys or /dev), and any other path is skipped
+with one message that does not tell whether it exists. Without a root it leaves `files`
+tasks alone.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import collections
 import json
 import os
 import socket
+import stat
 import sys
 import time
 import uuid
@@ -56,6 +64,29 @@ class Problem(Exception):
         super().__init__(f"{method} {path}: {status} {self.code}: {detail}")
 
 
+PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
+
+
+def under(path: str, directory: str) -> bool:
+    return os.path.commonpath([path, directory]) == directory
+
+
+def resolve_under_roots(roots: list[str], path: str) -> str | None:
+    """The real path of `path` if it is a regular file under one of `roots` (real paths)."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        return None
+    candidates = [path] if os.path.isabs(path) else [os.path.join(r, path) for r in roots]
+    real = next((os.path.realpath(c) for c in candidates if os.path.lexists(c)), None)
+    if real is None or not any(under(real, r) for r in roots):
+        return None
+    if any(under(real, p) for p in PSEUDO_FILESYSTEMS):
+        return None
+    try:
+        return real if stat.S_ISREG(os.stat(real).st_mode) else None
+    except OSError:
+        return None
+
+
 def log(*parts: object) -> None:
     print(*parts, flush=True)
 
@@ -71,9 +102,16 @@ def process(task_id: str, split_id: str, split: object) -> None:
 
 class Worker:
     def __init__(
-        self, dispatcher: str, address: str, interval: float, max_splits: int, token: str | None
+        self,
+        dispatcher: str,
+        address: str,
+        interval: float,
+        max_splits: int,
+        token: str | None,
+        data_roots: list[str] = (),
     ):
         self.dispatcher = dispatcher.rstrip("/")
+        self.data_roots = [os.path.realpath(r) for r in data_roots]
         self.address = address
         self.interval = interval
         self.max_splits = max_splits
@@ -169,6 +207,13 @@ class Worker:
                 "without transforms only; leaving it alone"
             )
             return False
+        files = "files" in dataset["source"]
+        if files and not self.data_roots:
+            warn(
+                f"task {task_id}: this worker allows no data roots, so it reads no files: start it "
+                "with --data-root DIR to serve files datasets; leaving it alone"
+            )
+            return False
         log(f"task {task_id}: started (iteration {task['iteration_id']})")
         done, count = [], 0  # processed splits, acknowledged by the next get-split
         while True:
@@ -179,7 +224,13 @@ class Worker:
             reply = self.get_splits(task, done)
             done = []
             for split_id, split in zip(reply["split_ids"], reply["splits"], strict=True):
-                process(task_id, split_id, split)
+                if files and resolve_under_roots(self.data_roots, split) is None:
+                    warn(
+                        f"task {task_id}: split {split_id}: path {json.dumps(split)} is not a "
+                        "readable file under this worker's data roots; skipped"
+                    )
+                else:
+                    process(task_id, split_id, split)
                 done.append(split_id)
                 count += 1
             if not reply["splits"]:
@@ -219,6 +270,14 @@ def main() -> int:
     add("--heartbeat-interval", type=float, default=1.0, metavar="SECONDS")
     add("--max-splits", type=int, default=4, help="splits per get-split (default 4)")
     add("--token-file", help="a file holding the bearer token for a dispatcher with --auth-tokens")
+    env_roots = os.environ.get("SHARDWISE_WORKER_DATA_ROOT", "")
+    add(
+        "--data-root",
+        action="append",
+        default=[r for r in env_roots.split(",") if r],
+        metavar="DIR",
+        help="a directory whose files `files` datasets may name (repeatable)",
+    )
     add(
         "--exit-after-tasks",
         type=int,
@@ -228,7 +287,13 @@ def main() -> int:
     )
     args = parser.parse_args()
     token = open(args.token_file, encoding="utf-8").read().strip() if args.token_file else None
-    worker = Worker(args.dispatcher, args.address, args.heartbeat_interval, args.max_splits, token)
+    for root in args.data_root:
+        if not os.path.isdir(root):
+            warn(f"worker: --data-root {root} is not a directory")
+            return 2
+    worker = Worker(
+        args.dispatcher, args.address, args.heartbeat_interval, args.max_splits, token, args.data_root
+    )
     try:
         worker.heartbeat()
         log(f"registered with {worker.dispatcher} as {worker.address}")

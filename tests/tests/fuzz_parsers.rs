@@ -230,6 +230,7 @@ fn drain(def: &DatasetDef, sharding: Sharding) -> Result<usize, DatasetError> {
             Step::NeedFile { path } => {
                 pipeline.provide_file(&path, b"1\n{\"a\": [2]}\n\"three\"\n");
             }
+            Step::Yield => {}
             Step::End => break,
             Step::Error(e) => return Err(e),
         }

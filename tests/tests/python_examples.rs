@@ -250,6 +250,71 @@ fn python_worker_processes_every_split_of_a_dynamic_epoch_exactly_once() {
     assert_eq!(job["iterations"][0]["finished"], true, "{job}");
 }
 
+/// Issue 11, point 2, for the Python worker: it names only files under its `--data-root`
+/// (after `..` and symlinks), skips every other path with one message, and without a root
+/// leaves a `files` task alone.
+#[test]
+fn python_worker_touches_files_only_under_its_data_roots() {
+    let base = TempDir::new("pyroots");
+    let root = base.0.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "a\n").unwrap();
+    std::fs::write(base.0.join("secret.txt"), "s\n").unwrap();
+    std::os::unix::fs::symlink(base.0.join("secret.txt"), root.join("escape")).unwrap();
+    let r = root.to_str().unwrap().to_owned();
+    let paths =
+        [format!("{r}/a.txt"), "/etc/passwd".into(), format!("{r}/../secret.txt"), "escape".into()];
+
+    let d = Dispatcher::start(&[]);
+    let flags = ["--heartbeat-interval", "0.05", "--exit-after-tasks", "1", "--data-root", &r];
+    let mut w = start_python_worker(&d.url, "python-worker-files", &flags);
+    let ds = json!({"source": {"files": {"paths": paths, "format": "lines"}}});
+    let dataset = ok("register", &d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))));
+    let job = ok(
+        "job",
+        &d.call(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"dataset_id": dataset["dataset_id"], "processing_mode": "distributed_epoch"})),
+        ),
+    );
+    let path = format!("/v1/jobs/{}/iterations", job["job_id"].as_str().unwrap());
+    ok("iteration", &d.call("POST", &path, Some(json!({}))));
+    let run = w.finish(Duration::from_secs(60)).expect("the worker completes its task");
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let processed: Vec<&str> = run.stdout.lines().filter(|l| l.contains(": split ")).collect();
+    assert_eq!(processed.len(), 1, "{}", run.stdout);
+    assert!(processed[0].ends_with(&serde_json::to_string(&paths[0]).unwrap()), "{processed:?}");
+    for refused in &paths[1..] {
+        let quoted = serde_json::to_string(refused).unwrap();
+        let text = format!("path {quoted} is not a readable file under this worker's data roots");
+        assert!(run.stderr.contains(&text), "{refused}: {}", run.stderr);
+    }
+    assert!(run.stdout.contains("completed, 4 splits"), "{}", run.stdout);
+
+    // Without a root, a files task is left alone.
+    let w = start_python_worker(&d.url, "python-worker-noroot", &["--heartbeat-interval", "0.05"]);
+    let ds = json!({"source": {"files": {"paths": [paths[0].clone()], "format": "lines"}}});
+    let dataset = ok("register", &d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))));
+    let job = ok(
+        "job",
+        &d.call(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"dataset_id": dataset["dataset_id"], "processing_mode": "distributed_epoch"})),
+        ),
+    );
+    let path = format!("/v1/jobs/{}/iterations", job["job_id"].as_str().unwrap());
+    ok("iteration", &d.call("POST", &path, Some(json!({}))));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !w.output().1.contains("allows no data roots") {
+        assert!(Instant::now() < deadline, "no refusal: {:?}", w.output());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(w.output().1.contains("--data-root DIR"), "{:?}", w.output());
+    assert!(!w.output().0.contains(": split "), "{:?}", w.output());
+}
+
 #[test]
 fn python_worker_prints_the_dispatchers_problem_and_uses_its_token() {
     let dir = TempDir::new("pyworker-auth");

@@ -161,9 +161,15 @@ fn distributed_epoch_with_repeat_reads_each_element_per_repetition() {
 /// Two workers registered in order against a fixed worker list of placeholders: the first
 /// is shard 0, the second shard 1.
 fn static_cluster() -> (Dispatcher, Worker, Worker) {
+    static_cluster_with(&[])
+}
+
+/// Two workers with the `WORKER` flags and `extra`, at the dispatcher's fixed addresses.
+fn static_cluster_with(extra: &[&str]) -> (Dispatcher, Worker, Worker) {
     let d = Dispatcher::start(&["--worker-addresses", "127.0.0.1:%port%,127.0.0.1:%port%"]);
-    let first = Worker::start(&d.url, WORKER);
-    let second = Worker::start(&d.url, WORKER);
+    let flags: Vec<&str> = WORKER.iter().chain(extra).copied().collect();
+    let first = Worker::start(&d.url, &flags);
+    let second = Worker::start(&d.url, &flags);
     (d, first, second)
 }
 
@@ -191,7 +197,7 @@ fn file_sharding_reads_the_static_file_shards() {
             p.to_str().unwrap().to_owned()
         })
         .collect();
-    let (d, w0, w1) = static_cluster();
+    let (d, w0, w1) = static_cluster_with(&["--data-root", dir.path()]);
     let ds = json!({"source": {"files": {"paths": paths, "format": "lines"}}});
     let [s0, s1] = shards_by_worker(&d, ds, "FILE", [&w0, &w1]);
     assert_eq!(s0, json!(["f0-a", "f0-b", "f2-a", "f2-b"]).as_array().unwrap().clone());
@@ -395,16 +401,247 @@ fn bad_reads_are_problems_and_the_worker_keeps_working() {
 #[test]
 fn a_dataset_whose_files_do_not_exist_fails_clearly() {
     let d = Dispatcher::start(&[]);
-    let w = Worker::start(&d.url, WORKER);
-    let ds = json!({"source": {"files": {"paths": ["/nonexistent/shardwise/part-0"], "format": "lines"}}});
+    let root = TempDir::new("missing-root");
+    let w = Worker::start(&d.url, &[WORKER, &["--data-root", root.path()]].concat());
+    let missing = root.0.join("part-0");
+    let ds = json!({"source": {"files": {"paths": [missing], "format": "lines"}}});
     let err = read_all(&d.url, ds, options()).unwrap_err();
     assert_eq!(err.code(), "FAILED_PRECONDITION", "{err}");
     let text = err.to_string();
-    assert!(text.contains("cannot read the file") && text.contains("part-0"), "{text}");
+    assert!(text.contains("is not a readable file under this worker's data roots"), "{text}");
+    assert!(text.contains("part-0"), "{text}");
     // The rest keeps working.
     let got = read_all(&d.url, json!({"source": {"range": {"stop": 3}}}), options()).unwrap();
     assert_eq!(ints(&got), [0, 1, 2]);
     assert_eq!(w.call("GET", "/healthz").status, 200);
+}
+
+/// The error text a worker gives for a path it will not read, after the path.
+const NOT_READABLE: &str = "is not a readable file under this worker's data roots";
+
+/// Issue 11, point 2: a worker served any file on its disk (`/etc/passwd`,
+/// `/proc/self/environ`, `../` out of any directory) and its errors told whether a path
+/// existed. Now only files under `--data-root` are read, after `..` and symlinks are resolved,
+/// and every other path gets the same answer, with nothing of its content.
+#[test]
+fn a_worker_reads_files_only_under_its_data_roots() {
+    let base = TempDir::new("roots");
+    let root = base.0.join("root");
+    let outside = base.0.join("outside");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(root.join("ok.txt"), "inside-1\ninside-2\n").unwrap();
+    std::fs::write(outside.join("secret.txt"), "SECRET-LINE\n").unwrap();
+    std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("escape")).unwrap();
+    let r = root.to_str().unwrap();
+
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, &[WORKER, &["--data-root", r]].concat());
+    let lines = |path: &str| json!({"source": {"files": {"paths": [path], "format": "lines"}}});
+
+    let refused = [
+        "/etc/passwd".to_owned(),
+        "/proc/self/environ".to_owned(),
+        format!("{r}/../outside/secret.txt"),
+        "../outside/secret.txt".to_owned(),
+        format!("{r}/escape"),
+        format!("{r}/missing.txt"),
+        "/nonexistent/shardwise/x".to_owned(),
+    ];
+    for path in &refused {
+        let err = read_all(&d.url, lines(path), options()).unwrap_err();
+        assert_eq!(err.code(), "FAILED_PRECONDITION", "{path}: {err}");
+        let text = err.to_string();
+        let quoted = serde_json::to_string(path).unwrap();
+        assert!(text.contains(&format!("path {quoted} {NOT_READABLE}")), "{path}: {text}");
+        // The same text whether the path exists or not: nothing after it either.
+        assert!(text.trim_end().ends_with(NOT_READABLE), "{path}: {text}");
+        assert!(!text.contains("SECRET") && !text.contains("root:"), "{text}");
+        assert!(!text.contains("No such file") && !text.contains("denied"), "{text}");
+    }
+    // Under the root, absolute or relative to it, a file is served.
+    let inside = json!(["inside-1", "inside-2"]);
+    assert_eq!(
+        Value::Array(read_all(&d.url, lines(&format!("{r}/ok.txt")), options()).unwrap()),
+        inside
+    );
+    assert_eq!(Value::Array(read_all(&d.url, lines("ok.txt"), options()).unwrap()), inside);
+    // A directory under the root has its own answer.
+    let err = read_all(&d.url, lines(r), options()).unwrap_err();
+    assert!(err.to_string().contains("is a directory"), "{err}");
+    assert!(!w.output().contains("SECRET"));
+    assert_eq!(w.call("GET", "/healthz").status, 200);
+}
+
+#[test]
+fn a_worker_without_data_roots_refuses_files_datasets() {
+    let dir = TempDir::new("noroot");
+    let file = dir.0.join("a.txt");
+    std::fs::write(&file, "a\n").unwrap();
+    let d = Dispatcher::start(&[]);
+    let _w = Worker::start(&d.url, WORKER);
+    let ds = json!({"source": {"files": {"paths": [file], "format": "lines"}}});
+    let err = read_all(&d.url, ds, options()).unwrap_err();
+    assert_eq!(err.code(), "FAILED_PRECONDITION", "{err}");
+    let text = err.to_string();
+    assert!(text.contains("allows no data roots") && text.contains("--data-root"), "{text}");
+}
+
+/// Issue 11, point 3: `{"repeat": null}` then a shuffle of 2^64 - 1 elements made every worker
+/// reading it abort. It is refused at registration now, as is a batch over the bound.
+#[test]
+fn unbounded_buffers_are_refused_at_registration() {
+    let d = Dispatcher::start(&[]);
+    let _w = Worker::start(&d.url, WORKER);
+    let issue = json!({"source": {"range": {"stop": 10}}, "transforms": [
+        {"repeat": null}, {"shuffle": {"buffer": u64::MAX, "seed": 1}}]});
+    let r = d.call("POST", "/v1/datasets", Some(json!({"dataset": issue})));
+    assert_eq!(r.status, 400, "{}", r.body);
+    let p = r.json();
+    assert_eq!(p["code"], "INVALID_ARGUMENT");
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("transforms[1].shuffle.buffer is 18446744073709551615; at most 1000000"),
+        "{detail}"
+    );
+    let batch =
+        json!({"source": {"range": {"stop": 10}}, "transforms": [{"batch": {"size": 1_000_001}}]});
+    let r = d.call("POST", "/v1/datasets", Some(json!({"dataset": batch})));
+    assert_eq!(
+        (r.status, r.json()["code"].clone()),
+        (400, json!("INVALID_ARGUMENT")),
+        "{}",
+        r.body
+    );
+    // The bound itself is fine.
+    let at_bound = json!({"source": {"range": {"stop": 10}}, "transforms": [
+        {"repeat": 2}, {"shuffle": {"buffer": 1_000_000, "seed": 1}}]});
+    assert_eq!(read_all(&d.url, at_bound, options()).unwrap().len(), 20);
+}
+
+/// What only the worker can know, the bytes of a file or of buffered elements, fails the task
+/// with a clear problem (never an abort), and the worker serves the next task.
+#[test]
+fn run_time_limits_fail_the_task_and_the_worker_goes_on() {
+    let dir = TempDir::new("limits");
+    std::fs::write(dir.0.join("big.txt"), "x".repeat(1000)).unwrap();
+    std::fs::write(dir.0.join("small.txt"), "s\n").unwrap();
+    let d = Dispatcher::start(&[]);
+    let flags =
+        ["--data-root", dir.path(), "--max-file-bytes", "100", "--max-buffer-bytes", "100000"];
+    let w = Worker::start(&d.url, &[WORKER, &flags].concat());
+    let file = |name: &str| json!({"source": {"files": {"paths": [name], "format": "bytes"}}});
+    let err = read_all(&d.url, file("big.txt"), options()).unwrap_err();
+    assert_eq!(err.code(), "RESOURCE_EXHAUSTED", "{err}");
+    assert!(
+        err.to_string().contains("larger than this worker's --max-file-bytes (100 bytes)"),
+        "{err}"
+    );
+
+    // Elements of 10,032 bytes: a shuffle of 20 of them weighs more than 100,000.
+    let heavy = json!({"source": {"list": {"elements": vec!["y".repeat(10_000); 3]}}, "transforms": [
+        {"repeat": null}, {"shuffle": {"buffer": 20, "seed": 1}}]});
+    let err = read_all(&d.url, heavy, options()).unwrap_err();
+    assert_eq!(err.code(), "RESOURCE_EXHAUSTED", "{err}");
+    assert!(
+        err.to_string().contains("transforms[1].shuffle would hold more than 100000 bytes"),
+        "{err}"
+    );
+
+    // The worker is alive and serves other tasks.
+    assert_eq!(ok(&w.call("GET", "/healthz"))["status"], "ok");
+    assert_eq!(read_all(&d.url, file("small.txt"), options()).unwrap(), [json!("cwo=")]);
+    let got = read_all(&d.url, json!({"source": {"range": {"stop": 3}}}), options()).unwrap();
+    assert_eq!(ints(&got), [0, 1, 2]);
+}
+
+/// A skip of 2^64 - 1 over an endless repeat spun inside one pipeline step, holding a runtime
+/// thread for ever: a few such tasks left the worker unable to answer anything. Its pipeline
+/// now yields, and the worker keeps serving.
+#[test]
+fn endless_skips_do_not_hold_the_worker() {
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, WORKER);
+    let spin = json!({"source": {"range": {"stop": 10}}, "transforms": [
+        {"repeat": null}, {"skip": u64::MAX}]});
+    for _ in 0..4 {
+        let tasks = raw_iteration(&d, spin.clone(), json!("parallel_epochs"));
+        let path = format!("/v1/tasks/{}/elements?max=1", tasks[0].0);
+        // The first read starts the producer; nothing ever comes.
+        let first = (0..1000).map(|_| w.call("GET", &path)).find(|r| r.status != 404).unwrap();
+        assert_eq!(ok(&first)["elements"], json!([]));
+    }
+    assert_eq!(ok(&w.call("GET", "/healthz"))["status"], "ok");
+    let got = read_all(&d.url, json!({"source": {"range": {"stop": 3}}}), options()).unwrap();
+    assert_eq!(ints(&got), [0, 1, 2]);
+}
+
+/// A coordinated read sizes a round by `num_consumers`, which a client chooses: a round of
+/// 2^50 consumers would be allocated at once. The worker refuses more than 10,000.
+#[test]
+fn a_huge_round_of_coordinated_reads_is_refused() {
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, WORKER);
+    let ds = json!({"source": {"range": {"stop": 10}}, "transforms": [{"repeat": null}]});
+    let opts = DistributeOptions {
+        job_name: Some("huge-round".into()),
+        num_consumers: Some(1 << 50),
+        consumer_index: Some(0),
+        ..options()
+    };
+    let first = runtime().block_on(async {
+        let mut s = distribute(&d.url, dataset(ds), opts);
+        tokio::time::timeout(Duration::from_secs(60), s.next()).await.expect("in time")
+    });
+    let err = first.expect("an answer").unwrap_err();
+    assert_eq!(err.code(), "RESOURCE_EXHAUSTED", "{err}");
+    assert!(err.to_string().contains("at most 10000 consumers"), "{err}");
+    assert_eq!(ok(&w.call("GET", "/healthz"))["status"], "ok");
+}
+
+/// Issue 11, point 14: `bytes` gave a string for a UTF-8 file and an array of numbers for
+/// another; now every file is one base64 string.
+#[test]
+fn bytes_files_are_base64_strings_text_or_not() {
+    let dir = TempDir::new("bytesfmt");
+    std::fs::write(dir.0.join("text.txt"), "héllo\n").unwrap();
+    std::fs::write(dir.0.join("blob.bin"), [0xff, 0x00, 0xfe, 0x80]).unwrap();
+    let d = Dispatcher::start(&[]);
+    let _w = Worker::start(&d.url, &[WORKER, &["--data-root", dir.path()]].concat());
+    let ds = json!({"source": {"files": {"paths": ["text.txt", "blob.bin"], "format": "bytes"}}});
+    let got = read_all(&d.url, ds, options()).unwrap();
+    assert_eq!(got, [json!("aMOpbGxvCg=="), json!("/wD+gA==")]);
+}
+
+/// A task's element buffer pauses production at `--max-buffer-bytes`, not only at `--buffer`
+/// elements: 1,024 batches of 100 integers would otherwise wait in memory.
+#[test]
+fn production_pauses_at_the_byte_bound() {
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, &["--max-buffer-bytes", "10000"]);
+    let tasks = raw_iteration(
+        &d,
+        json!({"source": {"range": {"stop": 1000000}}, "transforms": [{"batch": {"size": 100}}]}),
+        json!("parallel_epochs"),
+    );
+    let path = format!("/v1/tasks/{}/elements?max=1", tasks[0].0);
+    let first = (0..1000).map(|_| w.call("GET", &path)).find(|r| r.status != 404).unwrap();
+    assert_eq!(ok(&first)["elements"][0].as_array().unwrap().len(), 100);
+    // A batch weighs 3,232 bytes: at most four wait (the fourth starts below 10,000 bytes).
+    let mut settled = false;
+    for _ in 0..2_000 {
+        let buffered = metric(&w, "shardwise_worker_buffered_elements");
+        assert!(buffered <= 4, "buffered {buffered}");
+        if buffered >= 3 {
+            settled = true;
+            break;
+        }
+    }
+    assert!(settled, "the buffer fills to the byte bound");
+    let produced = metric(&w, "shardwise_worker_elements_produced_total");
+    for _ in 0..50 {
+        assert_eq!(metric(&w, "shardwise_worker_elements_produced_total"), produced);
+    }
 }
 
 fn metric(w: &Worker, name: &str) -> u64 {
@@ -566,7 +803,8 @@ fn distributed_epoch_over_files_and_split_items_reads_each_once() {
         })
         .collect();
     let d = Dispatcher::start(&[]);
-    let _w: Vec<Worker> = (0..2).map(|_| Worker::start(&d.url, WORKER)).collect();
+    let flags = [WORKER, &["--data-root", dir.path()]].concat();
+    let _w: Vec<Worker> = (0..2).map(|_| Worker::start(&d.url, &flags)).collect();
     let opts = DistributeOptions { processing_mode: distributed(), ..options() };
     let ds = json!({"source": {"files": {"paths": paths, "format": "jsonl"}}});
     let mut got: Vec<(i64, i64)> = read_all(&d.url, ds, opts.clone())

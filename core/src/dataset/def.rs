@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Value, json};
 
 use super::error::{DatasetError, invalid};
-use super::{MAX_TRANSFORMS, parse};
+use super::{MAX_BATCH_TRANSFORMS, MAX_BUFFER_ELEMENTS, MAX_TRANSFORMS, parse};
 
 /// A declarative dataset: one source followed by a chain of transforms.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -78,8 +78,8 @@ pub enum FileFormat {
     /// One JSON value per non-blank line; a line that is not JSON is an error naming the file
     /// and the line number.
     Jsonl,
-    /// The whole file as one element: a JSON string if it is valid UTF-8, else an array of byte
-    /// values.
+    /// The whole file as one element: its bytes as a base64 string (RFC 4648 standard
+    /// alphabet, padded), whether or not they are UTF-8 text.
     Bytes,
 }
 
@@ -146,13 +146,41 @@ impl DatasetDef {
         json!({"source": self.source.to_json(), "transforms": transforms})
     }
 
-    /// Checks what the types do not: at most [`MAX_TRANSFORMS`] transforms.
+    /// Checks what the types do not, so that no definition can make a worker allocate
+    /// without bound: at most [`MAX_TRANSFORMS`] transforms, of which at most
+    /// [`MAX_BATCH_TRANSFORMS`] `batch`es, and `shuffle` buffers and `batch` sizes of at most
+    /// [`MAX_BUFFER_ELEMENTS`].
+    ///
+    /// [`DatasetDef::from_json`] does not apply these bounds (a journal written before them
+    /// must still replay): the dispatcher checks them when a dataset is registered, and a
+    /// pipeline when it is built.
     pub fn validate(&self) -> Result<(), DatasetError> {
         if self.transforms.len() > MAX_TRANSFORMS {
             return Err(invalid(format!(
                 "transforms has {} entries; at most {MAX_TRANSFORMS} are allowed",
                 self.transforms.len()
             )));
+        }
+        let batches =
+            self.transforms.iter().filter(|t| matches!(t, TransformDef::Batch(_))).count();
+        if batches > MAX_BATCH_TRANSFORMS {
+            return Err(invalid(format!(
+                "transforms has {batches} batch transforms; at most {MAX_BATCH_TRANSFORMS} are \
+                 allowed (each nests the elements one array deeper)"
+            )));
+        }
+        for (i, transform) in self.transforms.iter().enumerate() {
+            let (field, n) = match transform {
+                TransformDef::Shuffle(s) => ("shuffle.buffer", s.buffer.get()),
+                TransformDef::Batch(b) => ("batch.size", b.size.get()),
+                _ => continue,
+            };
+            if n > MAX_BUFFER_ELEMENTS {
+                return Err(invalid(format!(
+                    "transforms[{i}].{field} is {n}; at most {MAX_BUFFER_ELEMENTS} elements are \
+                     allowed"
+                )));
+            }
         }
         Ok(())
     }
@@ -333,11 +361,19 @@ impl utoipa::PartialSchema for DatasetDef {
             .description(Some(
                 "A declarative dataset: `{\"source\": S, \"transforms\": [T, ...]}` with S one of \
                  `{\"range\": {\"start\"?, \"stop\", \"step\"?}}`, `{\"list\": {\"elements\": [...]}}`, \
-                 `{\"files\": {\"paths\": [...], \"format\": \"lines\"|\"jsonl\"|\"bytes\"}}`, \
+                 `{\"files\": {\"paths\": [...], \"format\": \"lines\"|\"jsonl\"|\"bytes\"}}` \
+                 (`lines`: one string per line; `jsonl`: one JSON value per non-blank line; \
+                 `bytes`: the whole file as one base64 string, RFC 4648 standard alphabet with \
+                 padding, for text and binary files alike; a worker reads files only under its \
+                 `--data-root` directories), \
                  `{\"splits\": {\"items\": [...]}}`, and T one of `{\"repeat\": n|null}`, \
                  `{\"take\": n}`, `{\"skip\": n}`, `{\"shuffle\": {\"buffer\", \"seed\"}}`, \
                  `{\"batch\": {\"size\", \"drop_remainder\"?}}`, `{\"shard_hint\": {}}`. \
-                 Unknown keys are errors.",
+                 Unknown keys are errors. Bounds (400 `INVALID_ARGUMENT` at registration): at \
+                 most 10,000 transforms, of which at most 32 `batch`es; a shuffle `buffer` and a \
+                 batch `size` of at most 1,000,000 elements. A task whose shuffle and batch \
+                 buffers would hold more bytes than its worker allows (`--max-buffer-bytes`) \
+                 fails with `RESOURCE_EXHAUSTED`.",
             ))
             .property(
                 "source",

@@ -18,16 +18,22 @@ pub enum DatasetError {
     /// policy, or an input handed to a pipeline that did not ask for it (`FAILED_PRECONDITION`).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// A pipeline would hold more than its limits allow, e.g. a `shuffle` buffer whose
+    /// elements weigh more than [`Limits::max_buffered_bytes`](super::Limits)
+    /// (`RESOURCE_EXHAUSTED`).
+    #[error("{0}")]
+    ResourceExhausted(String),
 }
 
 impl DatasetError {
-    /// The machine-readable status class: `INVALID_ARGUMENT`, `NOT_FOUND` or
-    /// `FAILED_PRECONDITION`.
+    /// The machine-readable status class: `INVALID_ARGUMENT`, `NOT_FOUND`,
+    /// `FAILED_PRECONDITION` or `RESOURCE_EXHAUSTED`.
     pub fn code(&self) -> &'static str {
         match self {
             DatasetError::InvalidArgument(_) => "INVALID_ARGUMENT",
             DatasetError::NotFound(_) => "NOT_FOUND",
             DatasetError::FailedPrecondition(_) => "FAILED_PRECONDITION",
+            DatasetError::ResourceExhausted(_) => "RESOURCE_EXHAUSTED",
         }
     }
 
@@ -36,7 +42,8 @@ impl DatasetError {
         match self {
             DatasetError::InvalidArgument(m)
             | DatasetError::NotFound(m)
-            | DatasetError::FailedPrecondition(m) => m,
+            | DatasetError::FailedPrecondition(m)
+            | DatasetError::ResourceExhausted(m) => m,
         }
     }
 }
@@ -81,6 +88,7 @@ mod tests {
         assert_eq!(DatasetError::NotFound("b".into()).code(), "NOT_FOUND");
         assert_eq!(precondition("c").code(), "FAILED_PRECONDITION");
         assert_eq!(precondition("c").message(), "c");
+        assert_eq!(DatasetError::ResourceExhausted("d".into()).code(), "RESOURCE_EXHAUSTED");
         assert_eq!(invalid("x y").to_string(), "x y");
     }
 

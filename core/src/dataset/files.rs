@@ -55,13 +55,11 @@ impl TextCursor {
     }
 }
 
-/// The single element of a file in the `bytes` format: a JSON string if the bytes are valid
-/// UTF-8, else an array of byte values.
+/// The single element of a file in the `bytes` format: its bytes, whatever they are, as one
+/// base64 string (RFC 4648 standard alphabet, with padding), so that the element has one type.
 pub(super) fn bytes_element(bytes: &[u8]) -> Value {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => Value::String(text.to_owned()),
-        Err(_) => Value::Array(bytes.iter().map(|&b| Value::from(b)).collect()),
-    }
+    use base64::Engine as _;
+    Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 
 #[cfg(test)]
@@ -107,9 +105,16 @@ mod tests {
     }
 
     #[test]
-    fn bytes_format() {
-        assert_eq!(bytes_element(b"hi\n"), json!("hi\n"));
-        assert_eq!(bytes_element(&[0xff, 0, 7]), json!([255, 0, 7]));
+    fn bytes_format_is_always_base64() {
+        // UTF-8 or not, a file is one base64 string (RFC 4648 test vectors and binary).
+        assert_eq!(bytes_element(b"hi\n"), json!("aGkK"));
+        assert_eq!(bytes_element(&[0xff, 0, 7]), json!("/wAH"));
+        assert_eq!(bytes_element(&[0xfb, 0xff]), json!("+/8="));
         assert_eq!(bytes_element(b""), json!(""));
+        for (text, encoded) in
+            [("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")]
+        {
+            assert_eq!(bytes_element(text.as_bytes()), json!(encoded));
+        }
     }
 }

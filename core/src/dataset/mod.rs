@@ -37,6 +37,7 @@
 mod def;
 mod error;
 mod files;
+mod limits;
 mod ops;
 mod parse;
 mod pipeline;
@@ -51,7 +52,8 @@ pub use def::{
     SplitsDef, TransformDef,
 };
 pub use error::DatasetError;
-pub use pipeline::{Pipeline, Sharding, Step, validate_sharding};
+pub use limits::{DEFAULT_MAX_BUFFERED_BYTES, Limits, approx_bytes};
+pub use pipeline::{MAX_PULLS_PER_STEP, Pipeline, Sharding, Step, validate_sharding};
 pub use split::{
     SplitElements, chunk_at, element_at, elements_of_split, num_splits, split_at,
     validate_split_size,
@@ -62,3 +64,19 @@ pub const DEFAULT_SPLIT_SIZE: u64 = 1024;
 
 /// The most transforms a dataset may have.
 pub const MAX_TRANSFORMS: usize = 10_000;
+
+/// The largest `shuffle` buffer and `batch` size a definition may ask for (elements).
+///
+/// A million elements is ten times the largest shuffle buffers and batches seen in practice,
+/// and a million of even the smallest elements (bare integers) already take tens of MiB of a
+/// worker's memory. Larger counts are refused by [`DatasetDef::validate`]; what the elements
+/// weigh is bounded at run time by [`Limits::max_buffered_bytes`].
+pub const MAX_BUFFER_ELEMENTS: u64 = 1_000_000;
+
+/// The most `batch` transforms a dataset may have.
+///
+/// Each `batch` nests its input one array deeper. With list elements at most
+/// [`crate::json::MAX_NESTING`] (64) levels deep, 32 batches keep every element within the
+/// 128 levels that `serde_json` (and so the Rust client) decodes; deeper elements could be
+/// produced but never read.
+pub const MAX_BATCH_TRANSFORMS: usize = 32;

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::DatasetError;
 use super::def::{BatchDef, ShuffleDef};
+use super::limits::{Budget, approx_bytes};
 use super::rng::Rng;
 
 /// What the driver hands a stage.
@@ -97,22 +98,28 @@ impl Op {
         })
     }
 
-    pub(super) fn shuffle(def: ShuffleDef) -> Op {
+    /// A shuffle; `position` is its index among the transforms (for messages).
+    pub(super) fn shuffle(def: ShuffleDef, position: usize) -> Op {
         Op::Shuffle(Shuffle {
             capacity: def.buffer,
             seed: def.seed,
             pass: 0,
             rng: Rng::new(def.seed, 0),
             buffer: Vec::new(),
+            held: 0,
+            position,
             input_done: false,
         })
     }
 
-    pub(super) fn batch(def: BatchDef) -> Op {
+    /// A batch; `position` is its index among the transforms (for messages).
+    pub(super) fn batch(def: BatchDef, position: usize) -> Op {
         Op::Batch(Batch {
             size: def.size,
             drop_remainder: def.drop_remainder,
             buffer: Vec::new(),
+            held: 0,
+            position,
             done: false,
         })
     }
@@ -122,20 +129,22 @@ impl Op {
         Op::Shard(Shard { num_shards, index, position: 0, done: false })
     }
 
-    /// Advances the stage with `input`.
-    pub(super) fn resume(&mut self, input: Input, ctx: Ctx) -> Out {
+    /// Advances the stage with `input`; buffering stages account for their elements in
+    /// `budget`.
+    pub(super) fn resume(&mut self, input: Input, ctx: Ctx, budget: &mut Budget) -> Out {
         match self {
             Op::Take(s) => s.resume(input),
             Op::Skip(s) => s.resume(input),
             Op::Repeat(s) => s.resume(input, ctx),
-            Op::Shuffle(s) => s.resume(input),
-            Op::Batch(s) => s.resume(input),
+            Op::Shuffle(s) => s.resume(input, budget),
+            Op::Batch(s) => s.resume(input, budget),
             Op::Shard(s) => s.resume(input),
         }
     }
 
-    /// Returns the stage to its initial state for a new pass of an enclosing `repeat`.
-    pub(super) fn reset(&mut self) {
+    /// Returns the stage to its initial state for a new pass of an enclosing `repeat`,
+    /// giving back what its buffer held to `budget`.
+    pub(super) fn reset(&mut self, budget: &mut Budget) {
         match self {
             Op::Take(s) => {
                 s.taken = 0;
@@ -154,10 +163,12 @@ impl Op {
                 s.pass = s.pass.wrapping_add(1);
                 s.rng = Rng::new(s.seed, s.pass);
                 s.buffer.clear();
+                budget.give(std::mem::take(&mut s.held));
                 s.input_done = false;
             }
             Op::Batch(s) => {
                 s.buffer.clear();
+                budget.give(std::mem::take(&mut s.held));
                 s.done = false;
             }
             Op::Shard(s) => {
@@ -283,22 +294,32 @@ pub(super) struct Shuffle {
     seed: u64,
     pass: u64,
     rng: Rng,
-    buffer: Vec<Value>,
+    /// The buffered elements with their weights.
+    buffer: Vec<(Value, u64)>,
+    /// The sum of the weights in `buffer` (taken from the pipeline's budget).
+    held: u64,
+    position: usize,
     input_done: bool,
 }
 
 impl Shuffle {
-    fn resume(&mut self, input: Input) -> Out {
+    fn resume(&mut self, input: Input, budget: &mut Budget) -> Out {
         match input {
             Input::Pull if !self.input_done && !self.is_full() => Out::Pull,
-            Input::Pull => self.emit(),
+            Input::Pull => self.emit(budget),
             Input::Item(v) => {
-                self.buffer.push(v);
-                if self.is_full() { self.emit() } else { Out::Pull }
+                let weight = approx_bytes(&v);
+                let what = || format!("transforms[{}].shuffle", self.position);
+                if let Err(e) = budget.take(weight, &what()) {
+                    return Out::Fail(e);
+                }
+                self.held = self.held.saturating_add(weight);
+                self.buffer.push((v, weight));
+                if self.is_full() { self.emit(budget) } else { Out::Pull }
             }
             Input::End => {
                 self.input_done = true;
-                self.emit()
+                self.emit(budget)
             }
         }
     }
@@ -307,17 +328,21 @@ impl Shuffle {
         u64::try_from(self.buffer.len()).unwrap_or(u64::MAX) >= self.capacity.get()
     }
 
-    fn emit(&mut self) -> Out {
+    fn emit(&mut self, budget: &mut Budget) -> Out {
         let len = u64::try_from(self.buffer.len()).unwrap_or(u64::MAX);
         if len == 0 {
             return Out::End;
         }
         let chosen = usize::try_from(self.rng.below(len)).unwrap_or(0);
-        if chosen < self.buffer.len() {
-            Out::Emit(self.buffer.swap_remove(chosen))
+        let taken = if chosen < self.buffer.len() {
+            Some(self.buffer.swap_remove(chosen))
         } else {
-            self.buffer.pop().map_or(Out::End, Out::Emit)
-        }
+            self.buffer.pop()
+        };
+        let Some((element, weight)) = taken else { return Out::End };
+        self.held = self.held.saturating_sub(weight);
+        budget.give(weight);
+        Out::Emit(element)
     }
 }
 
@@ -326,17 +351,27 @@ pub(super) struct Batch {
     size: NonZeroU64,
     drop_remainder: bool,
     buffer: Vec<Value>,
+    /// The weight of the elements in `buffer` (taken from the pipeline's budget).
+    held: u64,
+    position: usize,
     done: bool,
 }
 
 impl Batch {
-    fn resume(&mut self, input: Input) -> Out {
+    fn resume(&mut self, input: Input, budget: &mut Budget) -> Out {
         match input {
             Input::Pull if self.done => Out::End,
             Input::Pull => Out::Pull,
             Input::Item(v) => {
+                let weight = approx_bytes(&v);
+                if let Err(e) = budget.take(weight, &format!("transforms[{}].batch", self.position))
+                {
+                    return Out::Fail(e);
+                }
+                self.held = self.held.saturating_add(weight);
                 self.buffer.push(v);
                 if u64::try_from(self.buffer.len()).unwrap_or(u64::MAX) >= self.size.get() {
+                    budget.give(std::mem::take(&mut self.held));
                     Out::Emit(Value::Array(std::mem::take(&mut self.buffer)))
                 } else {
                     Out::Pull
@@ -344,6 +379,7 @@ impl Batch {
             }
             Input::End => {
                 self.done = true;
+                budget.give(std::mem::take(&mut self.held));
                 if self.buffer.is_empty() || self.drop_remainder {
                     self.buffer.clear();
                     Out::End

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::def::{DatasetDef, SourceDef, TransformDef};
 use super::error::{DatasetError, invalid, precondition};
+use super::limits::{Budget, Limits};
 use super::ops::{Ctx, Input, Need, Op, Out};
 use super::source::{Feed, Source};
 
@@ -66,11 +67,19 @@ pub enum Step {
         /// One of the source's paths.
         path: String,
     },
+    /// The pipeline pulled [`MAX_PULLS_PER_STEP`] elements from its source without a result
+    /// (a large `skip`, say, over an endless `repeat`): call `next` again to go on. It gives
+    /// the caller a chance to stay responsive, or to stop a task that would spin forever.
+    Yield,
     /// The pipeline is finished; every later call returns `End` again.
     End,
     /// The pipeline failed; every later call returns the same error.
     Error(DatasetError),
 }
+
+/// The most elements one [`Pipeline::next`] call pulls from the source before it answers
+/// [`Step::Yield`].
+pub const MAX_PULLS_PER_STEP: u64 = 1 << 16;
 
 /// A worker's pipeline for one task: a pull-based state machine that never does IO.
 ///
@@ -81,14 +90,20 @@ pub enum Step {
 /// calling `next` again without providing it returns the same request. An input the pipeline
 /// did not ask for fails the pipeline (the error comes out of the next `next`).
 ///
-/// Infinite datasets are produced lazily. Memory is bounded by the shuffle buffers, the batch
-/// sizes and one split's or file's elements. The work of one `next` call is proportional to the
+/// Infinite datasets are produced lazily. Memory is bounded by the shuffle buffers and batches
+/// (at most [`MAX_BUFFER_ELEMENTS`](super::MAX_BUFFER_ELEMENTS) elements each, and at most
+/// [`Limits::max_buffered_bytes`] together: a pipeline that would hold more fails with
+/// `RESOURCE_EXHAUSTED`) and one split's or file's elements (the caller bounds the files it
+/// hands in). The work of one `next` call is proportional to the
 /// number of elements the transforms discard on the way (`skip`, shards, a shuffle buffer being
-/// filled), as in TensorFlow.
+/// filled), as in TensorFlow, but at most [`MAX_PULLS_PER_STEP`] source elements: then it
+/// answers [`Step::Yield`].
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     source: Source,
     ops: Vec<Op>,
+    /// The bytes the buffering stages hold.
+    budget: Budget,
     /// Where the chain was suspended by a request of the source (the source's index, 0).
     resume_at: Option<usize>,
     state: State,
@@ -192,8 +207,17 @@ fn hint_outside_hint_mode(position: usize) -> DatasetError {
 
 impl Pipeline {
     /// Builds the pipeline of `def` for a task sharded with `sharding` (errors as
-    /// [`validate_sharding`]).
+    /// [`validate_sharding`]), with the default [`Limits`].
     pub fn new(def: &DatasetDef, sharding: Sharding) -> Result<Pipeline, DatasetError> {
+        Pipeline::with_limits(def, sharding, Limits::default())
+    }
+
+    /// [`Pipeline::new`] with the given limits.
+    pub fn with_limits(
+        def: &DatasetDef,
+        sharding: Sharding,
+        limits: Limits,
+    ) -> Result<Pipeline, DatasetError> {
         let plan = plan(def, sharding)?;
         let mut ops = Vec::with_capacity(def.transforms.len().saturating_add(1));
         for (position, transform) in def.transforms.iter().enumerate() {
@@ -201,8 +225,8 @@ impl Pipeline {
                 TransformDef::Repeat(count) => Op::repeat(*count),
                 TransformDef::Take(n) => Op::take(*n),
                 TransformDef::Skip(n) => Op::skip(*n),
-                TransformDef::Shuffle(s) => Op::shuffle(*s),
-                TransformDef::Batch(b) => Op::batch(*b),
+                TransformDef::Shuffle(s) => Op::shuffle(*s, position),
+                TransformDef::Batch(b) => Op::batch(*b, position),
                 TransformDef::ShardHint => match plan.hint {
                     Some((n, i)) => Op::shard(n, i),
                     None => return Err(hint_outside_hint_mode(position)),
@@ -215,6 +239,7 @@ impl Pipeline {
         Ok(Pipeline {
             source: Source::new(def.source.clone(), plan.feed),
             ops,
+            budget: Budget::new(limits),
             resume_at: None,
             state: State::Running,
         })
@@ -237,8 +262,16 @@ impl Pipeline {
         let top = self.ops.len();
         let mut stage = self.resume_at.take().unwrap_or(top).min(top);
         let mut input = Input::Pull;
+        let mut pulls: u64 = 0;
         loop {
             let out = if stage == 0 {
+                // Suspending here is what a request of the source does: the next call resumes
+                // at the source.
+                pulls += 1;
+                if pulls > MAX_PULLS_PER_STEP {
+                    self.resume_at = Some(0);
+                    return Step::Yield;
+                }
                 self.source.next()
             } else {
                 let ctx = Ctx {
@@ -246,7 +279,9 @@ impl Pipeline {
                     split_requests: self.source.split_requests(),
                 };
                 match self.ops.get_mut(stage - 1) {
-                    Some(op) => op.resume(std::mem::replace(&mut input, Input::Pull), ctx),
+                    Some(op) => {
+                        op.resume(std::mem::replace(&mut input, Input::Pull), ctx, &mut self.budget)
+                    }
                     None => Out::Fail(precondition("internal error: pipeline stage missing")),
                 }
             };
@@ -271,7 +306,7 @@ impl Pipeline {
                 Out::Reset if stage > 0 => {
                     self.source.reset();
                     for op in self.ops.iter_mut().take(stage - 1) {
-                        op.reset();
+                        op.reset(&mut self.budget);
                     }
                     input = Input::Pull;
                 }

@@ -50,6 +50,7 @@ fn run_with(
             Step::Element(v) => out.push(v),
             Step::NeedFile { path } => pipeline.provide_file(&path, &files[&path]),
             Step::NeedSplit { .. } => panic!("a static pipeline asked for a split"),
+            Step::Yield => {}
             Step::End => return Ok(out),
             Step::Error(e) => return Err(e),
         }
@@ -134,6 +135,7 @@ fn run_dynamic_limited(
                     pipelines[w].provide_split(repetition, split);
                 }
                 Step::NeedFile { path } => pipelines[w].provide_file(&path, &files[&path]),
+                Step::Yield => {}
                 Step::End => done[w] = true,
                 Step::Error(e) => panic!("worker {w}: {e}"),
             }
@@ -423,6 +425,165 @@ fn transform_limit() {
     let mut big = range(1);
     big.transforms = vec![TransformDef::Skip(0); MAX_TRANSFORMS + 1];
     assert_eq!(Pipeline::new(&big, Sharding::Off).unwrap_err(), err);
+}
+
+/// Issue 11, point 3: `{"repeat": null}` then a shuffle of 2^64 - 1 made a worker allocate
+/// until it aborted. Counts that size a buffer are bounded by `validate` (which the dispatcher
+/// applies at registration and a pipeline when it is built), not by decoding, so that a journal
+/// written before the bounds still replays.
+#[test]
+fn buffer_sizes_are_bounded_at_validation() {
+    let issue = json!({"source": {"range": {"stop": 10}}, "transforms": [
+        {"repeat": null}, {"shuffle": {"buffer": u64::MAX, "seed": 1}}]});
+    let d = DatasetDef::from_json(&issue).expect("decoding does not apply the bounds");
+    let err = d.validate().unwrap_err();
+    assert_eq!(err.code(), "INVALID_ARGUMENT");
+    assert_eq!(
+        err.message(),
+        "transforms[1].shuffle.buffer is 18446744073709551615; at most 1000000 elements are allowed"
+    );
+    assert_eq!(Pipeline::new(&d, Sharding::Off).unwrap_err(), err);
+    assert_eq!(validate_sharding(&d, Sharding::Dynamic).unwrap_err(), err);
+
+    let batch = |size: u64| {
+        def_json(
+            json!({"source": {"range": {"stop": 1}}, "transforms": [{"take": 1}, {"batch": {"size": size}}]}),
+        )
+    };
+    assert_eq!(batch(MAX_BUFFER_ELEMENTS).validate(), Ok(()));
+    assert_eq!(
+        batch(MAX_BUFFER_ELEMENTS + 1).validate().unwrap_err().message(),
+        "transforms[1].batch.size is 1000001; at most 1000000 elements are allowed"
+    );
+    let shuffle = |buffer: u64| {
+        def_json(
+            json!({"source": {"range": {"stop": 1}}, "transforms": [{"shuffle": {"buffer": buffer, "seed": 0}}]}),
+        )
+    };
+    assert_eq!(shuffle(MAX_BUFFER_ELEMENTS).validate(), Ok(()));
+    assert!(shuffle(MAX_BUFFER_ELEMENTS + 1).validate().is_err());
+
+    // Batches nest: at most 32 of them, so elements stay decodable (serde_json: 128 levels).
+    let batches = |n: usize| {
+        let mut d = range(1);
+        d.transforms = vec![TransformDef::from_json(&json!({"batch": {"size": 1}})).unwrap(); n];
+        d
+    };
+    assert_eq!(batches(MAX_BATCH_TRANSFORMS).validate(), Ok(()));
+    let err = batches(MAX_BATCH_TRANSFORMS + 1).validate().unwrap_err();
+    assert!(err.message().starts_with("transforms has 33 batch transforms; at most 32"), "{err}");
+    let deepest = run_off(&batches(MAX_BATCH_TRANSFORMS));
+    let text = serde_json::to_string(&deepest).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), Value::Array(deepest));
+
+    // Huge counts that size nothing stay valid and are lazy.
+    let lazy = def_json(json!({"source": {"range": {"start": i64::MIN, "stop": i64::MAX}},
+        "transforms": [{"repeat": u64::MAX}, {"skip": 3}, {"take": u64::MAX}, {"batch": {"size": 2}}, {"take": 2}]}));
+    assert_eq!(lazy.validate(), Ok(()));
+    assert_eq!(
+        run_off(&lazy),
+        [json!([i64::MIN + 3, i64::MIN + 4]), json!([i64::MIN + 5, i64::MIN + 6])]
+    );
+}
+
+/// The dispatcher refuses an unbounded definition at registration (400 INVALID_ARGUMENT over
+/// HTTP), while a journal holding one (written before the bounds) still replays.
+#[test]
+fn registration_refuses_unbounded_buffers_and_old_records_replay() {
+    use crate::dispatch::dispatcher::RegisterDataset;
+    use crate::dispatch::framing::segment_header;
+    use crate::dispatch::journal::{decode_updates, encode_update};
+    use crate::dispatch::state::Update;
+    use crate::dispatch::types::Millis;
+    use crate::dispatch::{Dispatcher, DispatcherConfig};
+    let issue = json!({"dataset": {"source": {"range": {"stop": 10}}, "transforms": [
+        {"repeat": null}, {"shuffle": {"buffer": u64::MAX, "seed": 1}}]}});
+    let req: RegisterDataset = serde_json::from_value(issue.clone()).unwrap();
+    let mut d = Dispatcher::new(DispatcherConfig::default(), "t".into(), Millis(0)).unwrap();
+    while d.poll_journal().is_some() {}
+    let err = d.register_dataset(&req).unwrap_err();
+    assert_eq!(err.code(), "INVALID_ARGUMENT");
+    assert!(
+        err.to_string().contains("transforms[1].shuffle.buffer is 18446744073709551615"),
+        "{err}"
+    );
+    assert!(d.poll_journal().is_none(), "nothing was journaled");
+
+    let old = Update::RegisterDataset {
+        dataset_id: "1000".into(),
+        def: req.dataset.clone(),
+        metadata: Value::Null,
+    };
+    let mut seg = segment_header().to_vec();
+    encode_update(&old, &mut seg).unwrap();
+    assert_eq!(decode_updates(&seg).unwrap().updates, [old]);
+}
+
+/// What a shuffle or batch buffer weighs is only known at run time: past the pipeline's byte
+/// budget the pipeline fails with RESOURCE_EXHAUSTED (a task error), never an abort.
+#[test]
+fn buffers_are_bounded_in_bytes_at_run_time() {
+    let strings = |n: usize| json!({"list": {"elements": vec!["x".repeat(1000); n]}});
+    let limits = Limits { max_buffered_bytes: 10_000 };
+    let run_limited = |d: &DatasetDef| -> Result<Vec<Value>, DatasetError> {
+        let mut p = Pipeline::with_limits(d, Sharding::Off, limits)?;
+        let (out, stop) = p.next_batch(1_000_000);
+        match stop {
+            Some(Step::End) => Ok(out),
+            Some(Step::Error(e)) => Err(e),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    // A 1,032-byte element: a buffer of 9 fits, one of 10 does not.
+    let fits = def_json(json!({"source": strings(30), "transforms": [
+        {"shuffle": {"buffer": 9, "seed": 3}}, {"repeat": 3}]}));
+    assert_eq!(run_limited(&fits).unwrap().len(), 90, "the budget is given back as it drains");
+    let over = def_json(json!({"source": strings(30), "transforms": [
+        {"repeat": null}, {"shuffle": {"buffer": 10, "seed": 3}}]}));
+    let err = run_limited(&over).unwrap_err();
+    assert_eq!(err.code(), "RESOURCE_EXHAUSTED");
+    assert!(
+        err.message().starts_with("transforms[1].shuffle would hold more than 10000 bytes"),
+        "{err}"
+    );
+    let over = def_json(json!({"source": strings(30), "transforms": [{"batch": {"size": 20}}]}));
+    assert!(
+        run_limited(&over).unwrap_err().message().starts_with("transforms[0].batch would hold")
+    );
+    // The buffers of one pipeline share the budget: a batch of 5 (5,160 bytes) fits alone,
+    // but not with a shuffle holding the previous batch (5,192 bytes).
+    let alone = def_json(json!({"source": strings(10), "transforms": [{"batch": {"size": 5}}]}));
+    assert_eq!(run_limited(&alone).unwrap().len(), 2);
+    let shared = def_json(json!({"source": strings(15), "transforms": [
+        {"batch": {"size": 5}}, {"shuffle": {"buffer": 2, "seed": 0}}]}));
+    assert_eq!(run_limited(&shared).unwrap_err().code(), "RESOURCE_EXHAUSTED");
+    // The issue's endless read at the count bound, with the default budget, runs lazily.
+    let endless = def_json(json!({"source": {"range": {"stop": 10}}, "transforms": [
+        {"repeat": null}, {"shuffle": {"buffer": 1000, "seed": 1}}]}));
+    let mut p = Pipeline::new(&endless, Sharding::Off).unwrap();
+    assert_eq!(p.next_batch(5000).0.len(), 5000);
+}
+
+/// A `skip` of 2^64 - 1 over an endless `repeat` discards elements forever: one `next` call
+/// used to spin without returning, holding the worker's thread. It now answers `Yield` after
+/// `MAX_PULLS_PER_STEP` pulls, and a long but finite skip goes on where it left off.
+#[test]
+fn long_skips_yield_instead_of_spinning() {
+    let endless = def_json(json!({"source": {"range": {"stop": 10}}, "transforms": [
+        {"repeat": null}, {"skip": u64::MAX}]}));
+    let mut p = Pipeline::new(&endless, Sharding::Off).unwrap();
+    for _ in 0..3 {
+        assert_eq!(p.next(), Step::Yield);
+    }
+    let skip = MAX_PULLS_PER_STEP * 2 + 5;
+    let long =
+        def_json(json!({"source": {"range": {"stop": skip + 2}}, "transforms": [{"skip": skip}]}));
+    let mut p = Pipeline::new(&long, Sharding::Off).unwrap();
+    let (none, stop) = p.next_batch(10);
+    assert_eq!((none, stop), (vec![], Some(Step::Yield)));
+    assert_eq!(p.next(), Step::Yield);
+    let skip = i64::try_from(skip).unwrap();
+    assert_eq!(p.next_batch(10), (ints([skip, skip + 1]), Some(Step::End)));
 }
 
 #[test]
@@ -919,7 +1080,11 @@ fn bytes_files_are_one_element_each() {
     let files: Files = [("t".to_string(), b"hi\nthere".to_vec()), ("b".to_string(), vec![0xff, 1])]
         .into_iter()
         .collect();
-    assert_eq!(run_with(&d, Sharding::Off, &files).unwrap(), [json!("hi\nthere"), json!([255, 1])]);
+    // One element type: a base64 string for a UTF-8 file and a binary one alike.
+    assert_eq!(
+        run_with(&d, Sharding::Off, &files).unwrap(),
+        [json!("aGkKdGhlcmU="), json!("/wE=")]
+    );
 }
 
 #[test]

@@ -1082,6 +1082,11 @@ impl Dispatcher {
     /// metadata must match. Without an id, a dataset equal to a registered one (definition
     /// and metadata) gets that one's id. A new dataset must fit in `max_dataset_bytes`.
     pub fn register_dataset(&mut self, req: &RegisterDataset) -> Result<String, DispatchError> {
+        // Bounds no definition may exceed (shuffle buffers, batch sizes): refused here rather
+        // than failing every task of the dataset on its workers.
+        req.dataset
+            .validate()
+            .map_err(|e| DispatchError::InvalidArgument(e.message().to_owned()))?;
         let metadata = req.metadata.clone().unwrap_or(Value::Null);
         if crate::json::nested_deeper_than(&metadata, crate::json::MAX_NESTING) {
             // Journaled inside a record, deeper metadata could not be replayed.

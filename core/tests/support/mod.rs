@@ -198,6 +198,7 @@ pub(crate) fn run_local(
             Step::Element(v) => out.push(v),
             Step::NeedFile { path } => p.provide_file(&path, &files[&path]),
             Step::NeedSplit { .. } => panic!("a static pipeline asked for a split"),
+            Step::Yield => {}
             Step::End => return out,
             Step::Error(e) => panic!("{e}"),
         }
@@ -936,6 +937,7 @@ impl Sim {
                     t.need_split = Some(repetition);
                     break;
                 }
+                Step::Yield => {}
                 Step::End => {
                     eos = !eos_after_ack;
                     log.ended = true;

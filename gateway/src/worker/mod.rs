@@ -26,6 +26,7 @@
 //!   element route, `--token-file` is the token presented to the dispatcher.
 
 pub mod api;
+mod files;
 pub mod task;
 
 use std::collections::{HashMap, VecDeque};
@@ -35,18 +36,23 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::Deserialize;
+use shardwise_core::dataset::{DEFAULT_MAX_BUFFERED_BYTES, Limits};
 use shardwise_core::dispatch::TaskId;
 use shardwise_core::dispatch::dispatcher::{
     TaskProgress, WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply,
 };
 use tokio::sync::{Notify, watch};
 
+use self::files::DataRoots;
 use self::task::{Gone, Task};
 use crate::rest::{Backoff, CallError, Rest};
 use crate::server::{Running, auth, parse_duration};
 
 /// How many gone task ids a worker remembers (to answer their reads).
 const TOMBSTONES: usize = 100_000;
+
+/// The default `--max-file-bytes`: 64 MiB.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 << 20;
 
 fn parse_buffer(s: &str) -> Result<usize, String> {
     let n: usize = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number"))?;
@@ -96,6 +102,23 @@ pub struct WorkerArgs {
     /// (then it is answered 408).
     #[arg(long, env = "SHARDWISE_WORKER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub read_timeout: Duration,
+    /// A directory whose files `files` datasets may read (repeatable; the variable is comma
+    /// separated). Paths resolve through `..` and symlinks and must end up under a root;
+    /// relative paths are tried under each root in order. Without one, `files` datasets fail.
+    #[arg(
+        long = "data-root",
+        env = "SHARDWISE_WORKER_DATA_ROOT",
+        value_delimiter = ',',
+        value_name = "DIR"
+    )]
+    pub data_roots: Vec<PathBuf>,
+    /// The largest file a `files` dataset may read, in bytes (a larger one fails its task).
+    #[arg(long, env = "SHARDWISE_WORKER_MAX_FILE_BYTES", default_value_t = DEFAULT_MAX_FILE_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_file_bytes: u64,
+    /// The most bytes a task's shuffle and batch buffers hold together (more fails the task
+    /// with RESOURCE_EXHAUSTED); a task's element buffer also pauses production there.
+    #[arg(long, env = "SHARDWISE_WORKER_MAX_BUFFER_BYTES", default_value_t = DEFAULT_MAX_BUFFERED_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_buffer_bytes: u64,
 }
 
 impl WorkerArgs {
@@ -112,6 +135,9 @@ impl WorkerArgs {
             token_file: None,
             auth_tokens: None,
             read_timeout: crate::server::conn::DEFAULT_READ_TIMEOUT,
+            data_roots: Vec::new(),
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            max_buffer_bytes: DEFAULT_MAX_BUFFERED_BYTES,
         }
     }
 }
@@ -124,6 +150,10 @@ pub struct Shared {
     uid: String,
     tags: Vec<String>,
     buffer: usize,
+    /// What `files` datasets may read.
+    pub(crate) files: DataRoots,
+    /// The limits of every task's pipeline (and its element buffer's byte bound).
+    pub(crate) limits: Limits,
     tasks: Mutex<Tasks>,
     /// Heartbeat now (a client asked for a task this worker does not know).
     pub(crate) heartbeat_now: Notify,
@@ -249,7 +279,10 @@ impl Shared {
                     t.gone_order.retain(|x| *x != id);
                 }
                 tracing::info!(task_id = %id, iteration_id = %def.iteration_id, mode = def.processing_mode.as_str(), "task started");
-                t.live.insert(id, Arc::new(Task::new(def, self.buffer)));
+                t.live.insert(
+                    id,
+                    Arc::new(Task::new(def, self.buffer, self.limits.max_buffered_bytes)),
+                );
             }
             lost
         };
@@ -413,6 +446,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
         None => None,
         Some(path) => Some(auth::Tokens::load(path).map_err(|e| (2, e))?),
     };
+    let files = DataRoots::new(&args.data_roots, args.max_file_bytes).map_err(|e| (2, e))?;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -426,6 +460,8 @@ pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
         uid: process_uid(),
         tags,
         buffer: args.buffer,
+        files,
+        limits: Limits { max_buffered_bytes: args.max_buffer_bytes },
         tasks: Mutex::default(),
         heartbeat_now: Notify::new(),
         report_now: Notify::new(),

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::Value;
-use shardwise_core::dataset::{Pipeline, Sharding, SourceDef, Step};
+use shardwise_core::dataset::{Pipeline, Sharding, SourceDef, Step, approx_bytes};
 use shardwise_core::dispatch::ShardingPolicy;
 use shardwise_core::dispatch::dispatcher::{GetSplits, Split, SplitId, SplitsReply, TaskDef};
 use tokio::sync::Notify;
@@ -46,6 +46,11 @@ pub(crate) struct Task {
     pub(crate) def: TaskDef,
     /// The most elements waiting in the buffer.
     capacity: usize,
+    /// The most bytes (as `approx_bytes` weighs them) waiting in the buffer: production pauses
+    /// there, though one element always fits (and a coordinated read's round must).
+    capacity_bytes: u64,
+    /// Elements a round of coordinated reads takes at once (1 otherwise).
+    round_size: usize,
     state: Mutex<TaskState>,
     /// Elements arrived, a round advanced, or the task's status changed.
     readable: Notify,
@@ -57,7 +62,10 @@ pub(crate) struct Task {
 struct TaskState {
     started: bool,
     producer: Option<tokio::task::JoinHandle<()>>,
-    buf: VecDeque<Value>,
+    /// Produced elements with their weights.
+    buf: VecDeque<(Value, u64)>,
+    /// The sum of the weights in `buf`.
+    buf_bytes: u64,
     produced: u64,
     served: u64,
     /// The pipeline ended (the buffer may still hold elements).
@@ -76,6 +84,17 @@ struct Rounds {
     round: u64,
     slots: Option<Vec<Value>>,
     taken: Vec<bool>,
+}
+
+/// Takes the first `n` elements of `buf`, whose weights sum to `buf_bytes`.
+fn take_front(buf: &mut VecDeque<(Value, u64)>, buf_bytes: &mut u64, n: usize) -> Vec<Value> {
+    let n = n.min(buf.len());
+    let mut taken = Vec::with_capacity(n);
+    for (element, weight) in buf.drain(..n) {
+        *buf_bytes = buf_bytes.saturating_sub(weight);
+        taken.push(element);
+    }
+    taken
 }
 
 impl TaskState {
@@ -166,16 +185,22 @@ fn task_failed(task_id: impl std::fmt::Display, code: &str, detail: &str) -> Pro
     Problem::new(code, format!("task {task_id} failed: {detail}"))
 }
 
+/// The most consumers of a coordinated read a worker serves (a round holds one element per
+/// consumer).
+pub(crate) const MAX_CONSUMERS: u64 = 10_000;
+
 impl Task {
-    /// A task that buffers at most `capacity` elements (at least one round of a coordinated
-    /// read).
-    pub(crate) fn new(def: TaskDef, capacity: usize) -> Task {
-        let capacity = capacity
-            .max(usize::try_from(def.num_consumers.unwrap_or(1)).unwrap_or(usize::MAX))
-            .max(1);
+    /// A task that buffers at most `capacity` elements and about `capacity_bytes` bytes (but
+    /// always one round of a coordinated read, of at most [`MAX_CONSUMERS`] elements).
+    pub(crate) fn new(def: TaskDef, capacity: usize, capacity_bytes: u64) -> Task {
+        let round_size =
+            usize::try_from(def.num_consumers.unwrap_or(1).clamp(1, MAX_CONSUMERS)).unwrap_or(1);
+        let capacity = capacity.max(round_size).max(1);
         Task {
             def,
             capacity,
+            capacity_bytes,
+            round_size,
             state: Mutex::default(),
             readable: Notify::new(),
             writable: Notify::new(),
@@ -274,9 +299,8 @@ impl Task {
         self.ensure_started(shared);
         self.await_readable(wait, |st| {
             if !st.buf.is_empty() {
-                let n = max.min(st.buf.len());
-                let elements: Vec<Value> = st.buf.drain(..n).collect();
-                st.served += n as u64;
+                let elements = take_front(&mut st.buf, &mut st.buf_bytes, max);
+                st.served += elements.len() as u64;
                 self.writable.notify_waiters();
                 if st.ended && st.buf.is_empty() && st.failure.is_none() {
                     shared.report_now.notify_one();
@@ -311,6 +335,15 @@ impl Task {
     ) -> Result<ReadResult, Problem> {
         self.ensure_started(shared);
         let n = self.def.num_consumers.unwrap_or(1).max(1);
+        if n > MAX_CONSUMERS {
+            return Err(Problem::new(
+                "RESOURCE_EXHAUSTED",
+                format!(
+                    "this worker serves coordinated reads of at most {MAX_CONSUMERS} consumers; \
+                     the job has num_consumers {n}"
+                ),
+            ));
+        }
         let (Ok(n_us), Ok(i)) = (usize::try_from(n), usize::try_from(consumer)) else {
             return Err(Problem::new("INVALID_ARGUMENT", "consumer_index is out of range"));
         };
@@ -339,7 +372,7 @@ impl Task {
             }
             if rr.slots.is_none() {
                 if st.buf.len() >= n_us {
-                    rr.slots = Some(st.buf.drain(..n_us).collect());
+                    rr.slots = Some(take_front(&mut st.buf, &mut st.buf_bytes, n_us));
                     self.writable.notify_waiters();
                 } else if let Some(p) = &st.failure {
                     return Some(Err(p.clone()));
@@ -377,9 +410,10 @@ impl Task {
         self.readable.notify_waiters();
     }
 
-    fn push(&self, elements: Vec<Value>) {
+    fn push(&self, elements: Vec<(Value, u64)>, weight: u64) {
         let mut st = self.lock();
         st.produced += elements.len() as u64;
+        st.buf_bytes = st.buf_bytes.saturating_add(weight);
         st.buf.extend(elements);
         drop(st);
         self.readable.notify_waiters();
@@ -410,14 +444,37 @@ impl Task {
         }
     }
 
-    /// Waits for room in the buffer; `None` once the task stopped.
-    async fn room(&self) -> Option<usize> {
+    /// Waits for room in the buffer: `Ok((elements, bytes))` that fit, `Err(None)` once the
+    /// task stopped, `Err(Some(problem))` when a coordinated read's round cannot fit in
+    /// `capacity_bytes`.
+    async fn room(&self) -> Result<(usize, u64), Option<Problem>> {
         self.wait_writable(|st| {
             if st.stopped {
-                Some(None)
-            } else {
-                (st.buf.len() < self.capacity).then(|| Some(self.capacity - st.buf.len()))
+                return Some(Err(None));
             }
+            let len = st.buf.len();
+            if len >= self.capacity {
+                return None;
+            }
+            if st.buf_bytes < self.capacity_bytes || len == 0 {
+                return Some(Ok((
+                    self.capacity - len,
+                    self.capacity_bytes - st.buf_bytes.min(self.capacity_bytes),
+                )));
+            }
+            if len < self.round_size {
+                // The round still needs elements but the buffer is full: it would never start.
+                return Some(Err(Some(task_failed(
+                    self.def.task_id,
+                    "RESOURCE_EXHAUSTED",
+                    &format!(
+                        "a round of {} coordinated reads weighs more than this worker's \
+                         --max-buffer-bytes ({} bytes)",
+                        self.round_size, self.capacity_bytes
+                    ),
+                ))));
+            }
+            None
         })
         .await
     }
@@ -442,7 +499,8 @@ impl Task {
     async fn produce(self: Arc<Self>, shared: Arc<Shared>) {
         let id = self.def.task_id;
         let mut pipeline = match sharding_of(&self.def).and_then(|s| {
-            Pipeline::new(&self.def.dataset, s).map_err(|e| task_failed(id, e.code(), e.message()))
+            Pipeline::with_limits(&self.def.dataset, s, shared.limits)
+                .map_err(|e| task_failed(id, e.code(), e.message()))
         }) {
             Ok(p) => p,
             Err(p) => return self.fail(p),
@@ -450,22 +508,39 @@ impl Task {
         let coordinated = self.def.num_consumers.is_some();
         let mut held: Vec<SplitId> = Vec::new();
         loop {
-            let Some(room) = self.room().await else { return };
-            let (elements, stop) = pipeline.next_batch(room.min(PRODUCE_CHUNK));
+            let (room, room_bytes) = match self.room().await {
+                Ok(room) => room,
+                Err(None) => return,
+                Err(Some(p)) => return self.fail(p),
+            };
+            // Up to `room` elements, stopping once they weigh `room_bytes` (at least one).
+            let (mut elements, mut weight, mut stop) = (Vec::new(), 0u64, None);
+            while elements.len() < room.min(PRODUCE_CHUNK) && weight < room_bytes {
+                match pipeline.next() {
+                    Step::Element(e) => {
+                        let w = approx_bytes(&e);
+                        weight = weight.saturating_add(w);
+                        elements.push((e, w));
+                    }
+                    other => {
+                        stop = Some(other);
+                        break;
+                    }
+                }
+            }
             if !elements.is_empty() {
-                self.push(elements);
+                self.push(elements, weight);
             }
             match stop {
-                None => {}
-                Some(Step::Element(e)) => self.push(vec![e]),
+                None | Some(Step::Element(_)) => {}
+                // A long stretch without an element (a large skip): let the runtime serve
+                // others, and let a stopped task end here.
+                Some(Step::Yield) => tokio::task::yield_now().await,
                 Some(Step::End) => return self.end(&shared),
                 Some(Step::Error(e)) => return self.fail(task_failed(id, e.code(), e.message())),
-                Some(Step::NeedFile { path }) => match tokio::fs::read(&path).await {
+                Some(Step::NeedFile { path }) => match shared.files.read(&path).await {
                     Ok(bytes) => pipeline.provide_file(&path, &bytes),
-                    Err(e) => {
-                        let detail = format!("cannot read the file {path:?}: {e}");
-                        return self.fail(task_failed(id, "FAILED_PRECONDITION", &detail));
-                    }
+                    Err(p) => return self.fail(task_failed(id, &p.code, &p.detail)),
                 },
                 Some(Step::NeedSplit { repetition }) => {
                     // Acknowledge the previous splits only once clients took their elements
