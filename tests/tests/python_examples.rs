@@ -267,7 +267,7 @@ fn python_worker_touches_files_only_under_its_data_roots() {
 
     let d = Dispatcher::start(&[]);
     let flags = ["--heartbeat-interval", "0.05", "--exit-after-tasks", "1", "--data-root", &r];
-    let mut w = start_python_worker(&d.url, "python-worker-files", &flags);
+    let mut w = start_python_worker(&d.url, "python-worker-files:1", &flags);
     let ds = json!({"source": {"files": {"paths": paths, "format": "lines"}}});
     let dataset = ok("register", &d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))));
     let job = ok(
@@ -293,7 +293,7 @@ fn python_worker_touches_files_only_under_its_data_roots() {
     assert!(run.stdout.contains("completed, 4 splits"), "{}", run.stdout);
 
     // Without a root, a files task is left alone.
-    let w = start_python_worker(&d.url, "python-worker-noroot", &["--heartbeat-interval", "0.05"]);
+    let w = start_python_worker(&d.url, "python-worker-noroot:1", &["--heartbeat-interval", "0.05"]);
     let ds = json!({"source": {"files": {"paths": [paths[0].clone()], "format": "lines"}}});
     let dataset = ok("register", &d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))));
     let job = ok(
