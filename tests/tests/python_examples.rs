@@ -293,7 +293,8 @@ fn python_worker_touches_files_only_under_its_data_roots() {
     assert!(run.stdout.contains("completed, 4 splits"), "{}", run.stdout);
 
     // Without a root, a files task is left alone.
-    let w = start_python_worker(&d.url, "python-worker-noroot:1", &["--heartbeat-interval", "0.05"]);
+    let w =
+        start_python_worker(&d.url, "python-worker-noroot:1", &["--heartbeat-interval", "0.05"]);
     let ds = json!({"source": {"files": {"paths": [paths[0].clone()], "format": "lines"}}});
     let dataset = ok("register", &d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))));
     let job = ok(
