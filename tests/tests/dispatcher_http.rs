@@ -2,7 +2,7 @@
 //! error contract, and durability under kill -9.
 
 use serde_json::{Value, json};
-use shardwise_tests::{Dispatcher, TempDir};
+use shardwise_tests::{Dispatcher, TempDir, poll_until};
 
 fn ok(r: &shardwise_tests::HttpResponse) -> Value {
     assert_eq!(r.status, 200, "{}", r.body);
@@ -511,11 +511,7 @@ fn body_size_rate_and_in_flight_limits_answer_problems() {
     assert_eq!(refused.json()["code"], "RESOURCE_EXHAUSTED");
     let wait: u64 = refused.header("retry-after").expect("Retry-After").parse().unwrap();
     assert!((1..=3).contains(&wait), "{wait}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while d.call("GET", "/v1/version", None).status != 200 {
-        assert!(std::time::Instant::now() < deadline, "never served again");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    served_again(&d, "served again after the rate limit");
     drop(d);
 
     // One request in flight: a request whose body never finishes holds it, others get 503.
@@ -532,28 +528,30 @@ fn body_size_rate_and_in_flight_limits_answer_problems() {
         held
     };
     let mut held = hold();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let busy = loop {
+    let busy = poll_until("the held request counts", std::time::Duration::from_secs(10), || {
         let r = d.call("GET", "/v1/version", None);
         if r.status != 200 {
-            break r;
+            return Ok(r);
         }
-        assert!(std::time::Instant::now() < deadline, "the held request never counted");
         // A probe that held the slot when the held request arrived got it refused (503):
         // hold it again.
         let mut answer = [0u8; 64];
         if std::io::Read::read(&mut held, &mut answer).is_ok() {
             held = hold();
         }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+        Err(r.status)
+    });
     assert_eq!(busy.status, 503, "{}", busy.body);
     assert_eq!(busy.json()["code"], "UNAVAILABLE");
     assert_eq!(busy.header("retry-after"), Some("1"));
     drop(held);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while d.call("GET", "/v1/version", None).status != 200 {
-        assert!(std::time::Instant::now() < deadline, "the slot was never given back");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    served_again(&d, "the slot is given back");
+}
+
+/// Waits (10 s at most) until `GET /v1/version` answers 200 again.
+fn served_again(d: &Dispatcher, what: &str) {
+    poll_until(what, std::time::Duration::from_secs(10), || {
+        let r = d.call("GET", "/v1/version", None);
+        if r.status == 200 { Ok(()) } else { Err(format!("{} {}", r.status, r.body)) }
+    });
 }
