@@ -352,23 +352,26 @@ impl Dispatcher {
         let Spawned { child, url, startup, output } = spawn_server("dispatcher", port, args, env)?;
         let mut d = Dispatcher { child, url, startup, output };
         // Ready when replay finished: poll /readyz, bounded (10 s); stop if it exits.
-        for _ in 0..5_000 {
+        let ready = try_poll_until(std::time::Duration::from_secs(10), || {
             if http("GET", &d.url, "/readyz", None).is_ok_and(|r| r.status == 200) {
-                return Ok(d);
+                return Ok(None);
             }
-            if let Ok(Some(status)) = d.child.try_wait() {
+            match d.child.try_wait() {
+                Ok(Some(status)) => Ok(Some(status)),
+                _ => Err(()),
+            }
+        });
+        match ready {
+            Ok(None) => Ok(d),
+            Ok(Some(status)) => {
                 // Let the pipe readers finish.
-                for _ in 0..100 {
-                    if std::sync::Arc::strong_count(&d.output) == 1 {
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                }
-                return Err(format!("exited with {:?}: {}", status.code(), d.output()));
+                let _ = try_poll_until(std::time::Duration::from_millis(200), || {
+                    if std::sync::Arc::strong_count(&d.output) == 1 { Ok(()) } else { Err(()) }
+                });
+                Err(format!("exited with {:?}: {}", status.code(), d.output()))
             }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            Err(()) => Err("never became ready".into()),
         }
-        Err("never became ready".into())
     }
 
     /// Everything it printed so far (stdout and stderr).

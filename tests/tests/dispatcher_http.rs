@@ -262,8 +262,9 @@ fn kill_9_loses_nothing_acknowledged() {
         }
         acked
     });
-    // Kill once at least 60 records were committed (polling the live state, bounded).
-    for _ in 0..10_000 {
+    // Kill once at least 60 records were committed (polling the live state, bounded; the
+    // assertions below tell if the writer stalled).
+    let _ = shardwise_tests::try_poll_until(std::time::Duration::from_secs(30), || {
         let r = d.call("GET", "/metrics", None);
         let done = r
             .body
@@ -271,25 +272,17 @@ fn kill_9_loses_nothing_acknowledged() {
             .find_map(|l| l.strip_prefix("shardwise_journal_records_total "))
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0);
-        if done >= 60 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+        if done >= 60 { Ok(()) } else { Err(done) }
+    });
     d.kill();
     let acked = writer.join().unwrap();
     assert!(acked.len() >= 30, "only {} acknowledged", acked.len());
     let d2 = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
     // The replay line is printed before the dispatcher reports ready.
-    let mut printed = d2.output();
-    for _ in 0..1_000 {
-        if printed.contains("replayed") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        printed = d2.output();
-    }
-    assert!(printed.contains("replayed"), "{printed}");
+    poll_until("the replay line", std::time::Duration::from_secs(2), || {
+        let printed = d2.output();
+        if printed.contains("replayed") { Ok(()) } else { Err(printed) }
+    });
     for (id, stop) in &acked {
         let r = ok(&d2.call("GET", &format!("/v1/datasets/{id}"), None));
         assert_eq!(r["dataset"]["source"]["range"]["stop"], *stop, "dataset {id}");
@@ -363,15 +356,10 @@ fn sigterm_shuts_down_cleanly_and_keeps_the_journal() {
     let pid = d.child.id().to_string();
     let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(status.success());
-    let mut exited = None;
-    for _ in 0..5_000 {
-        if let Some(s) = d.child.try_wait().unwrap() {
-            exited = Some(s);
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    assert_eq!(exited.and_then(|s| s.code()), Some(0), "exits with 0 on SIGTERM");
+    let exited = poll_until("an exit on SIGTERM", std::time::Duration::from_secs(10), || {
+        d.child.try_wait().unwrap().ok_or("still running")
+    });
+    assert_eq!(exited.code(), Some(0), "exits with 0 on SIGTERM");
     let d2 = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
     assert_eq!(d2.call("GET", "/v1/datasets/1000", None).status, 200);
 }

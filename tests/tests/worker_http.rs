@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
 use shardwise_core::dispatch::dispatcher::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{ClientError, DistributeOptions, distribute};
-use shardwise_tests::{Dispatcher, TempDir, Worker, counts, http, ints, ok};
+use shardwise_tests::{Dispatcher, TempDir, Worker, counts, http, ints, ok, poll_until};
 
 /// Worker flags of these tests: heartbeats often enough for a 2 s worker timeout.
 const WORKER: &[&str] = &["--heartbeat-interval", "200ms"];
@@ -526,15 +526,10 @@ fn worker_exits_cleanly_on_sigterm() {
     let pid = w.child.id().to_string();
     let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(status.success());
-    let mut exited = None;
-    for _ in 0..5_000 {
-        if let Ok(Some(s)) = w.child.try_wait() {
-            exited = Some(s);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    assert_eq!(exited.and_then(|s| s.code()), Some(0), "exits with 0 on SIGTERM");
+    let exited = poll_until("an exit on SIGTERM", Duration::from_secs(10), || {
+        w.child.try_wait().ok().flatten().ok_or("still running")
+    });
+    assert_eq!(exited.code(), Some(0), "exits with 0 on SIGTERM");
 }
 
 /// WT-01 and WT-02: `AUTO` skips COLOCATED-tagged workers and reads untagged ones (`ANY`
