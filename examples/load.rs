@@ -1417,13 +1417,10 @@ fn print_compare(samples: &Samples, opts: &Options) -> bool {
     let mut failed = false;
     let ratio = |a: f64, b: f64| fmt_f(a / b, 2);
     println!(
-        "
-## Dispatcher CPU µs per call: bare axum, baseline and this build, in one run
-
+        "\n## Dispatcher CPU µs per call: bare axum, baseline and this build, in one run\n\n\
          Medians of {} runs of {} s each (interleaved). The bare axum row of `healthz` is its \
          `GET /healthz`; of the JSON workloads, its `POST /v1/workers/heartbeat` (decode a \
-         body, answer JSON). TensorFlow: midpoint of peer_results.md's matching row.
-",
+         body, answer JSON). TensorFlow: midpoint of peer_results.md's matching row.\n",
         opts.repeat, opts.seconds
     );
     println!(
@@ -1454,11 +1451,7 @@ fn print_compare(samples: &Samples, opts: &Options) -> bool {
             }
         }
     }
-    println!(
-        "
-Every run (µs per call; calls/s; errors):
-"
-    );
+    println!("\nEvery run (µs per call; calls/s; errors):\n");
     let mut keys: Vec<_> = samples.keys().collect();
     keys.sort_by_key(|k| (format!("{:?}", k.0), k.1, k.2, k.3));
     for k in keys {
