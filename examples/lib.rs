@@ -1,7 +1,9 @@
 //! Runnable examples; see the `[[example]]` targets. The seed flow's logic lives here
 //! ([`seed::run`]) so that a test runs it too, and so does the load generator's fleet mode
-//! ([`fleet::run`]).
+//! ([`fleet::run`]) and the bare axum server it measures as a yardstick ([`bare::serve`]).
 
+#[path = "load/bare.rs"]
+pub mod bare;
 #[path = "load/fleet.rs"]
 pub mod fleet;
 

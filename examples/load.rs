@@ -24,6 +24,15 @@
 //! CPU per call (it shares the machine's cores). Output: a Markdown table per mode and the
 //! issue's goals against TensorFlow's figures in `shared/reference/peer_results.md`.
 //!
+//! `--compare` measures the REST front's cost per call against yardsticks, in one run (issue
+//! 12): a bare axum server ([`shardwise_examples::bare`], started as `load --bare-server`: one
+//! JSON route with trivial work), `/healthz` and the JSON workloads on this build's dispatcher,
+//! in memory and fault-tolerant, and the same on a `--baseline PATH` binary (e.g. main's
+//! release build) when given. Targets are interleaved and each is run `--repeat` times (default
+//! 3, at 1 and 8 connections, 5 s each); the table reports the median dispatcher CPU µs per
+//! call of each and the ratios (this build against the bare server, the baseline against this
+//! build, TensorFlow's midpoint against this build).
+//!
 //! `--fleet` runs the fleet instead (issue 6): `--fleet-workers` simulated workers (default
 //! 10,000) and `--fleet-clients` clients (default 1,000, leased on one `distributed_epoch`
 //! iteration) each heartbeating at `--rate` Hz (default 1), spread evenly over the second and
@@ -140,6 +149,12 @@ struct Options {
     fleet: Option<shardwise_examples::fleet::Options>,
     /// Extra arguments for `shardwise dispatcher` (A/B runs of its options).
     dispatcher_args: Vec<String>,
+    /// `--compare`: the yardstick comparison.
+    compare: bool,
+    /// `--baseline PATH`: a second `shardwise` binary measured in the same run.
+    baseline: Option<PathBuf>,
+    /// `--repeat N`: runs of each measurement (medians reported).
+    repeat: usize,
 }
 
 const USAGE: &str = "\
@@ -158,6 +173,11 @@ usage: load [OPTIONS]
   --tmp-dir DIR          where the fault-tolerant work dir is created (default: the system
                          temp dir; it must be a real disk for fsync to mean anything)
   --dispatcher-arg ARG   pass ARG to `shardwise dispatcher` (repeatable)
+  --compare              CPU per call against a bare axum server (and --baseline), in one run;
+                         defaults: --concurrency 1,8 --seconds 5 --repeat 3
+  --baseline PATH        with --compare: also measure this shardwise binary (e.g. main's)
+  --repeat N             with --compare: runs of each measurement, medians reported
+  --bare-server          serve the bare axum yardstick on 127.0.0.1 port 0 and print its address
   --fleet                run the fleet instead (each worker and client heartbeating at --rate):
   --fleet-workers N      simulated workers (default 10000)
   --fleet-clients N      clients on one distributed_epoch iteration (default 1000; 0: no job)
@@ -184,7 +204,12 @@ fn parse_args() -> Result<Options, String> {
         max_splits: 1,
         fleet: None,
         dispatcher_args: Vec::new(),
+        compare: false,
+        baseline: None,
+        repeat: 0,
     };
+    let mut concurrency_set = false;
+    let mut seconds_set = false;
     let long = std::env::var("SHARDWISE_LONG").is_ok_and(|v| v == "1");
     let mut fleet = shardwise_examples::fleet::Options {
         duration: Duration::from_secs(if long { 300 } else { 20 }),
@@ -206,7 +231,11 @@ fn parse_args() -> Result<Options, String> {
             "--seconds" => {
                 let v = value()?;
                 o.seconds = v.parse().map_err(|_| format!("--seconds: {v:?} is not a number"))?;
+                seconds_set = true;
             }
+            "--compare" => o.compare = true,
+            "--baseline" => o.baseline = Some(PathBuf::from(value()?)),
+            "--repeat" => o.repeat = num(value()?)? as usize,
             "--max-requests" => o.max_requests = num(value()?)?,
             "--warmup" => o.warmup = num(value()?)?,
             "--client-threads" => o.client_threads = num(value()?)? as usize,
@@ -236,6 +265,7 @@ fn parse_args() -> Result<Options, String> {
                     .split(',')
                     .map(|c| c.trim().parse::<usize>().map_err(|_| format!("--concurrency: {c:?}")))
                     .collect::<Result<_, _>>()?;
+                concurrency_set = true;
             }
             "--modes" => {
                 o.modes = value()?
@@ -272,6 +302,25 @@ fn parse_args() -> Result<Options, String> {
             return Err("--duration and --report-every must be positive".into());
         }
         o.fleet = Some(fleet);
+    }
+    if o.compare {
+        if is_fleet {
+            return Err("--compare and --fleet are different runs".into());
+        }
+        if !concurrency_set {
+            o.concurrency = vec![1, 8];
+        }
+        if !seconds_set {
+            o.seconds = 5.0;
+        }
+        if o.repeat == 0 {
+            o.repeat = 3;
+        }
+    } else if o.baseline.is_some() || o.repeat > 0 {
+        return Err("--baseline and --repeat go with --compare".into());
+    }
+    if o.compare && o.repeat > 100 {
+        return Err("--repeat must be in 1..=100".into());
     }
     if o.workers == 0 {
         return Err("--workers must be at least 1".into());
@@ -527,8 +576,28 @@ fn start_dispatcher(
             cmd.env_remove(k);
         }
     }
+    spawn_server(cmd, work_dir, "shardwise dispatcher listening on http://")
+}
+
+/// The bare axum yardstick: this executable with `--bare-server`.
+fn start_bare() -> Result<Dispatcher, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--bare-server");
+    spawn_server(cmd, None, BARE_LISTENING)
+}
+
+/// What `--bare-server` prints, followed by its address.
+const BARE_LISTENING: &str = "bare axum listening on http://";
+
+/// Starts `cmd` and waits for the line `listening` + its address on its stdout.
+fn spawn_server(
+    mut cmd: Command,
+    work_dir: Option<PathBuf>,
+    listening: &str,
+) -> Result<Dispatcher, String> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).stdin(Stdio::null());
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
     let stdout = child.stdout.take().ok_or("no stdout")?;
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     // Reads (and keeps draining) the dispatcher's stdout.
@@ -547,9 +616,9 @@ fn start_dispatcher(
         let left = deadline.saturating_duration_since(Instant::now());
         let line = rx
             .recv_timeout(left)
-            .map_err(|_| "the dispatcher did not print its listening line".to_string())?;
+            .map_err(|_| format!("{cmd:?} did not print its listening line"))?;
         eprintln!("load: [dispatcher] {line}");
-        if let Some(url) = line.strip_prefix("shardwise dispatcher listening on http://") {
+        if let Some(url) = line.strip_prefix(listening) {
             d.addr = url.trim().parse().map_err(|e| format!("listening line {line:?}: {e}"))?;
             break;
         }
@@ -648,6 +717,19 @@ async fn setup(addr: SocketAddr, workers: usize) -> Result<Fixture, String> {
         ));
     }
     Ok(Fixture { iteration_id, client_id, workers: hb, acks: vec![String::new(); workers] })
+}
+
+/// The bare server's fixture: steady-state heartbeat bodies of `workers` workers (it keeps no
+/// state, so nothing is registered).
+fn bare_fixture(workers: usize) -> Fixture {
+    let workers = (0..workers)
+        .map(|i| {
+            let a = format!("127.0.0.1:{}", 20_000 + i);
+            let body = json!({"worker_address": a, "current_tasks": [i]}).to_string();
+            (a, Bytes::from(body))
+        })
+        .collect();
+    Fixture { iteration_id: String::new(), client_id: String::new(), workers, acks: Vec::new() }
 }
 
 fn steady_heartbeat(body: &[u8]) -> bool {
@@ -1170,11 +1252,25 @@ fn print_goals(all: &HashMap<&'static str, Vec<RunResult>>, opts: &Options) {
 
 async fn bench_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<Vec<RunResult>, String> {
     let d = start_dispatcher(bin, mode, &opts.tmp_dir, &opts.dispatcher_args)?;
+    bench_server(d, mode.short(), &opts.workloads, false, opts).await
+}
+
+/// Runs `workloads` at each concurrency against a started server (`bare`: the bare axum
+/// yardstick, which needs no setup), then stops it.
+async fn bench_server(
+    d: Dispatcher,
+    label: &str,
+    workloads: &[Workload],
+    bare: bool,
+    opts: &Options,
+) -> Result<Vec<RunResult>, String> {
     let pid = d.child.id();
     wait_ready(d.addr).await?;
     // healthz alone needs no dispatcher state (and works against any server that answers
     // /readyz and /healthz, e.g. a trivial axum server as a baseline of the HTTP stack).
-    let mut fx = if opts.workloads.iter().all(|w| *w == Workload::Healthz) {
+    let mut fx = if bare {
+        bare_fixture(opts.workers)
+    } else if workloads.iter().all(|w| *w == Workload::Healthz) {
         Fixture {
             iteration_id: String::new(),
             client_id: String::new(),
@@ -1185,20 +1281,15 @@ async fn bench_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<Vec<RunRes
         setup(d.addr, opts.workers).await?
     };
     eprintln!(
-        "load: {} dispatcher pid {pid} at {}: {} workers, iteration {}, client {}",
-        mode.short(),
-        d.addr,
-        opts.workers,
-        fx.iteration_id,
-        fx.client_id
+        "load: {label} server pid {pid} at {}: {} workers, iteration {}, client {}",
+        d.addr, opts.workers, fx.iteration_id, fx.client_id
     );
     let mut results = Vec::new();
-    for &w in &opts.workloads {
+    for &w in workloads {
         for &c in &opts.concurrency {
             let r = run_one(&mut fx, d.addr, pid, w, c, opts).await;
             eprintln!(
-                "load: {} {} x {c}: {} calls/s, p50 {} µs, p99 {} µs, {} errors, dispatcher {} µs/call",
-                mode.short(),
+                "load: {label} {} x {c}: {} calls/s, p50 {} µs, p99 {} µs, {} errors, server {} µs/call",
                 w.name(),
                 fmt_int(r.rate()),
                 r.p50,
@@ -1209,9 +1300,7 @@ async fn bench_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<Vec<RunRes
             results.push(r);
         }
     }
-    if mode == Mode::FaultTolerant
-        && let Some(dir) = &d.work_dir
-    {
+    if let Some(dir) = &d.work_dir {
         let bytes = tree_bytes(dir, 3);
         eprintln!("load: journal in {}: {} bytes", dir.display(), fmt_int(bytes as f64));
     }
@@ -1226,7 +1315,7 @@ async fn bench_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<Vec<RunRes
             .filter(|l| !l.starts_with('#') && l.starts_with("shardwise_"))
             .map(str::to_owned)
             .collect();
-        eprintln!("load: {} /metrics: {}", mode.short(), vals.join("; "));
+        eprintln!("load: {label} /metrics: {}", vals.join("; "));
     }
     drop(d);
     Ok(results)
@@ -1252,6 +1341,153 @@ async fn fleet_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<(String, b
     Ok((out, report.errors > 0 || report.behind > 0))
 }
 
+// ---------------------------------------------------------------------------------------
+// --compare: the REST front's cost per call against a bare axum server and a baseline binary.
+
+/// One measured target of `--compare`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Target {
+    /// The bare axum server (`--bare-server`).
+    Bare,
+    /// `--baseline PATH`.
+    Baseline,
+    /// This build's `shardwise` (`--shardwise PATH` or next to this executable).
+    Current,
+}
+
+/// Median of the finite values (NaN when there are none).
+fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+}
+
+type Samples = HashMap<(Target, &'static str, &'static str, usize), Vec<RunResult>>;
+
+/// Every target, interleaved, `opts.repeat` times.
+async fn compare_runs(bin: &Path, opts: &Options) -> Samples {
+    let mut samples: Samples = HashMap::new();
+    let keep = |samples: &mut Samples, t: Target, mode: &'static str, rs: Vec<RunResult>| {
+        for r in rs {
+            samples.entry((t, mode, r.workload.name(), r.conns)).or_default().push(r);
+        }
+    };
+    // The bare server has the two shapes of call: a GET of a small JSON object, and a JSON
+    // body decoded and answered.
+    let bare_workloads = [Workload::Healthz, Workload::WorkerHeartbeat];
+    for rep in 1..=opts.repeat {
+        eprintln!("load: --compare round {rep} of {}", opts.repeat);
+        match start_bare() {
+            Ok(d) => match bench_server(d, "bare", &bare_workloads, true, opts).await {
+                Ok(rs) => keep(&mut samples, Target::Bare, "-", rs),
+                Err(e) => eprintln!("load: bare server failed: {e}"),
+            },
+            Err(e) => eprintln!("load: bare server failed to start: {e}"),
+        }
+        for &mode in &opts.modes {
+            let mut targets = vec![(Target::Current, bin.to_path_buf())];
+            if let Some(b) = &opts.baseline {
+                // Alternate which goes first: neither always runs on a warmer machine.
+                let at = if rep % 2 == 1 { 0 } else { 1 };
+                targets.insert(at, (Target::Baseline, b.clone()));
+            }
+            for (t, path) in targets {
+                match bench_mode(&path, mode, opts).await {
+                    Ok(rs) => keep(&mut samples, t, mode.short(), rs),
+                    Err(e) => eprintln!("load: {t:?} {} failed: {e}", mode.short()),
+                }
+            }
+        }
+    }
+    samples
+}
+
+/// The comparison table (Markdown); `true` when a run had errors or a target is missing.
+fn print_compare(samples: &Samples, opts: &Options) -> bool {
+    let med = |t: Target, mode: &'static str, w: &'static str, c: usize| -> (f64, usize, u64) {
+        samples.get(&(t, mode, w, c)).map_or((f64::NAN, 0, 0), |rs| {
+            let us: Vec<f64> = rs.iter().map(|r| r.disp_us).collect();
+            (median(&us), rs.len(), rs.iter().map(|r| r.errors).sum())
+        })
+    };
+    let mut failed = false;
+    let ratio = |a: f64, b: f64| fmt_f(a / b, 2);
+    println!(
+        "\n## Dispatcher CPU µs per call: bare axum, baseline and this build, in one run\n\n\
+         Medians of {} runs of {} s each (interleaved). The bare axum row of `healthz` is its \
+         `GET /healthz`; of the JSON workloads, its `POST /v1/workers/heartbeat` (decode a \
+         body, answer JSON). TensorFlow: midpoint of peer_results.md's matching row.\n",
+        opts.repeat, opts.seconds
+    );
+    println!(
+        "| mode | workload | conns | bare axum | baseline | this build | this / bare | \
+         baseline / this | TF midpoint / this |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for &mode in &opts.modes {
+        for &w in &opts.workloads {
+            for &c in &opts.concurrency {
+                let bare_w = if w == Workload::Healthz { "healthz" } else { "worker_hb" };
+                let (bare, nb, eb) = med(Target::Bare, "-", bare_w, c);
+                let (base, _, ea) = med(Target::Baseline, mode.short(), w.name(), c);
+                let (this, nt, et) = med(Target::Current, mode.short(), w.name(), c);
+                failed |= eb + ea + et > 0 || nb == 0 || nt == 0;
+                let (_, lo, hi) = w.tf_row();
+                println!(
+                    "| {} | {} | {c} | {} | {} | {} | {} | {} | {} |",
+                    mode.short(),
+                    w.name(),
+                    fmt_f(bare, 1),
+                    if opts.baseline.is_some() { fmt_f(base, 1) } else { "-".into() },
+                    fmt_f(this, 1),
+                    ratio(this, bare),
+                    if opts.baseline.is_some() { ratio(base, this) } else { "-".into() },
+                    ratio((lo + hi) / 2.0, this),
+                );
+            }
+        }
+    }
+    println!("\nEvery run (µs per call; calls/s; errors):\n");
+    let mut keys: Vec<_> = samples.keys().collect();
+    keys.sort_by_key(|k| (format!("{:?}", k.0), k.1, k.2, k.3));
+    for k in keys {
+        let rs = &samples[k];
+        let runs: Vec<String> = rs
+            .iter()
+            .map(|r| {
+                format!("{} ({} /s, {} err)", fmt_f(r.disp_us, 1), fmt_int(r.rate()), r.errors)
+            })
+            .collect();
+        println!("- {:?} {} {} x {}: {}", k.0, k.1, k.2, k.3, runs.join("; "));
+        for r in rs.iter().filter(|r| r.errors > 0) {
+            println!("  first error: {}", r.first_error.as_deref().unwrap_or("?"));
+        }
+    }
+    failed
+}
+
+/// `--bare-server`: serves the bare axum yardstick until killed.
+fn bare_server_main() -> ! {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("load --bare-server: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let r = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        println!("{BARE_LISTENING}{}", listener.local_addr()?);
+        shardwise_examples::bare::serve(listener).await
+    });
+    eprintln!("load --bare-server: {r:?}");
+    std::process::exit(1);
+}
+
 /// Bytes of the files under `dir`, `depth` levels down at most.
 fn tree_bytes(dir: &Path, depth: u32) -> u64 {
     let Ok(rd) = std::fs::read_dir(dir) else { return 0 };
@@ -1265,6 +1501,9 @@ fn tree_bytes(dir: &Path, depth: u32) -> u64 {
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--bare-server") {
+        bare_server_main();
+    }
     let opts = match parse_args() {
         Ok(o) => o,
         Err(e) => {
@@ -1321,6 +1560,21 @@ fn main() {
                 }
             }
         }
+        std::process::exit(i32::from(failed));
+    }
+    if opts.compare {
+        println!(
+            "# Shardwise REST front: CPU per call against a bare axum server\n\nthis build {} \
+             (built {age} s ago); baseline {}; {} workers; {} CPUs; CPU from /proc/*/stat \
+             utime+stime at an assumed {} ticks/s.",
+            bin.display(),
+            opts.baseline.as_ref().map_or_else(|| "none".into(), |b| b.display().to_string()),
+            opts.workers,
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            CLK_TCK
+        );
+        let samples = runtime.block_on(compare_runs(&bin, &opts));
+        let failed = print_compare(&samples, &opts);
         std::process::exit(i32::from(failed));
     }
     let mut all: HashMap<&'static str, Vec<RunResult>> = HashMap::new();

@@ -10,6 +10,43 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+/// The longest pause between two polls of [`poll_until`] (it starts at 1 ms and doubles).
+pub const MAX_POLL_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Polls `f` until it answers `Ok`, for at most `deadline`, pausing briefly between polls
+/// (1 ms, doubling up to [`MAX_POLL_PAUSE`]): the value, or the last state `f` observed
+/// (its `Err`) when the deadline passed.
+pub fn try_poll_until<T, S>(
+    deadline: std::time::Duration,
+    mut f: impl FnMut() -> Result<T, S>,
+) -> Result<T, S> {
+    let end = std::time::Instant::now() + deadline;
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        let state = match f() {
+            Ok(v) => return Ok(v),
+            Err(state) => state,
+        };
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(state);
+        }
+        std::thread::sleep(pause.min(left));
+        pause = (pause * 2).min(MAX_POLL_PAUSE);
+    }
+}
+
+/// The one way the tests wait for a state: [`try_poll_until`], panicking when `deadline`
+/// passes with `what` was waited for and the last state `f` observed (its `Err`).
+pub fn poll_until<T, S: std::fmt::Display>(
+    what: &str,
+    deadline: std::time::Duration,
+    f: impl FnMut() -> Result<T, S>,
+) -> T {
+    try_poll_until(deadline, f)
+        .unwrap_or_else(|last| panic!("{what}: not within {deadline:?}; last seen: {last}"))
+}
+
 /// The `shardwise` binary of this build.
 ///
 /// Cargo builds a package's binaries whenever that package's integration tests are built
@@ -259,13 +296,10 @@ fn spawn_server(
         let mut line = String::new();
         if reader.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
             let status = child.wait().map_err(|e| e.to_string())?;
-            // Let the stderr reader finish.
-            for _ in 0..100 {
-                if std::sync::Arc::strong_count(&output) == 1 {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
+            // Let the stderr reader finish (bounded: what it has is enough for the error).
+            let _ = try_poll_until(std::time::Duration::from_millis(200), || {
+                if std::sync::Arc::strong_count(&output) == 1 { Ok(()) } else { Err(()) }
+            });
             let err = output.lock().map(|o| o.clone()).unwrap_or_default();
             return Err(format!("exited with {:?}: {}{err}", status.code(), startup.join("")));
         }
@@ -318,23 +352,26 @@ impl Dispatcher {
         let Spawned { child, url, startup, output } = spawn_server("dispatcher", port, args, env)?;
         let mut d = Dispatcher { child, url, startup, output };
         // Ready when replay finished: poll /readyz, bounded (10 s); stop if it exits.
-        for _ in 0..5_000 {
+        let ready = try_poll_until(std::time::Duration::from_secs(10), || {
             if http("GET", &d.url, "/readyz", None).is_ok_and(|r| r.status == 200) {
-                return Ok(d);
+                return Ok(None);
             }
-            if let Ok(Some(status)) = d.child.try_wait() {
+            match d.child.try_wait() {
+                Ok(Some(status)) => Ok(Some(status)),
+                _ => Err(()),
+            }
+        });
+        match ready {
+            Ok(None) => Ok(d),
+            Ok(Some(status)) => {
                 // Let the pipe readers finish.
-                for _ in 0..100 {
-                    if std::sync::Arc::strong_count(&d.output) == 1 {
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                }
-                return Err(format!("exited with {:?}: {}", status.code(), d.output()));
+                let _ = try_poll_until(std::time::Duration::from_millis(200), || {
+                    if std::sync::Arc::strong_count(&d.output) == 1 { Ok(()) } else { Err(()) }
+                });
+                Err(format!("exited with {:?}: {}", status.code(), d.output()))
             }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            Err(()) => Err("never became ready".into()),
         }
-        Err("never became ready".into())
     }
 
     /// Everything it printed so far (stdout and stderr).
@@ -388,13 +425,10 @@ impl Worker {
 
     /// Waits (bounded, 10 s) until its output contains `text`; false if it never does.
     pub fn wait_for_output(&self, text: &str) -> bool {
-        for _ in 0..1_000 {
-            if self.output().contains(text) {
-                return true;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        false
+        try_poll_until(std::time::Duration::from_secs(10), || {
+            if self.output().contains(text) { Ok(()) } else { Err(()) }
+        })
+        .is_ok()
     }
 
     /// Its address as the dispatcher knows it (`HOST:PORT`).
@@ -508,29 +542,26 @@ impl Process {
     /// Waits (at most `timeout`) for it to exit and returns its status and whole output; on
     /// a timeout it is killed and the error tells what it printed.
     pub fn finish(&mut self, timeout: std::time::Duration) -> Result<Run, String> {
-        let deadline = std::time::Instant::now() + timeout;
-        let status = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                Ok(None) | Err(_) => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    let (stdout, stderr) = self.output();
-                    return Err(format!(
-                        "still running after {timeout:?}; killed.\nstdout:\n{stdout}\nstderr:\n{stderr}"
-                    ));
-                }
-            }
+        let child = &mut self.child;
+        let exited = try_poll_until(timeout, || match child.try_wait() {
+            Ok(Some(status)) => Ok(Ok(status)),
+            Ok(None) => Err(()),
+            Err(e) => Ok(Err(e)),
+        });
+        let Ok(Ok(status)) = exited else {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let (stdout, stderr) = self.output();
+            return Err(format!(
+                "still running after {timeout:?}; killed.\nstdout:\n{stdout}\nstderr:\n{stderr}"
+            ));
         };
         // The pipes close when it exits, unless a child of its own still holds them: give
         // the readers a bounded time to see the end of its output.
-        let drained = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while !self.readers.iter().all(|r| r.is_finished()) && std::time::Instant::now() < drained {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        let readers = &self.readers;
+        let _ = try_poll_until(std::time::Duration::from_secs(5), || {
+            if readers.iter().all(|r| r.is_finished()) { Ok(()) } else { Err(()) }
+        });
         let (stdout, stderr) = self.output();
         Ok(Run { code: status.code().unwrap_or(-1), stdout, stderr })
     }

@@ -1,10 +1,12 @@
 //! `--auth-tokens`: every role against the routes it may and may not call, over HTTP.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use shardwise_tests::fake_k8s::{FakeKube, PodSpec};
-use shardwise_tests::{Dispatcher, Process, TempDir, Worker, http, repo_root, shardwise_bin};
+use shardwise_tests::{
+    Dispatcher, Process, TempDir, Worker, http, poll_until, repo_root, shardwise_bin,
+};
 
 const ADMIN: &str = "admin-token-0123456789";
 const WORKER: &str = "worker-token-0123456789";
@@ -290,15 +292,13 @@ fn worker_elements_need_the_client_role() {
     let lease =
         post(&format!("/v1/jobs/{}/iterations", job["job_id"].as_str().unwrap()), json!({}));
     let client_id = lease["client_id"].as_str().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let task_id = loop {
+    let task_id = poll_until("a task for the client", Duration::from_secs(30), || {
         let hb = post(&format!("/v1/clients/{client_id}/heartbeat"), json!({}));
-        if let Some(t) = hb["tasks"].as_array().and_then(|t| t.first()) {
-            break t["task_id"].as_str().unwrap().to_owned();
+        match hb["tasks"].as_array().and_then(|t| t.first()) {
+            Some(t) => Ok(t["task_id"].as_str().unwrap().to_owned()),
+            None => Err(hb),
         }
-        assert!(Instant::now() < deadline, "no task: {hb}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    });
     let path = format!("/v1/tasks/{task_id}/elements");
     let (status, raw) = send(&w.url, "GET", &path, "", "");
     assert_eq!(status, 401, "{raw}");
@@ -307,17 +307,15 @@ fn worker_elements_need_the_client_role() {
     assert_eq!(status, 403, "{raw}");
     assert!(raw.contains("\"code\":\"PERMISSION_DENIED\"") && !raw.contains(WORKER), "{raw}");
     // The worker learns of the task at once when a client asks: 404 until then.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let raw = poll_until("the worker serves the task", Duration::from_secs(30), || {
         let (status, raw) = send(&w.url, "GET", &path, &client, "");
         if status == 200 {
-            assert!(raw.contains("\"elements\":[0"), "{raw}");
-            break;
+            return Ok(raw);
         }
         assert_eq!(status, 404, "{raw}");
-        assert!(Instant::now() < deadline, "never served: {raw}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        Err(raw)
+    });
+    assert!(raw.contains("\"elements\":[0"), "{raw}");
 }
 
 /// Trace-level logging on both servers, right and wrong tokens, and a Kubernetes API that
@@ -382,19 +380,18 @@ fn no_secret_in_logs_or_error_bodies() {
     // And the live view goes stale with a last error.
     kube.fail_next(1_000_000, 401);
     kube.reset_watches();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let view = loop {
+    let view = poll_until("a 401 as the watch's last_error", Duration::from_secs(60), || {
         let (status, raw) = send(&d.url, "GET", "/v1/cluster", &admin, "");
         bodies.borrow_mut().push_str(&raw);
         assert_eq!(status, 200, "{raw}");
         let view: Value = serde_json::from_str(raw.split_once("\r\n\r\n").unwrap().1).unwrap();
         if view["freshness"]["watches"][0]["last_error"].as_str().is_some_and(|e| e.contains("401"))
         {
-            break view;
+            Ok(view)
+        } else {
+            Err(view)
         }
-        assert!(Instant::now() < deadline, "no last_error: {view}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    });
     assert_eq!(view["freshness"]["watches"][0]["healthy"], false, "{view}");
     let bodies = bodies.into_inner();
 

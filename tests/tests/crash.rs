@@ -30,7 +30,8 @@ use shardwise_tests::crash::{
     time_of_day_now,
 };
 use shardwise_tests::{
-    Dispatcher, HttpResponse, TempDir, Worker, counts, http, ints, ok, run_shardwise,
+    Dispatcher, HttpResponse, TempDir, Worker, counts, http, ints, ok, poll_until, run_shardwise,
+    try_poll_until,
 };
 
 /// Journal compaction threshold: far below one commit's worth plus a snapshot, so every
@@ -170,17 +171,17 @@ impl Acked {
 /// One call retried until it is answered (transport failures and 503 while the dispatcher
 /// is down are retried); returns the answer and how many attempts it took.
 fn answered(url: &str, method: &str, path: &str, body: Option<&Value>) -> (HttpResponse, usize) {
-    let start = Instant::now();
     let mut attempts = 0;
-    loop {
+    let what = format!("{method} {path} answered");
+    let r = poll_until(&what, Duration::from_secs(60), || {
         attempts += 1;
         match http(method, url, path, body) {
-            Ok(r) if r.status != 503 => return (r, attempts),
-            _ => {}
+            Ok(r) if r.status != 503 => Ok(r),
+            Ok(r) => Err(format!("{} {}", r.status, r.body)),
+            Err(e) => Err(e.to_string()),
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "{method} {path}: no answer in 60 s");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    });
+    (r, attempts)
 }
 
 /// Registers datasets, jobs and iterations and releases the leases, one after another,
@@ -529,10 +530,10 @@ fn worker_killed_mid_epoch_loses_nothing_and_only_its_splits_come_again() {
     let (d, (dyn_got, par_got)) = std::thread::scope(|s| {
         let restarter = s.spawn(|| {
             let mut d = d;
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while read.load(Ordering::SeqCst) < 600 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            // Killed after 60 s even if the readers stalled (their checks then fail).
+            let _ = try_poll_until(Duration::from_secs(60), || {
+                if read.load(Ordering::SeqCst) >= 600 { Ok(()) } else { Err(()) }
+            });
             d.kill();
             fwd.cut();
             let d = flags.start();

@@ -2,7 +2,7 @@
 //! error contract, and durability under kill -9.
 
 use serde_json::{Value, json};
-use shardwise_tests::{Dispatcher, TempDir};
+use shardwise_tests::{Dispatcher, TempDir, poll_until};
 
 fn ok(r: &shardwise_tests::HttpResponse) -> Value {
     assert_eq!(r.status, 200, "{}", r.body);
@@ -262,8 +262,9 @@ fn kill_9_loses_nothing_acknowledged() {
         }
         acked
     });
-    // Kill once at least 60 records were committed (polling the live state, bounded).
-    for _ in 0..10_000 {
+    // Kill once at least 60 records were committed (polling the live state, bounded; the
+    // assertions below tell if the writer stalled).
+    let _ = shardwise_tests::try_poll_until(std::time::Duration::from_secs(30), || {
         let r = d.call("GET", "/metrics", None);
         let done = r
             .body
@@ -271,25 +272,17 @@ fn kill_9_loses_nothing_acknowledged() {
             .find_map(|l| l.strip_prefix("shardwise_journal_records_total "))
             .and_then(|n| n.parse::<u64>().ok())
             .unwrap_or(0);
-        if done >= 60 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+        if done >= 60 { Ok(()) } else { Err(done) }
+    });
     d.kill();
     let acked = writer.join().unwrap();
     assert!(acked.len() >= 30, "only {} acknowledged", acked.len());
     let d2 = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
     // The replay line is printed before the dispatcher reports ready.
-    let mut printed = d2.output();
-    for _ in 0..1_000 {
-        if printed.contains("replayed") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        printed = d2.output();
-    }
-    assert!(printed.contains("replayed"), "{printed}");
+    poll_until("the replay line", std::time::Duration::from_secs(2), || {
+        let printed = d2.output();
+        if printed.contains("replayed") { Ok(()) } else { Err(printed) }
+    });
     for (id, stop) in &acked {
         let r = ok(&d2.call("GET", &format!("/v1/datasets/{id}"), None));
         assert_eq!(r["dataset"]["source"]["range"]["stop"], *stop, "dataset {id}");
@@ -363,15 +356,10 @@ fn sigterm_shuts_down_cleanly_and_keeps_the_journal() {
     let pid = d.child.id().to_string();
     let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(status.success());
-    let mut exited = None;
-    for _ in 0..5_000 {
-        if let Some(s) = d.child.try_wait().unwrap() {
-            exited = Some(s);
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    assert_eq!(exited.and_then(|s| s.code()), Some(0), "exits with 0 on SIGTERM");
+    let exited = poll_until("an exit on SIGTERM", std::time::Duration::from_secs(10), || {
+        d.child.try_wait().unwrap().ok_or("still running")
+    });
+    assert_eq!(exited.code(), Some(0), "exits with 0 on SIGTERM");
     let d2 = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
     assert_eq!(d2.call("GET", "/v1/datasets/1000", None).status, 200);
 }
@@ -511,11 +499,7 @@ fn body_size_rate_and_in_flight_limits_answer_problems() {
     assert_eq!(refused.json()["code"], "RESOURCE_EXHAUSTED");
     let wait: u64 = refused.header("retry-after").expect("Retry-After").parse().unwrap();
     assert!((1..=3).contains(&wait), "{wait}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while d.call("GET", "/v1/version", None).status != 200 {
-        assert!(std::time::Instant::now() < deadline, "never served again");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    served_again(&d, "served again after the rate limit");
     drop(d);
 
     // One request in flight: a request whose body never finishes holds it, others get 503.
@@ -532,28 +516,30 @@ fn body_size_rate_and_in_flight_limits_answer_problems() {
         held
     };
     let mut held = hold();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let busy = loop {
+    let busy = poll_until("the held request counts", std::time::Duration::from_secs(10), || {
         let r = d.call("GET", "/v1/version", None);
         if r.status != 200 {
-            break r;
+            return Ok(r);
         }
-        assert!(std::time::Instant::now() < deadline, "the held request never counted");
         // A probe that held the slot when the held request arrived got it refused (503):
         // hold it again.
         let mut answer = [0u8; 64];
         if std::io::Read::read(&mut held, &mut answer).is_ok() {
             held = hold();
         }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+        Err(r.status)
+    });
     assert_eq!(busy.status, 503, "{}", busy.body);
     assert_eq!(busy.json()["code"], "UNAVAILABLE");
     assert_eq!(busy.header("retry-after"), Some("1"));
     drop(held);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while d.call("GET", "/v1/version", None).status != 200 {
-        assert!(std::time::Instant::now() < deadline, "the slot was never given back");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    served_again(&d, "the slot is given back");
+}
+
+/// Waits (10 s at most) until `GET /v1/version` answers 200 again.
+fn served_again(d: &Dispatcher, what: &str) {
+    poll_until(what, std::time::Duration::from_secs(10), || {
+        let r = d.call("GET", "/v1/version", None);
+        if r.status == 200 { Ok(()) } else { Err(format!("{} {}", r.status, r.body)) }
+    });
 }

@@ -3,10 +3,10 @@
 //! what datasets hold is bounded, error texts echo a capped prefix, enum errors name the valid
 //! values, and request bodies are JSON objects.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use shardwise_tests::{Dispatcher, HttpResponse, Worker, http, ints, ok};
+use shardwise_tests::{Dispatcher, HttpResponse, Worker, http, ints, ok, poll_until};
 
 /// Worker flags: heartbeats often enough that a test does not wait.
 const WORKER: &[&str] = &["--heartbeat-interval", "200ms"];
@@ -88,30 +88,25 @@ fn only_the_worker_holding_a_task_finishes_it() {
     assert!(!workers.to_string().contains("uid"), "{workers}");
     // The real worker still delivers everything, and finishes its task (with its uid).
     let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let read = || http("GET", &w.url, &format!("/v1/tasks/{task}/elements?max=7"), None).unwrap();
+    let mut r = poll_until("the worker gets the task", Duration::from_secs(30), || {
+        let r = read();
+        if r.status == 404 { Err(r.body) } else { Ok(r) }
+    });
     loop {
-        let r = http("GET", &w.url, &format!("/v1/tasks/{task}/elements?max=7"), None).unwrap();
-        if r.status == 404 {
-            assert!(Instant::now() < deadline, "the worker never got task {task}");
-            std::thread::sleep(Duration::from_millis(20));
-            continue;
-        }
         let v = ok(&r);
         got.extend(v["elements"].as_array().unwrap().iter().cloned());
         if v["end_of_sequence"] == true {
             break;
         }
+        r = read();
     }
     assert_eq!(ints(&got), (0..20).collect::<Vec<_>>());
-    loop {
+    poll_until("the worker reports its task finished", Duration::from_secs(30), || {
         let hb = client_heartbeat(&d, &client);
         let real = hb["tasks"].as_array().unwrap().iter().find(|t| t["task_id"] == task.as_str());
-        if real.unwrap()["finished"] == true {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the worker never reported its task: {hb}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        if real.unwrap()["finished"] == true { Ok(()) } else { Err(hb) }
+    });
 }
 
 /// Get-split (and its acknowledgement) from the worker's address without its uid is refused;

@@ -118,12 +118,14 @@ fn a_flipped_byte_in_an_acknowledged_record_refuses_with_file_and_offset() {
             }
             Ok(d) => {
                 // The warning goes to stderr, which is collected in the background.
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-                while !d.output().contains("truncated a torn final record")
-                    && std::time::Instant::now() < deadline
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
+                // (Bounded: the assertion below names what it printed instead.)
+                let _ = shardwise_tests::try_poll_until(std::time::Duration::from_secs(10), || {
+                    if d.output().contains("truncated a torn final record") {
+                        Ok(())
+                    } else {
+                        Err(())
+                    }
+                });
                 let out = d.output();
                 drop(d);
                 assert!(out.contains("truncated a torn final record"), "byte {at}: {out}");

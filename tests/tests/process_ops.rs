@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use shardwise_tests::{
-    Dispatcher, Process, TempDir, Worker, http, run_bounded, run_shardwise, shardwise_bin,
+    Dispatcher, Process, TempDir, Worker, http, poll_until, run_bounded, run_shardwise,
+    shardwise_bin,
 };
 
 const ADMIN: &str = "admin-token-0123456789";
@@ -147,20 +148,19 @@ fn logs_have_no_colour_when_stderr_is_not_a_terminal() {
     let d_url = listening(&d, "dispatcher");
     let w = spawn(&["worker", "--port", "0", "--dispatcher", &d_url], &env);
     let w_url = listening(&w, "worker");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let (d_err, w_err) = poll_until("debug logs of both", Duration::from_secs(30), || {
         // Requests make both log (at debug, every request is).
         assert_eq!(http("GET", &d_url, "/healthz", None).unwrap().status, 200);
         assert_eq!(http("GET", &w_url, "/healthz", None).unwrap().status, 200);
         let (d_err, w_err) = (d.output().1, w.output().1);
         if d_err.contains("DEBUG") && w_err.contains("DEBUG") {
-            assert!(!d_err.contains('\x1b'), "the dispatcher's log has ANSI escapes: {d_err:?}");
-            assert!(!w_err.contains('\x1b'), "the worker's log has ANSI escapes: {w_err:?}");
-            break;
+            Ok((d_err, w_err))
+        } else {
+            Err(format!("{d_err:?} {w_err:?}"))
         }
-        assert!(std::time::Instant::now() < deadline, "no debug logs: {d_err:?} {w_err:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
+    assert!(!d_err.contains('\x1b'), "the dispatcher's log has ANSI escapes: {d_err:?}");
+    assert!(!w_err.contains('\x1b'), "the worker's log has ANSI escapes: {w_err:?}");
 }
 
 // ---- point 1: one owner per work dir ---------------------------------------------------
@@ -223,15 +223,10 @@ fn stop(mut d: Dispatcher) {
     let pid = d.child.id().to_string();
     let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(status.success());
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = d.child.try_wait().unwrap() {
-            assert_eq!(status.code(), Some(0), "{}", d.output());
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "no exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let status = poll_until("an exit after SIGTERM", Duration::from_secs(30), || {
+        d.child.try_wait().unwrap().ok_or("still running")
+    });
+    assert_eq!(status.code(), Some(0), "{}", d.output());
 }
 
 /// A lock left by a SIGKILLed dispatcher does not block the next start (the kernel drops a

@@ -53,21 +53,14 @@ fn py_env() -> &'static PyEnv {
 
         std::fs::create_dir_all(&target).expect("target dir");
         let lock = std::fs::File::create(target.join("py-setup.lock")).expect("lock file");
-        let waited = Instant::now();
-        loop {
+        // Another test process may be building the environment (minutes, the first time).
+        shardwise_tests::poll_until("py-setup.lock", Duration::from_secs(900), || {
             match lock.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    // Another test process is building the environment (minutes, the first time).
-                    assert!(
-                        waited.elapsed() < Duration::from_secs(900),
-                        "py-setup.lock held 15 min"
-                    );
-                    std::thread::sleep(Duration::from_millis(100));
-                }
+                Ok(()) => Ok(()),
+                Err(std::fs::TryLockError::WouldBlock) => Err("held by another test process"),
                 Err(std::fs::TryLockError::Error(e)) => panic!("lock py-setup.lock: {e}"),
             }
-        }
+        });
         let started = Instant::now();
         let stamped = |stamp: &Path, want: &str| {
             std::fs::read_to_string(stamp).is_ok_and(|s| s == want) && python.exists()
@@ -190,21 +183,21 @@ fn python_worker_processes_every_split_of_a_dynamic_epoch_exactly_once() {
     let client = lease["client_id"].as_str().unwrap().to_owned();
 
     // The client heartbeats (as a trainer would) until the iteration is finished: bounded poll.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let tasks = loop {
+    let finished = shardwise_tests::try_poll_until(Duration::from_secs(60), || {
         let hb = ok(
             "client heartbeat",
             &d.call("POST", &format!("/v1/clients/{client}/heartbeat"), Some(json!({}))),
         );
         if hb["iteration_finished"] == true {
-            break hb["tasks"].as_array().unwrap().clone();
+            Ok(hb["tasks"].as_array().unwrap().clone())
+        } else {
+            Err(hb)
         }
-        if Instant::now() > deadline {
-            let outputs: Vec<_> = workers.iter().map(|(_, p)| p.output()).collect();
-            panic!("the iteration did not finish: {hb}\nworkers: {outputs:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    });
+    let tasks = finished.unwrap_or_else(|hb| {
+        let outputs: Vec<_> = workers.iter().map(|(_, p)| p.output()).collect();
+        panic!("the iteration did not finish: {hb}\nworkers: {outputs:?}");
+    });
     assert_eq!(tasks.len(), 2, "a task per worker: {tasks:?}");
     ok("release", &d.call("DELETE", &format!("/v1/clients/{client}"), None));
 

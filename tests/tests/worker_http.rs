@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
 use shardwise_core::dispatch::dispatcher::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{ClientError, DistributeOptions, distribute};
-use shardwise_tests::{Dispatcher, TempDir, Worker, counts, http, ints, ok};
+use shardwise_tests::{Dispatcher, TempDir, Worker, counts, http, ints, ok, poll_until};
 
 /// Worker flags of these tests: heartbeats often enough for a 2 s worker timeout.
 const WORKER: &[&str] = &["--heartbeat-interval", "200ms"];
@@ -220,8 +220,9 @@ fn data_sharding_reads_the_static_element_shards() {
     assert_eq!((ints(&s0), ints(&s1)), (vec![0, 2], vec![1, 3]));
 }
 
+/// CR-01: in each round every consumer reads the same worker (consecutive elements).
 #[test]
-fn coordinated_reads_give_two_consumers_aligned_rounds() {
+fn cr_01_consumers_read_the_same_worker_in_each_round() {
     let d = Dispatcher::start(&[]);
     let _w: Vec<Worker> = (0..2).map(|_| Worker::start(&d.url, WORKER)).collect();
     let ds = json!({"source": {"range": {"stop": 100}}, "transforms": [{"repeat": null}]});
@@ -762,19 +763,16 @@ fn worker_exits_cleanly_on_sigterm() {
     let pid = w.child.id().to_string();
     let status = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(status.success());
-    let mut exited = None;
-    for _ in 0..5_000 {
-        if let Ok(Some(s)) = w.child.try_wait() {
-            exited = Some(s);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    assert_eq!(exited.and_then(|s| s.code()), Some(0), "exits with 0 on SIGTERM");
+    let exited = poll_until("an exit on SIGTERM", Duration::from_secs(10), || {
+        w.child.try_wait().ok().flatten().ok_or("still running")
+    });
+    assert_eq!(exited.code(), Some(0), "exits with 0 on SIGTERM");
 }
 
+/// WT-01 and WT-02: `AUTO` skips COLOCATED-tagged workers and reads untagged ones (`ANY`
+/// reads both).
 #[test]
-fn target_workers_auto_skips_colocated_workers_and_any_reads_them() {
+fn wt_01_wt_02_auto_skips_colocated_workers_and_reads_untagged_ones() {
     let d = Dispatcher::start(&[]);
     let _plain = Worker::start(&d.url, WORKER);
     let _colocated =
@@ -789,6 +787,54 @@ fn target_workers_auto_skips_colocated_workers_and_any_reads_them() {
     };
     let c = counts(&ints(&read_all(&d.url, ds, any).unwrap()));
     assert!(c.len() == 5 && c.values().all(|n| *n == 2), "{c:?}");
+}
+
+/// WT-07: a tag other than COLOCATED does not keep a worker from `AUTO` reads, and an empty
+/// tag is refused when the worker starts.
+#[test]
+fn wt_07_unrelated_tags_are_read_and_an_empty_tag_is_refused() {
+    let d = Dispatcher::start(&[]);
+    let _plain = Worker::start(&d.url, WORKER);
+    let _gpu =
+        Worker::start(&d.url, &["--tags", "GPU,COLOCATED_2", "--heartbeat-interval", "200ms"]);
+    let c = counts(&ints(
+        &read_all(&d.url, json!({"source": {"range": {"stop": 5}}}), options()).unwrap(),
+    ));
+    assert!(c.len() == 5 && c.values().all(|n| *n == 2), "both workers are read: {c:?}");
+    let Err(refused) = Worker::try_start(&d.url, &["--tags", "COLOCATED,"]) else {
+        panic!("a worker with an empty tag started");
+    };
+    assert!(refused.contains("Worker tags cannot be empty"), "{refused}");
+}
+
+/// CR-09: coordinated reads ignore worker tags: a COLOCATED worker's task takes its turn in
+/// the rounds like any other.
+#[test]
+fn cr_09_coordinated_reads_ignore_worker_tags() {
+    let d = Dispatcher::start(&[]);
+    let _plain = Worker::start(&d.url, WORKER);
+    let _colocated =
+        Worker::start(&d.url, &["--tags", "COLOCATED", "--heartbeat-interval", "200ms"]);
+    let ds = json!({"source": {"range": {"stop": 100}}, "transforms": [{"repeat": null}]});
+    let consumer = |i: u64| {
+        let opts = DistributeOptions {
+            job_name: Some("tagged".into()),
+            num_consumers: Some(2),
+            consumer_index: Some(i),
+            ..options()
+        };
+        distribute(&d.url, dataset(ds.clone()), opts).take(20).try_collect::<Vec<Value>>()
+    };
+    let (a, b) = runtime().block_on(async {
+        let both = async { tokio::join!(consumer(0), consumer(1)) };
+        tokio::time::timeout(Duration::from_secs(60), both).await.expect("in time")
+    });
+    let (a, b) = (ints(&a.unwrap()), ints(&b.unwrap()));
+    // The same rounds as with untagged workers (CR-01): both tasks in turn, two elements each.
+    let expect_a: Vec<i64> = (0..10).flat_map(|r| [2 * r, 2 * r]).collect();
+    let expect_b: Vec<i64> = expect_a.iter().map(|x| x + 1).collect();
+    assert_eq!(a, expect_a);
+    assert_eq!(b, expect_b);
 }
 
 #[test]
@@ -822,8 +868,9 @@ fn distributed_epoch_over_files_and_split_items_reads_each_once() {
     assert_eq!(got, items);
 }
 
+/// CR-06: a worker added mid-read joins the rounds without breaking their alignment.
 #[test]
-fn coordinated_reads_stay_aligned_when_a_worker_joins() {
+fn cr_06_a_worker_added_mid_read_keeps_the_rounds_aligned() {
     let d = Dispatcher::start(&[]);
     let _first = Worker::start(&d.url, WORKER);
     let ds = json!({"source": {"range": {"stop": 1000000}}, "transforms": [{"repeat": null}]});

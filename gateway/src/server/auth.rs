@@ -4,9 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, Method, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
@@ -206,38 +205,29 @@ fn unauthenticated(detail: &str) -> Response {
     res
 }
 
-/// The middleware: checks the route's access against the bearer token.
-pub async fn check(
-    State(tokens): State<Option<Tokens>>,
-    path: Option<MatchedPath>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let Some(tokens) = tokens else { return next.run(req).await };
-    let route = path.as_ref().map_or(req.uri().path(), |p| p.as_str()).to_owned();
-    let need = access(req.method(), &route);
+/// Checks the access of `route` (the matched route template, else the path) against the
+/// request's bearer token: the answer that refuses it, if it does not pass.
+pub fn authorize(tokens: &Tokens, route: &str, req: &Request) -> Result<(), Response> {
+    let need = access(req.method(), route);
     if need == Access::Open {
-        return next.run(req).await;
+        return Ok(());
     }
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| bearer_token(v.as_bytes()))
-        .map(<[u8]>::to_vec);
+    let presented =
+        req.headers().get(header::AUTHORIZATION).and_then(|v| bearer_token(v.as_bytes()));
     let Some(presented) = presented else {
-        return unauthenticated("this route needs `Authorization: Bearer <token>`");
+        return Err(unauthenticated("this route needs `Authorization: Bearer <token>`"));
     };
-    let Some(role) = tokens.role_of(&presented) else {
-        return unauthenticated("the bearer token is not valid");
+    let Some(role) = tokens.role_of(presented) else {
+        return Err(unauthenticated("the bearer token is not valid"));
     };
     if need.allows(role) {
-        next.run(req).await
+        Ok(())
     } else {
-        Problem::new(
+        Err(Problem::new(
             "PERMISSION_DENIED",
             format!("{} {route} needs {}", req.method().as_str().to_lowercase(), need.describe()),
         )
-        .into_response()
+        .into_response())
     }
 }
 

@@ -5,8 +5,8 @@
 //!   the moment it waits for a request (a new connection, or a kept-alive one after its last
 //!   answer) to the end of the request's headers. A client that sends half its headers, or
 //!   nothing, is disconnected when it passes (there is no request to answer yet).
-//! * **Bodies.** [`read_body`] reads a request's whole body before the route's handler runs,
-//!   within the same bound; a body that does not arrive in time is answered `408` (a problem,
+//! * **Bodies.** The route layer of [`super::front`] reads a request's whole body before the
+//!   route's handler runs, within the same bound; a body that does not arrive in time is answered `408` (a problem,
 //!   with `Connection: close`). A request without a body (a long poll such as
 //!   `GET /v1/cluster?wait=30s`) has nothing to wait for and is not bounded by it.
 //!
@@ -19,18 +19,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, HttpBody as _};
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderValue, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use futures::StreamExt as _;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tower::ServiceExt as _;
-
-use crate::problem::Problem;
 
 /// The default of `--read-timeout`.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -109,76 +103,4 @@ pub(crate) async fn serve(
     drop(listener);
     let _ = closing_tx.send(true);
     while connections.join_next().await.is_some() {}
-}
-
-/// What [`read_body`] needs: the bound and the largest body.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BodyLimits {
-    pub(crate) read_timeout: Duration,
-    pub(crate) max_bytes: usize,
-}
-
-impl From<&super::limit::LimitConfig> for BodyLimits {
-    fn from(l: &super::limit::LimitConfig) -> Self {
-        BodyLimits { read_timeout: l.read_timeout, max_bytes: l.max_body_bytes }
-    }
-}
-
-/// Reads the whole request body within the read timeout before the handler runs: `408` when
-/// it does not arrive in time, `413` when it is larger than the limit (a chunked body, whose
-/// length was not declared). Requests without a body pass untouched.
-pub(crate) async fn read_body(
-    State(limits): State<BodyLimits>,
-    req: Request,
-    next: Next,
-) -> Response {
-    if req.body().is_end_stream() {
-        return next.run(req).await;
-    }
-    let (parts, body) = req.into_parts();
-    let read = async {
-        let mut stream = body.into_data_stream();
-        let mut buf = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                Problem::new("INVALID_ARGUMENT", format!("cannot read the request body: {e}"))
-            })?;
-            if buf.len() + chunk.len() > limits.max_bytes {
-                let mut p = Problem::new(
-                    "RESOURCE_EXHAUSTED",
-                    format!(
-                        "the request body is too large (the limit is {} bytes)",
-                        limits.max_bytes
-                    ),
-                );
-                p.status = 413;
-                p.title = "Payload too large".into();
-                return Err(p);
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        Ok(buf)
-    };
-    match tokio::time::timeout(limits.read_timeout, read).await {
-        Ok(Ok(buf)) => next.run(Request::from_parts(parts, Body::from(buf))).await,
-        Ok(Err(p)) => closing(p.into_response()),
-        Err(_) => {
-            let mut p = Problem::new(
-                "UNAVAILABLE",
-                format!(
-                    "the request body did not arrive within {} ms (--read-timeout)",
-                    limits.read_timeout.as_millis()
-                ),
-            );
-            p.status = 408;
-            p.title = "Request timeout".into();
-            closing(p.into_response())
-        }
-    }
-}
-
-/// The connection cannot be reused after a body that was not read to its end.
-fn closing(mut res: Response) -> Response {
-    res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-    res
 }

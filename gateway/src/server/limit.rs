@@ -8,9 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderValue, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::problem::Problem;
@@ -108,8 +107,21 @@ fn with_retry_after(p: Problem, seconds: u64) -> Response {
     res
 }
 
-/// The middleware.
-pub async fn check(State(limits): State<Limits>, req: Request, next: Next) -> Response {
+impl Limits {
+    /// Checks a request against the limits: the permit to hold while it is handled (when
+    /// requests in flight are limited), or the answer that refuses it.
+    pub fn admit(
+        &self,
+        req: &Request,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Response> {
+        admit(self, req)
+    }
+}
+
+fn admit(
+    limits: &Limits,
+    req: &Request,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Response> {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -125,7 +137,7 @@ pub async fn check(State(limits): State<Limits>, req: Request, next: Next) -> Re
         );
         p.status = 413;
         p.title = "Payload too large".into();
-        return p.into_response();
+        return Err(p.into_response());
     }
     if limits.config.rate_per_sec > 0 {
         // Without the peer's address (a server not started with connect info) every request
@@ -135,7 +147,7 @@ pub async fn check(State(limits): State<Limits>, req: Request, next: Next) -> Re
             .get::<ConnectInfo<SocketAddr>>()
             .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
         if let Err(wait) = limits.take(ip, Instant::now()) {
-            return with_retry_after(
+            return Err(with_retry_after(
                 Problem::new(
                     "RESOURCE_EXHAUSTED",
                     format!(
@@ -146,28 +158,25 @@ pub async fn check(State(limits): State<Limits>, req: Request, next: Next) -> Re
                     ),
                 ),
                 wait,
-            );
+            ));
         }
     }
-    let _permit = match &limits.in_flight {
-        None => None,
+    match &limits.in_flight {
+        None => Ok(None),
         Some(sem) => match Arc::clone(sem).try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) => {
-                return with_retry_after(
-                    Problem::new(
-                        "UNAVAILABLE",
-                        format!(
-                            "overloaded: {} requests are in flight already; retry shortly",
-                            limits.config.max_in_flight
-                        ),
+            Ok(p) => Ok(Some(p)),
+            Err(_) => Err(with_retry_after(
+                Problem::new(
+                    "UNAVAILABLE",
+                    format!(
+                        "overloaded: {} requests are in flight already; retry shortly",
+                        limits.config.max_in_flight
                     ),
-                    1,
-                );
-            }
+                ),
+                1,
+            )),
         },
-    };
-    next.run(req).await
+    }
 }
 
 #[cfg(test)]

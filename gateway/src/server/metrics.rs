@@ -2,13 +2,8 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
+use std::time::Duration;
 
 /// Upper bounds of the latency buckets, in microseconds (Prometheus `le`, plus `+Inf`).
 const BUCKETS_MICROS: [u64; 14] = [
@@ -89,7 +84,8 @@ impl RouteMetrics {
         RouteMetrics { routes }
     }
 
-    fn record(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+    /// Counts one answer of a route (a route not in the table is not counted).
+    pub(crate) fn record(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
         // Routes are fixed at start; a lookup never allocates.
         let Some(stats) = self
             .routes
@@ -144,18 +140,6 @@ impl RouteMetrics {
             );
         }
     }
-}
-
-/// The middleware that counts and times every routed request.
-pub async fn track(State(m): State<Arc<RouteMetrics>>, req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = req.method().clone();
-    let route = req.extensions().get::<MatchedPath>().cloned();
-    let res = next.run(req).await;
-    if let Some(route) = route {
-        m.record(method.as_str(), route.as_str(), res.status().as_u16(), started.elapsed());
-    }
-    res
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ pub mod actor;
 pub mod api;
 pub mod auth;
 pub mod conn;
+pub(crate) mod front;
 pub mod limit;
 pub mod metrics;
 #[cfg(test)]
@@ -14,12 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis};
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::timeout::TimeoutLayer;
 
 use self::actor::{Actor, JournalSink, Startup, now};
 use self::api::AppState;
@@ -267,94 +263,27 @@ pub fn router(state: AppState, limits: limit::LimitConfig, tokens: Option<auth::
     let (api, doc) = api_router();
     // The one document: the dispatcher's routes and the worker's (tagged `worker-data-plane`).
     let doc = crate::openapi::with_worker_paths(doc);
-    let routes = state.routes.clone();
-    // Bodies are read after the token check: an unauthenticated caller gets no buffer.
-    let api = api.route_layer(axum::middleware::from_fn_with_state(
-        conn::BodyLimits::from(&limits),
-        conn::read_body,
-    ));
-    // Without tokens there is nothing to check: no layer at all, rather than one that passes.
-    let api = match tokens {
-        Some(t) => api.route_layer(axum::middleware::from_fn_with_state(Some(t), auth::check)),
-        None => api,
-    };
-    let api = api.route_layer(axum::middleware::from_fn_with_state(routes, metrics::track));
+    // Per route: metrics, then the token check, then the body (read after the token check:
+    // an unauthenticated caller gets no buffer).
+    let api = api.route_layer(front::RouteLayer::new(Some(state.routes.clone()), tokens, &limits));
     // Swagger UI from assets vendored in the build (no network), reading /openapi.json.
     let docs: Router<AppState> =
         utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc).into();
     common_layers(api.merge(docs).fallback(api::not_found), "dispatcher", limits).with_state(state)
 }
 
-/// The layers every Shardwise server has: problem+json for wrong methods, request ids
-/// (kept from `x-request-id` or generated, logged, echoed), tracing, a body limit, a 30 s
-/// timeout, the request limits of [`limit`], caught panics as `INTERNAL` problems, and a
-/// problem body for middleware answers.
+/// What every Shardwise server has around its router: problem+json for wrong methods, and
+/// [`front::FrontLayer`] (request ids kept from `x-request-id` or generated, logged and
+/// echoed; the request span; the request limits of [`limit`]; the body limit; a 30 s timeout;
+/// caught panics as `INTERNAL` problems; a problem body for answers without one).
 pub(crate) fn common_layers<S: Clone + Send + Sync + 'static>(
     router: Router<S>,
     who: &'static str,
     limits: limit::LimitConfig,
 ) -> Router<S> {
-    let max_body_bytes = limits.max_body_bytes;
     router
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(limit::Limits::new(limits), limit::check))
-        .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
-        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(
-            |req: &axum::http::Request<_>| {
-                // Building the span costs nothing measurable, filling it does: only when
-                // request logging is on.
-                if !tracing::enabled!(tracing::Level::INFO) {
-                    return tracing::Span::none();
-                }
-                let id = req
-                    .headers()
-                    .get("x-request-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("-")
-                    .to_owned();
-                tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-            },
-        ).on_failure(log_failure))
-        .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(RequestIds::new()))
-        .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Duration::from_secs(30),
-        ))
-        .layer(CatchPanicLayer::custom(move |_: Box<dyn std::any::Any + Send>| {
-            Problem::new(
-                "INTERNAL",
-                format!("the {who} hit a bug handling this request (a panic was caught)"),
-            )
-            .into_response()
-        }))
-        .layer(axum::middleware::map_response(problem_for_empty_errors))
-}
-
-/// Request ids for requests that bring none: `<process start, hex>-<counter>`, unique per
-/// process and cheaper than a random UUID (no `getrandom` call per request).
-#[derive(Debug, Clone)]
-struct RequestIds {
-    prefix: std::sync::Arc<str>,
-    next: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl RequestIds {
-    fn new() -> RequestIds {
-        RequestIds { prefix: incarnation().into(), next: Default::default() }
-    }
-}
-
-impl tower_http::request_id::MakeRequestId for RequestIds {
-    fn make_request_id<B>(
-        &mut self,
-        _: &axum::http::Request<B>,
-    ) -> Option<tower_http::request_id::RequestId> {
-        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        axum::http::HeaderValue::from_str(&format!("{}-{n:x}", self.prefix))
-            .ok()
-            .map(tower_http::request_id::RequestId::new)
-    }
+        .layer(front::FrontLayer::new(who, limits))
 }
 
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Problem {
@@ -363,48 +292,6 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
     p.status = 405;
     p.title = "Method not allowed".into();
     p
-}
-
-/// A 503 is an answer the callers retry by design (not ready yet, overloaded, a journal that
-/// stopped, which is logged on its own): a warning. Any other server error is an error.
-fn log_failure(
-    class: tower_http::classify::ServerErrorsFailureClass,
-    latency: Duration,
-    _span: &tracing::Span,
-) {
-    use tower_http::classify::ServerErrorsFailureClass::StatusCode as Status;
-    let ms = latency.as_millis();
-    match class {
-        Status(StatusCode::SERVICE_UNAVAILABLE) => {
-            tracing::warn!(latency_ms = ms, "answered 503 Service Unavailable");
-        }
-        other => tracing::error!(classification = %other, latency_ms = ms, "request failed"),
-    }
-}
-
-/// Middleware answers (timeouts, limits) carry no body: give them a problem body.
-async fn problem_for_empty_errors(res: Response) -> Response {
-    let status = res.status();
-    let is_problem = res
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_problem {
-        return res;
-    }
-    let code = match status.as_u16() {
-        400 | 405 | 415 => "INVALID_ARGUMENT",
-        401 => "UNAUTHENTICATED",
-        403 => "PERMISSION_DENIED",
-        404 => "NOT_FOUND",
-        409 => "FAILED_PRECONDITION",
-        413 | 429 => "RESOURCE_EXHAUSTED",
-        503 | 504 | 408 => "UNAVAILABLE",
-        _ => "INTERNAL",
-    };
-    let mut p = Problem::new(code, status.canonical_reason().unwrap_or("error").to_owned());
-    p.status = status.as_u16();
-    p.into_response()
 }
 
 /// Runs the dispatcher until SIGINT/SIGTERM; returns the process exit status.

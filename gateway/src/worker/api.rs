@@ -207,11 +207,7 @@ pub(crate) fn router(
         .route("/healthz", get(crate::server::api::healthz))
         .route("/metrics", get(metrics))
         // No route takes a body; one sent anyway is read within the bound, after the token.
-        .route_layer(axum::middleware::from_fn_with_state(
-            crate::server::conn::BodyLimits::from(&limits),
-            crate::server::conn::read_body,
-        ))
-        .route_layer(axum::middleware::from_fn_with_state(tokens, auth::check));
+        .route_layer(crate::server::front::RouteLayer::new(None, tokens, &limits));
     let app = api.route("/openapi.json", get(openapi_json)).fallback(crate::server::api::not_found);
     crate::server::common_layers(app, "worker", limits).with_state(WorkerState(shared))
 }
