@@ -13,7 +13,7 @@ pub mod seed {
     use futures::TryStreamExt;
     use serde_json::Value;
     use shardwise_core::dataset::DatasetDef;
-    use shardwise_core::dispatch::dispatcher::{NamedMode, ProcessingMode};
+    use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
     use shardwise_gateway::client::{DistributeOptions, distribute};
     use shardwise_gateway::server::{self, DispatcherArgs};
     use shardwise_gateway::worker::{self, WorkerArgs};

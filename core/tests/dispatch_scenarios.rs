@@ -23,7 +23,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::wire::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, RegisterDataset, TaskProgress,
     WorkerHeartbeat, WorkerUpdate,
 };
@@ -58,21 +58,16 @@ fn per_worker(sim: &Sim, c: usize, n: usize) -> Vec<Vec<Value>> {
 }
 
 fn register_as(sim: &mut Sim, id: &str, dataset: shardwise_core::dataset::DatasetDef) -> String {
-    sim.dispatch(|d, _| {
-        d.register_dataset(&RegisterDataset {
-            dataset,
-            dataset_id: Some(id.into()),
-            metadata: None,
-        })
-    })
-    .expect("register")
+    sim.dispatch(RegisterDataset { dataset, dataset_id: Some(id.into()), metadata: None })
+        .expect("register")
+        .dataset_id
 }
 
 fn create_job(
     sim: &mut Sim,
     req: &CreateJob,
 ) -> Result<shardwise_core::dispatch::JobId, DispatchError> {
-    sim.dispatch(|d, _| d.create_job(req))
+    sim.dispatch(req.clone()).map(|r| r.job_id)
 }
 
 fn active_iterations(sim: &Sim) -> usize {
@@ -178,13 +173,11 @@ fn sv_06_iteration_not_collected_before_its_client_starts_reading() {
     let mut sim = Sim::with_workers(gc_config(10), 5);
     let ds = sim.register(range(10));
     let job = create_job(&mut sim, &job_req(&ds, OFF, None)).unwrap();
-    let lease =
-        sim.dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default())).unwrap();
+    let lease = sim.dispatch((job, CreateIteration::default())).unwrap();
     sim.run_for(1_000);
     assert_eq!(active_iterations(&sim), 1);
     // One heartbeat, then silence: released after the client timeout, then collected.
-    sim.dispatch(|d, now| d.client_heartbeat(now, lease.client_id, &ClientHeartbeat::default()))
-        .unwrap();
+    sim.dispatch((lease.client_id, ClientHeartbeat::default())).unwrap();
     let collected = sim.run_until(10_000, |s| active_iterations(s) == 0);
     assert!(collected);
     assert!(sim.state().iterations[&lease.iteration_id].garbage_collected);
@@ -195,7 +188,7 @@ fn sv_07_a_live_lease_keeps_the_iteration() {
     let mut sim = Sim::with_workers(gc_config(10_000_000_000), 5);
     let ds = sim.register(range(10));
     let job = create_job(&mut sim, &job_req(&ds, OFF, None)).unwrap();
-    sim.dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default())).unwrap();
+    sim.dispatch((job, CreateIteration::default())).unwrap();
     sim.run_for(1_000);
     assert_eq!(active_iterations(&sim), 1);
 }
@@ -238,14 +231,13 @@ fn sv_10_metadata_round_trip_and_unknown_dataset() {
     let mut sim = Sim::new(SimConfig::default());
     let meta = json!({"element_spec": "spec-bytes", "compression": "SNAPPY", "cardinality": 10});
     let id = sim
-        .dispatch(|d, _| {
-            d.register_dataset(&RegisterDataset {
-                dataset: range(10),
-                dataset_id: None,
-                metadata: Some(meta.clone()),
-            })
+        .dispatch(RegisterDataset {
+            dataset: range(10),
+            dataset_id: None,
+            metadata: Some(meta.clone()),
         })
-        .unwrap();
+        .unwrap()
+        .dataset_id;
     assert_eq!(sim.state().datasets[&id].metadata, meta);
     sim.bounce_dispatcher();
     assert_eq!(sim.state().datasets[&id].metadata, meta, "metadata survives a restart");
@@ -265,14 +257,11 @@ fn sv_11_explicit_dataset_id_is_get_or_register() {
         metadata: Some(meta),
     };
     let finite = json!({"cardinality": 10});
-    assert_eq!(
-        sim.dispatch(|d, _| d.register_dataset(&req(finite.clone()))).unwrap(),
-        "dataset_id"
-    );
+    assert_eq!(sim.dispatch(req(finite.clone())).unwrap().dataset_id, "dataset_id");
     let journaled = sim.journal.len();
-    assert_eq!(sim.dispatch(|d, _| d.register_dataset(&req(finite))).unwrap(), "dataset_id");
+    assert_eq!(sim.dispatch(req(finite)).unwrap().dataset_id, "dataset_id");
     assert_eq!(sim.journal.len(), journaled, "nothing journaled for an existing id");
-    let e = sim.dispatch(|d, _| d.register_dataset(&req(json!({"cardinality": -1})))).unwrap_err();
+    let e = sim.dispatch(req(json!({"cardinality": -1}))).unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
     assert!(e.detail().contains("Datasets with the same ID should have the same structure"), "{e}");
 }
@@ -294,7 +283,7 @@ fn sv_12_anonymous_registrations_get_distinct_ids_and_duplicates_the_same() {
         dataset_id: None,
         metadata: Some(json!({"element_spec": "x"})),
     };
-    assert_eq!(sim.dispatch(|d, _| d.register_dataset(&with_metadata)).unwrap(), "1002");
+    assert_eq!(sim.dispatch(with_metadata).unwrap().dataset_id, "1002");
 }
 
 /// There is no dataset store in core: ids come from the journaled state alone, so a restart
@@ -342,7 +331,7 @@ fn sv_15_cross_trainer_flag_reaches_the_worker() {
     let mut req = job_req(&ds, OFF, Some("job"));
     req.cross_trainer_cache = true;
     let job = create_job(&mut sim, &req).unwrap();
-    sim.dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default())).unwrap();
+    sim.dispatch((job, CreateIteration::default())).unwrap();
     assert!(sim.run_until(1_000, |s| s.worker_task_count("w0") == 1));
     let task = sim.workers["w0"].tasks.values().next().unwrap();
     assert!(task.def.cross_trainer_cache);
@@ -775,9 +764,7 @@ fn js_12_silent_clients_are_released() {
     sim.read_until(c, 1, 5_000);
     sim.run_for(3_000);
     let id = sim.clients[c].lease.as_ref().unwrap().client_id;
-    let e = sim
-        .dispatch(|d, now| d.client_heartbeat(now, id, &ClientHeartbeat::default()))
-        .unwrap_err();
+    let e = sim.dispatch((id, ClientHeartbeat::default())).unwrap_err();
     assert_eq!(e.code(), "NOT_FOUND");
     assert!(e.detail().contains("Unknown iteration client id"), "{e}");
 }
@@ -838,12 +825,10 @@ fn js_15_explicit_dataset_ids_and_sharing() {
     assert!(e.detail().contains("Existing dataset: <dataset_id>; got <other_id>."), "{e}");
     // Different structures under one id.
     let e = sim
-        .dispatch(|d, _| {
-            d.register_dataset(&RegisterDataset {
-                dataset: range(11),
-                dataset_id: Some("dataset_id".into()),
-                metadata: None,
-            })
+        .dispatch(RegisterDataset {
+            dataset: range(11),
+            dataset_id: Some("dataset_id".into()),
+            metadata: None,
         })
         .unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
@@ -1289,20 +1274,15 @@ fn as_11_misc() {
 fn im_01_task_completion_reaches_clients_via_the_dispatcher() {
     let mut sim = Sim::new(SimConfig::default());
     let hb = WorkerHeartbeat { worker_address: "w0".into(), ..WorkerHeartbeat::default() };
-    sim.dispatch(|d, now| d.worker_heartbeat(now, &hb)).unwrap();
+    sim.dispatch(hb.clone()).unwrap();
     let ds = sim.register(range(3));
     let job = create_job(&mut sim, &job_req(&ds, OFF, None)).unwrap();
-    let lease =
-        sim.dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default())).unwrap();
-    let task = sim.dispatch(|d, now| d.worker_heartbeat(now, &hb)).unwrap().new_tasks[0].task_id;
+    let lease = sim.dispatch((job, CreateIteration::default())).unwrap();
+    let task = sim.dispatch(hb.clone()).unwrap().new_tasks[0].task_id;
     // The worker produced its 3 elements and the end, but has not reported yet.
     for _ in 0..3 {
         sim.now = sim.now.plus(Millis(20));
-        let r = sim
-            .dispatch(|d, now| {
-                d.client_heartbeat(now, lease.client_id, &ClientHeartbeat::default())
-            })
-            .unwrap();
+        let r = sim.dispatch((lease.client_id, ClientHeartbeat::default())).unwrap();
         assert!(!r.iteration_finished && !r.tasks[0].finished);
     }
     let update = WorkerUpdate {
@@ -1310,10 +1290,8 @@ fn im_01_task_completion_reaches_clients_via_the_dispatcher() {
         worker_uid: None,
         updates: vec![TaskProgress { task_id: task, completed: true }],
     };
-    sim.dispatch(|d, now| d.worker_update(now, &update)).unwrap();
-    let r = sim
-        .dispatch(|d, now| d.client_heartbeat(now, lease.client_id, &ClientHeartbeat::default()))
-        .unwrap();
+    sim.dispatch(update.clone()).unwrap();
+    let r = sim.dispatch((lease.client_id, ClientHeartbeat::default())).unwrap();
     assert!(r.iteration_finished && r.tasks[0].finished);
 }
 
@@ -1321,18 +1299,15 @@ fn im_01_task_completion_reaches_clients_via_the_dispatcher() {
 fn im_02_get_split_past_the_end_of_a_repetition() {
     let mut sim = Sim::new(SimConfig::default());
     let hb = WorkerHeartbeat { worker_address: "w0".into(), ..WorkerHeartbeat::default() };
-    sim.dispatch(|d, now| d.worker_heartbeat(now, &hb)).unwrap();
+    sim.dispatch(hb.clone()).unwrap();
     let ds = sim.register(with(range(20), json!([{"repeat": 2}])));
     let mut req = job_req(&ds, DYNAMIC, None);
     req.split_size = Some(10);
     let job = create_job(&mut sim, &req).unwrap();
-    let it = sim
-        .dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default()))
-        .unwrap()
-        .iteration_id;
-    let get = |sim: &mut Sim, r: u64| -> shardwise_core::dispatch::dispatcher::SplitsReply {
+    let it = sim.dispatch((job, CreateIteration::default())).unwrap().iteration_id;
+    let get = |sim: &mut Sim, r: u64| -> shardwise_core::dispatch::wire::SplitsReply {
         let req: GetSplits = splits_req("w0", r, 1);
-        sim.dispatch(|d, now| d.get_splits(now, it, &req)).unwrap()
+        sim.dispatch((it, req.clone())).unwrap()
     };
     assert_eq!(get(&mut sim, 0).splits, [json!({"start": 0, "stop": 10})]);
     assert_eq!(get(&mut sim, 0).splits, [json!({"start": 10, "stop": 20})]);
@@ -1393,7 +1368,7 @@ fn im_05_task_ids_repeat_after_a_restart_without_journal() {
     let ds2 = sim.register(range_from(100, 110));
     assert_eq!(ds2, "1000");
     let job = create_job(&mut sim, &job_req(&ds2, OFF, Some("j"))).unwrap();
-    sim.dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default())).unwrap();
+    sim.dispatch((job, CreateIteration::default())).unwrap();
     let reader = read_all(&mut sim, ClientSpec::new(&ds2, OFF).job("j"));
     assert_eq!(sim.values(reader), ints(100..110));
 }

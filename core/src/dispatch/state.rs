@@ -940,14 +940,17 @@ pub fn apply(state: &mut State, update: &Update) {
     }
 }
 
-/// Replays `updates` onto a fresh state (configured with `worker_addresses`).
-pub fn recover<'a>(
-    worker_addresses: Vec<String>,
-    updates: impl IntoIterator<Item = &'a Update>,
-) -> State {
-    let mut state = State::new(worker_addresses);
-    for u in updates {
-        apply(&mut state, u);
+impl State {
+    /// Replays `updates` onto a fresh state (configured with `worker_addresses`): the state
+    /// a journal stands for.
+    pub fn replay<'a>(
+        worker_addresses: Vec<String>,
+        updates: impl IntoIterator<Item = &'a Update>,
+    ) -> State {
+        let mut state = State::new(worker_addresses);
+        for u in updates {
+            apply(&mut state, u);
+        }
+        state
     }
-    state
 }

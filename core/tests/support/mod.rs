@@ -25,16 +25,16 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::framing::{Tail, segment_header};
+use shardwise_core::dispatch::journal::{decode_updates, encode_update};
+use shardwise_core::dispatch::wire::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, IterationLease, NamedMode,
     ProcessingMode, RegisterDataset, SplitId, SplitsReply, TaskDef, TaskInfo, TaskProgress,
     WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply,
 };
-use shardwise_core::dispatch::framing::{Tail, segment_header};
-use shardwise_core::dispatch::journal::{decode_updates, encode_update};
 use shardwise_core::dispatch::{
-    DispatchError, Dispatcher, DispatcherConfig, Event, IterationId, JobId, Millis, ShardingPolicy,
-    State, TargetWorkers, TaskId, Update, apply, recover,
+    Call, DispatchError, Dispatcher, DispatcherConfig, Driver, Event, IterationId, JobId, Millis,
+    ReleaseClient, ShardingPolicy, State, TargetWorkers, TaskId, Update, VecSink, apply,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -531,8 +531,8 @@ pub(crate) struct Sim {
     pub(crate) cfg: SimConfig,
     pub(crate) now: Millis,
     pub(crate) rng: SplitMix64,
-    /// The dispatcher (`None` while it is down).
-    pub(crate) d: Option<Dispatcher>,
+    /// The dispatcher and its sink (`None` while it is down).
+    pub(crate) d: Option<Driver<VecSink>>,
     pub(crate) incarnations: u64,
     /// The durable journal (records made durable so far, across incarnations).
     pub(crate) journal: Vec<Update>,
@@ -619,13 +619,13 @@ impl Sim {
         )
         .expect("valid dispatcher config");
         self.segments.push(segment_header().to_vec());
-        self.d = Some(d);
+        self.d = Some(Driver::new(d, VecSink::default()));
         self.note("dispatcher started".into());
     }
 
     /// The dispatcher (panics while it is down).
     pub(crate) fn dispatcher(&self) -> &Dispatcher {
-        self.d.as_ref().expect("the dispatcher is up")
+        self.d.as_ref().expect("the dispatcher is up").dispatcher()
     }
 
     /// Its state.
@@ -633,25 +633,34 @@ impl Sim {
         self.dispatcher().state()
     }
 
-    /// Calls the dispatcher (if it is up) and drains its journal before the reply counts as
-    /// sent. `None` while it is down.
-    pub(crate) fn call<R>(&mut self, f: impl FnOnce(&mut Dispatcher, Millis) -> R) -> Option<R> {
+    /// Calls the dispatcher (if it is up) through its driver, whose sink keeps the records the
+    /// reply waited for; they join the journal before the reply counts as sent. `None` while
+    /// it is down.
+    pub(crate) fn call<C: Call>(&mut self, request: C) -> Option<Result<C::Output, DispatchError>> {
         let now = self.now;
-        let d = self.d.as_mut()?;
-        let r = f(d, now);
+        let r = self.d.as_mut()?.call(now, request);
         self.drain();
         Some(r)
     }
 
     /// [`Sim::call`] that requires the dispatcher to be up.
-    pub(crate) fn dispatch<R>(&mut self, f: impl FnOnce(&mut Dispatcher, Millis) -> R) -> R {
-        self.call(f).expect("the dispatcher is up")
+    pub(crate) fn dispatch<C: Call>(&mut self, request: C) -> Result<C::Output, DispatchError> {
+        self.call(request).expect("the dispatcher is up")
+    }
+
+    /// Runs the dispatcher's timers (if it is up).
+    pub(crate) fn tick(&mut self) {
+        let now = self.now;
+        if let Some(d) = self.d.as_mut() {
+            d.handle_timeout(now);
+            self.drain();
+        }
     }
 
     fn drain(&mut self) {
         let Some(d) = self.d.as_mut() else { return };
         let segment = self.segments.last_mut().expect("an open segment");
-        while let Some(u) = d.poll_journal() {
+        for u in std::mem::take(&mut d.sink_mut().records) {
             encode_update(&u, segment).expect("every update encodes");
             apply(&mut self.shadow, &u);
             self.journal.push(u);
@@ -662,23 +671,22 @@ impl Sim {
         self.calls += 1;
         if self.cfg.check_every > 0 && self.calls.is_multiple_of(self.cfg.check_every) {
             assert!(
-                &self.shadow == d.state(),
+                &self.shadow == d.dispatcher().state(),
                 "replay of the journal differs from the live state at t={} (seed {})\nreplay: \
                  {:?}\nlive: {:?}",
                 self.now.0,
                 self.cfg.seed,
                 self.shadow,
-                d.state()
+                d.dispatcher().state()
             );
         }
     }
 
     /// Registers a dataset.
     pub(crate) fn register(&mut self, dataset: DatasetDef) -> String {
-        self.dispatch(|d, _| {
-            d.register_dataset(&RegisterDataset { dataset, dataset_id: None, metadata: None })
-        })
-        .expect("register")
+        self.dispatch(RegisterDataset { dataset, dataset_id: None, metadata: None })
+            .expect("register")
+            .dataset_id
     }
 
     /// The records of all segments, decoded (checks that they equal the in-memory journal).
@@ -702,7 +710,7 @@ impl Sim {
     /// The dispatcher process dies; the records drained so far are durable, nothing else.
     pub(crate) fn crash_dispatcher(&mut self) {
         let d = self.d.take().expect("the dispatcher is up");
-        self.crashed_state = Some(d.state().clone());
+        self.crashed_state = Some(d.dispatcher().state().clone());
         self.note("dispatcher crashed".into());
     }
 
@@ -731,7 +739,7 @@ impl Sim {
         }
         d.state().check_heartbeat_index().expect("heartbeat index after recovery");
         self.segments.push(segment_header().to_vec());
-        self.d = Some(d);
+        self.d = Some(Driver::new(d, VecSink::default()));
         self.note("dispatcher recovered".into());
     }
 
@@ -762,7 +770,7 @@ impl Sim {
         self.segments = vec![seg];
         // Replaying the snapshot alone gives the live state.
         let replayed =
-            recover(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
+            State::replay(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
         assert!(&replayed == self.state(), "a snapshot replays to the live state");
         replayed.check_heartbeat_index().expect("heartbeat index after a snapshot");
         self.note("journal compacted".into());
@@ -771,7 +779,7 @@ impl Sim {
     /// Full replay of the durable journal equals the live state.
     pub(crate) fn check_replay(&self) {
         let replayed =
-            recover(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
+            State::replay(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
         assert!(&replayed == self.state(), "replay equals the live state (seed {})", self.cfg.seed);
         self.state().check_heartbeat_index().expect("live heartbeat index");
         replayed.check_heartbeat_index().expect("replayed heartbeat index");
@@ -863,7 +871,7 @@ impl Sim {
     /// Runs until every worker process that is up is registered and alive.
     pub(crate) fn settle(&mut self) {
         let ok = self.run_until(5_000, |s| {
-            s.d.as_ref().is_some_and(|d| {
+            s.d.as_ref().map(Driver::dispatcher).is_some_and(|d| {
                 s.workers.values().filter(|w| w.up).all(|w| {
                     d.state().workers.get(&w.addr).is_some_and(|x| x.alive)
                         && w.incarnation_seen.as_deref() == Some(d.incarnation())
@@ -996,7 +1004,7 @@ impl Sim {
         c.session += 1;
         if let Some(lease) = c.lease.take() {
             let id = lease.client_id;
-            if self.call(|d, now| d.release_client(now, id)).is_none() {
+            if self.call(ReleaseClient { client_id: id }).is_none() {
                 self.clients[i].pending_release.push(id);
             }
         }
@@ -1082,7 +1090,7 @@ impl Sim {
         self.deliver_due();
         let due = self.d.as_ref().is_some_and(|d| self.now >= d.poll_timeout());
         if due {
-            self.call(|d, now| d.handle_timeout(now));
+            self.tick();
         }
         let addrs: Vec<String> = self.workers.keys().cloned().collect();
         for a in &addrs {
@@ -1154,9 +1162,7 @@ impl Sim {
                     worker_uid,
                     incarnation,
                 };
-                let mut r = self
-                    .call(|d, now| d.worker_heartbeat(now, &hb))
-                    .unwrap_or_else(|| Err(unavailable()));
+                let mut r = self.call(hb.clone()).unwrap_or_else(|| Err(unavailable()));
                 if self.reply_lost() {
                     r = Err(unavailable());
                 }
@@ -1171,9 +1177,7 @@ impl Sim {
                         .map(|t| TaskProgress { task_id: *t, completed: true })
                         .collect(),
                 };
-                let mut r = self
-                    .call(|d, now| d.worker_update(now, &req))
-                    .unwrap_or_else(|| Err(unavailable()));
+                let mut r = self.call(req.clone()).unwrap_or_else(|| Err(unavailable()));
                 if self.reply_lost() {
                     r = Err(unavailable());
                 }
@@ -1184,11 +1188,10 @@ impl Sim {
                 let was_lost = self
                     .d
                     .as_ref()
-                    .and_then(|d| d.state().workers.get(&addr))
+                    .and_then(|d| d.dispatcher().state().workers.get(&addr))
                     .is_some_and(|w| !w.alive);
-                let mut r = self
-                    .call(|d, now| d.get_splits(now, iteration, &req))
-                    .unwrap_or_else(|| Err(unavailable()));
+                let mut r =
+                    self.call((iteration, req.clone())).unwrap_or_else(|| Err(unavailable()));
                 if self.reply_lost() {
                     r = Err(unavailable());
                 }
@@ -1196,7 +1199,7 @@ impl Sim {
             }
             Req::ClientHeartbeat { client, session, client_id } => {
                 let mut r = self
-                    .call(|d, now| d.client_heartbeat(now, client_id, &ClientHeartbeat::default()))
+                    .call((client_id, ClientHeartbeat::default()))
                     .unwrap_or_else(|| Err(unavailable()));
                 if self.reply_lost() {
                     r = Err(unavailable());
@@ -1335,7 +1338,7 @@ impl Sim {
         &mut self,
         i: usize,
         session: u64,
-        r: Result<shardwise_core::dispatch::dispatcher::ClientHeartbeatReply, DispatchError>,
+        r: Result<shardwise_core::dispatch::wire::ClientHeartbeatReply, DispatchError>,
     ) {
         let c = &mut self.clients[i];
         if c.session != session {
@@ -1419,7 +1422,7 @@ impl Sim {
         if self.d.is_some() && !self.clients[i].pending_release.is_empty() {
             let ids = std::mem::take(&mut self.clients[i].pending_release);
             for id in ids {
-                let _ = self.call(|d, now| d.release_client(now, id));
+                let _ = self.call(ReleaseClient { client_id: id });
             }
         }
         {
@@ -1430,7 +1433,7 @@ impl Sim {
         }
         if self.clients[i].job_id.is_none() {
             let req = self.clients[i].spec.create_job();
-            match self.call(|d, _| d.create_job(&req)) {
+            match self.call(req.clone()) {
                 None | Some(Err(DispatchError::Unavailable(_))) => return,
                 Some(Err(e)) => {
                     let c = &mut self.clients[i];
@@ -1438,7 +1441,7 @@ impl Sim {
                     c.failed = true;
                     return;
                 }
-                Some(Ok(id)) => self.clients[i].job_id = Some(id),
+                Some(Ok(created)) => self.clients[i].job_id = Some(created.job_id),
             }
         }
         if self.clients[i].lease.is_none() {
@@ -1448,7 +1451,7 @@ impl Sim {
                 repetition: c.spec.first_repetition + c.epoch,
                 ..CreateIteration::default()
             };
-            match self.call(|d, now| d.create_iteration(now, job, &req)) {
+            match self.call((job, req)) {
                 None | Some(Err(DispatchError::Unavailable(_))) => return,
                 Some(Err(e)) => {
                     let c = &mut self.clients[i];
@@ -1554,7 +1557,7 @@ impl Sim {
             }
             if c.release_at_end {
                 let id = lease.client_id;
-                if self.call(|d, now| d.release_client(now, id)).is_none() {
+                if self.call(ReleaseClient { client_id: id }).is_none() {
                     self.clients[i].pending_release.push(id);
                 }
             }
