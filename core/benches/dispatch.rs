@@ -242,7 +242,7 @@ fn worker_heartbeat(c: &mut Criterion) {
         let reqs: Vec<WorkerHeartbeat> = workers
             .iter()
             .map(|w| {
-                heartbeat(w, d.dispatcher().state().workers[w].tasks.iter().copied().collect())
+                heartbeat(w, d.dispatcher().state().workers()[w].tasks.iter().copied().collect())
             })
             .collect();
         for r in &reqs {
@@ -445,7 +445,7 @@ fn realistic_run() -> Vec<Update> {
             }
         }
         for w in &workers {
-            let updates = d.dispatcher().state().workers[w]
+            let updates = d.dispatcher().state().workers()[w]
                 .tasks
                 .iter()
                 .map(|t| TaskProgress { task_id: *t, completed: true })
@@ -519,8 +519,8 @@ fn journal(c: &mut Criterion) {
          tasks, records {kinds:?}",
         run_segment.len(),
         run_segment.len() as f64 / RECORDS as f64,
-        live.iterations.len(),
-        live.tasks.len(),
+        live.iterations().len(),
+        live.tasks().len(),
     );
     group.bench_function("replay_realistic_decode_and_apply", |b| {
         b.iter(|| {

@@ -132,7 +132,7 @@ fn st_02_st_03_explicit_ids_and_metadata() {
     };
     assert_eq!(h.d.call(Millis(0), req.clone()).unwrap().dataset_id, "dataset_id1");
     h.sync();
-    assert_eq!(h.d.dispatcher().state().datasets["dataset_id1"].metadata, meta);
+    assert_eq!(h.d.dispatcher().state().datasets()["dataset_id1"].metadata, meta);
     // Get-or-register: the same again is the same id, nothing journaled.
     assert_eq!(h.d.call(Millis(0), req.clone()).unwrap().dataset_id, "dataset_id1");
     assert!(h.d.sink().records.is_empty());
@@ -160,13 +160,13 @@ fn st_02_st_03_explicit_ids_and_metadata() {
 #[test]
 fn st_04_st_11_worker_registration() {
     let mut h = Harness::new(DispatcherConfig::default());
-    assert!(h.d.dispatcher().state().workers.is_empty());
+    assert!(h.d.dispatcher().state().workers().is_empty());
     let r = h.heartbeat(1, "address_1", &[]);
     assert!(r.new_tasks.is_empty() && r.tasks_to_delete.is_empty());
     assert_eq!(r.incarnation, "inc-1");
     h.heartbeat(2, "address_2", &[]);
-    assert_eq!(h.d.dispatcher().state().workers.len(), 2);
-    assert!(h.d.dispatcher().state().workers["address_1"].tasks.is_empty());
+    assert_eq!(h.d.dispatcher().state().workers().len(), 2);
+    assert!(h.d.dispatcher().state().workers()["address_1"].tasks.is_empty());
 }
 
 #[test]
@@ -198,7 +198,7 @@ fn st_05_fixed_worker_list() {
         .unwrap_err();
     assert!(e.detail().contains("The worker's address is not configured"), "{e}");
     assert_eq!(
-        h.d.dispatcher().state().worker_list.entries(),
+        h.d.dispatcher().state().worker_list().entries(),
         ["/worker/task/0:20000", "/worker/task/1", "localhost:20001"]
     );
 }
@@ -220,7 +220,7 @@ fn st_07_st_08_jobs() {
         (job.job_name.as_str(), job.dataset_id.as_str(), job.cross_trainer_cache),
         ("test_name", ds.as_str(), false)
     );
-    assert_eq!(h.d.dispatcher().state().next_job_id, 5001);
+    assert_eq!(h.d.dispatcher().state().next_job_id(), 5001);
     // Same name, same parameters: the same job.
     assert_eq!(h.job(&ds, ShardingPolicy::Off, Some("test_name")), id);
     // Same name, other parameters: refused with the differences listed.
@@ -272,7 +272,7 @@ fn st_09_st_13_tasks_and_finishing() {
     let job = h.job(&ds, ShardingPolicy::Off, None);
     let lease = h.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
     h.sync();
-    let it = &h.d.dispatcher().state().iterations[&lease.iteration_id];
+    let it = &h.d.dispatcher().state().iterations()[&lease.iteration_id];
     assert_eq!(it.tasks.len(), 2);
     assert_eq!(it.num_clients, 1);
     // Workers learn their tasks from heartbeats.
@@ -292,7 +292,7 @@ fn st_09_st_13_tasks_and_finishing() {
     )
     .unwrap();
     h.sync();
-    assert!(!h.d.dispatcher().state().iterations[&lease.iteration_id].finished);
+    assert!(!h.d.dispatcher().state().iterations()[&lease.iteration_id].finished);
     // An unknown id does not fail the update (TensorFlow #52252) and is reported.
     let r =
         h.d.call(
@@ -309,7 +309,7 @@ fn st_09_st_13_tasks_and_finishing() {
         .unwrap();
     h.sync();
     assert_eq!(r.unknown_tasks, vec![TaskId(99)]);
-    assert!(h.d.dispatcher().state().iterations[&lease.iteration_id].finished);
+    assert!(h.d.dispatcher().state().iterations()[&lease.iteration_id].finished);
     assert!(matches!(h.d.poll_event(), Some(Event::IterationFinished { .. })));
     // A finished task is deleted on the next heartbeat.
     assert_eq!(h.heartbeat(4, "w1", &[t1]).tasks_to_delete, vec![t1]);
@@ -328,10 +328,10 @@ fn st_14_st_15_client_leases() {
     h.sync();
     assert_eq!(a.iteration_id, b.iteration_id);
     assert_eq!((a.client_id, b.client_id), (ClientId(3000), ClientId(3001)));
-    assert_eq!(h.d.dispatcher().state().iterations[&a.iteration_id].num_clients, 2);
+    assert_eq!(h.d.dispatcher().state().iterations()[&a.iteration_id].num_clients, 2);
     h.d.call(Millis(100), ReleaseClient { client_id: b.client_id }).unwrap();
     h.sync();
-    let it = &h.d.dispatcher().state().iterations[&a.iteration_id];
+    let it = &h.d.dispatcher().state().iterations()[&a.iteration_id];
     assert_eq!((it.num_clients, it.last_release), (1, Some(Millis(100))));
     let e = h.d.call(Millis(101), ReleaseClient { client_id: b.client_id }).unwrap_err();
     assert_eq!(e.detail(), "Iteration client id not found: 3001");
@@ -497,14 +497,14 @@ fn a_lost_workers_splits_are_handed_out_again() {
     h.heartbeat(900, "w1", &[]);
     h.d.handle_timeout(Millis(1_500));
     h.sync();
-    assert!(!h.d.dispatcher().state().workers["w2"].alive);
+    assert!(!h.d.dispatcher().state().workers()["w2"].alive);
     assert!(matches!(h.d.poll_event(), Some(Event::WorkerLost { address }) if address == "w2"));
     got.extend(drain_splits(&mut h, 1_600, lease.iteration_id, &["w1"], 2));
     let mut starts: Vec<i64> = got.iter().map(|s| s["start"].as_i64().unwrap()).collect();
     starts.sort_unstable();
     assert_eq!(starts, vec![0, 10, 20, 30], "every split handed out once to a live worker");
     // The iteration finishes when w1 finishes: the lost worker's task no longer blocks.
-    let t1 = h.d.dispatcher().state().workers["w1"].tasks.iter().next().copied().unwrap();
+    let t1 = h.d.dispatcher().state().workers()["w1"].tasks.iter().next().copied().unwrap();
     h.d.call(
         Millis(1_700),
         WorkerUpdate {
@@ -515,7 +515,7 @@ fn a_lost_workers_splits_are_handed_out_again() {
     )
     .unwrap();
     h.sync();
-    assert!(h.d.dispatcher().state().iterations[&lease.iteration_id].finished);
+    assert!(h.d.dispatcher().state().iterations()[&lease.iteration_id].finished);
 }
 
 #[test]
@@ -536,17 +536,17 @@ fn silent_clients_are_released_and_idle_iterations_collected() {
     // Within the first-heartbeat grace nothing happens (SV-06).
     h.d.handle_timeout(Millis(500));
     h.sync();
-    assert_eq!(h.d.dispatcher().state().iterations[&lease.iteration_id].num_clients, 1);
+    assert_eq!(h.d.dispatcher().state().iterations()[&lease.iteration_id].num_clients, 1);
     // One heartbeat, then silence: released after the client timeout, collected after the GC
     // timeout, and the worker is told to drop its task.
     h.d.call(Millis(600), (lease.client_id, ClientHeartbeat::default())).unwrap();
     h.heartbeat(600, "w1", &[]);
     h.d.handle_timeout(Millis(710));
     h.sync();
-    assert_eq!(h.d.dispatcher().state().iterations[&lease.iteration_id].num_clients, 0);
+    assert_eq!(h.d.dispatcher().state().iterations()[&lease.iteration_id].num_clients, 0);
     h.d.handle_timeout(Millis(770));
     h.sync();
-    let it = &h.d.dispatcher().state().iterations[&lease.iteration_id];
+    let it = &h.d.dispatcher().state().iterations()[&lease.iteration_id];
     assert!(it.garbage_collected);
     let task = it.tasks[0];
     assert_eq!(h.heartbeat(780, "w1", &[task]).tasks_to_delete, vec![task]);
@@ -655,7 +655,7 @@ fn snapshot_compacts_the_journal() {
     let d2 =
         Dispatcher::recover(DispatcherConfig::default(), "inc-2".into(), Millis(3), &compacted)
             .unwrap();
-    assert_eq!(d2.state().jobs_by_name.get("j"), Some(&job));
+    assert_eq!(d2.state().jobs_by_name().get("j"), Some(&job));
 }
 
 /// A client that sends back the `tasks_version` it kept is told "unchanged" instead of being
@@ -694,6 +694,6 @@ fn client_heartbeats_leave_out_an_unchanged_task_list() {
     let recovered =
         Dispatcher::recover(DispatcherConfig::default(), "inc-1".into(), Millis(4), &h.journal)
             .unwrap();
-    assert_eq!(recovered.state().version, h.d.dispatcher().state().version);
+    assert_eq!(recovered.state().version(), h.d.dispatcher().state().version());
     assert!(hb(&mut h, Some(grown.tasks_version)).tasks_unchanged);
 }

@@ -226,13 +226,13 @@ fn consumers_vote_a_task_out_and_its_worker_rejoins() {
         !h.d.call(Millis(0), (t1, MaybeRemove { consumer_index: 1, round: 8 })).unwrap().removed
     );
     h.sync();
-    assert!(h.d.dispatcher().state().tasks.contains_key(&t1), "no removal without agreement");
+    assert!(h.d.dispatcher().state().tasks().contains_key(&t1), "no removal without agreement");
     // Both consumers on round 8: removed.
     assert!(
         h.d.call(Millis(0), (t1, MaybeRemove { consumer_index: 0, round: 8 })).unwrap().removed
     );
     h.sync();
-    assert!(!h.d.dispatcher().state().tasks.contains_key(&t1));
+    assert!(!h.d.dispatcher().state().tasks().contains_key(&t1));
     assert!(
         h.d.call(Millis(0), (t1, MaybeRemove { consumer_index: 0, round: 8 })).unwrap().removed,
         "an unknown task counts as removed"
@@ -272,7 +272,7 @@ fn coordinated_read_errors() {
             .unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
     // maybe-remove on an ordinary task.
-    let ds = h.d.dispatcher().state().datasets.keys().next().unwrap().clone();
+    let ds = h.d.dispatcher().state().datasets().keys().next().unwrap().clone();
     let off =
         h.d.call(
             Millis(0),
@@ -290,7 +290,7 @@ fn coordinated_read_errors() {
         .job_id;
     h.d.call(Millis(1), (off, CreateIteration::default())).unwrap();
     h.sync();
-    let task = *h.d.dispatcher().state().tasks.keys().last().unwrap();
+    let task = *h.d.dispatcher().state().tasks().keys().last().unwrap();
     let e = h.d.call(Millis(0), (task, MaybeRemove { consumer_index: 0, round: 0 })).unwrap_err();
     assert_eq!(e.detail(), "MaybeRemoveTask called on a non-round-robin task.");
 }

@@ -122,7 +122,7 @@ impl H {
         r
     }
     fn finished(&self, t: TaskId) -> bool {
-        self.d.dispatcher().state().tasks[&t].finished
+        self.d.dispatcher().state().tasks()[&t].finished
     }
     /// The journal replays to the live state, derived indexes included.
     fn check_replay(&self) {
@@ -146,10 +146,10 @@ fn an_unregistered_address_cannot_finish_a_task() {
     assert_eq!(e.code(), "NOT_FOUND", "{e}");
     assert_eq!(h.records_since(before), 0);
     assert!(!h.finished(t));
-    assert!(!h.d.dispatcher().state().iterations[&it].finished);
+    assert!(!h.d.dispatcher().state().iterations()[&it].finished);
     // The holder still can.
     assert_eq!(h.update("w1:1", Some("uid-1"), &[t]).unwrap(), []);
-    assert!(h.finished(t) && h.d.dispatcher().state().iterations[&it].finished);
+    assert!(h.finished(t) && h.d.dispatcher().state().iterations()[&it].finished);
     h.check_replay();
 }
 
@@ -173,7 +173,7 @@ fn another_workers_task_refuses_the_whole_update() {
     assert_eq!(h.update("w2:1", None, &[TaskId(999_999), t2, t2]).unwrap(), [TaskId(999_999)]);
     assert_eq!(h.records_since(before), 1, "one record, the task listed twice finished once");
     assert!(h.finished(t2) && !h.finished(t1));
-    assert!(!h.d.dispatcher().state().iterations[&it].finished);
+    assert!(!h.d.dispatcher().state().iterations()[&it].finished);
     // A worker that has no tasks at all can send a stale id: never wedged.
     h.heartbeat("w3:1", None);
     assert_eq!(h.update("w3:1", None, &[TaskId(7)]).unwrap(), [TaskId(7)]);
@@ -201,7 +201,7 @@ fn the_uid_a_worker_registered_with_is_required() {
         assert!(!e.detail().contains("secret-uid-1"), "{e}");
     }
     assert_eq!(h.records_since(before), 0);
-    assert!(h.d.dispatcher().state().iterations[&it].splits.as_ref().unwrap().leases.is_empty());
+    assert!(h.d.dispatcher().state().iterations()[&it].splits.as_ref().unwrap().leases.is_empty());
     // The holder gets splits; a get-split without its uid cannot acknowledge them.
     let r = h.splits(it, "w1:1", Some("secret-uid-1"), None).unwrap();
     assert_eq!(r.splits.len(), 2);
@@ -210,7 +210,7 @@ fn the_uid_a_worker_registered_with_is_required() {
     assert_eq!(e.code(), "PERMISSION_DENIED");
     assert_eq!(h.records_since(before), 0);
     assert_eq!(
-        h.d.dispatcher().state().iterations[&it].splits.as_ref().unwrap().leases["w1:1"].len(),
+        h.d.dispatcher().state().iterations()[&it].splits.as_ref().unwrap().leases["w1:1"].len(),
         2
     );
     // A worker registered without a uid: its address is enough, whatever uid it sends.
@@ -262,7 +262,7 @@ fn heartbeats_bound_what_a_worker_registers() {
         assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
         assert!(e.detail().len() < 300, "{e}");
     }
-    assert!(h.d.dispatcher().state().workers.is_empty());
+    assert!(h.d.dispatcher().state().workers().is_empty());
     let e =
         h.d.call(
             Millis(1),
@@ -305,8 +305,11 @@ fn identical_datasets_are_deduplicated() {
     let snapshot = h.d.dispatcher().snapshot();
     let replayed = State::replay(vec![], std::slice::from_ref(&snapshot));
     replayed.check_heartbeat_index().unwrap();
-    assert_eq!(replayed.datasets_by_fingerprint, h.d.dispatcher().state().datasets_by_fingerprint);
-    assert_eq!(replayed.dataset_bytes, h.d.dispatcher().state().dataset_bytes);
+    assert_eq!(
+        replayed.datasets_by_fingerprint(),
+        h.d.dispatcher().state().datasets_by_fingerprint()
+    );
+    assert_eq!(replayed.dataset_bytes(), h.d.dispatcher().state().dataset_bytes());
     let d = Dispatcher::recover(DispatcherConfig::default(), "x".into(), Millis(9), &[snapshot])
         .unwrap();
     let mut d = Driver::new(d, VecSink::default());
@@ -323,7 +326,7 @@ fn dataset_bytes_are_bounded() {
     let mut h = H::new(config.clone());
     let list = |n: usize| json!({"dataset": {"source": {"list": {"elements": vec![7; n]}}}});
     let a = h.register(list(50)).unwrap();
-    let held = h.d.dispatcher().state().dataset_bytes;
+    let held = h.d.dispatcher().state().dataset_bytes();
     assert!(held > 100 && held < 200, "{held}");
     let before = h.journal.len();
     let e = h.register(list(150)).unwrap_err();
@@ -331,15 +334,15 @@ fn dataset_bytes_are_bounded() {
     assert!(e.detail().contains("max_dataset_bytes = 400"), "{e}");
     assert!(e.detail().contains("--max-dataset-bytes"), "{e}");
     assert_eq!(h.records_since(before), 0);
-    assert_eq!(h.d.dispatcher().state().dataset_bytes, held);
+    assert_eq!(h.d.dispatcher().state().dataset_bytes(), held);
     // Still serving: a duplicate, and a small dataset that fits.
     assert_eq!(h.register(list(50)).unwrap(), a);
     h.register(list(10)).unwrap();
     // Replay under a smaller bound keeps every acknowledged dataset.
     let small = DispatcherConfig { max_dataset_bytes: 1, ..DispatcherConfig::default() };
     let d = Dispatcher::recover(small, "x".into(), Millis(0), &h.journal).unwrap();
-    assert_eq!(d.state().datasets.len(), 2);
-    assert_eq!(d.state().dataset_bytes, h.d.dispatcher().state().dataset_bytes);
+    assert_eq!(d.state().datasets().len(), 2);
+    assert_eq!(d.state().dataset_bytes(), h.d.dispatcher().state().dataset_bytes());
     h.check_replay();
     let zero = DispatcherConfig { max_dataset_bytes: 0, ..DispatcherConfig::default() };
     assert_eq!(zero.validate().unwrap_err().code(), "INVALID_ARGUMENT");

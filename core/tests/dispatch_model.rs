@@ -1127,7 +1127,7 @@ impl Sut {
     }
 
     fn alive(&self, addr: &str) -> bool {
-        self.d.dispatcher().state().workers.get(addr).is_some_and(|w| w.alive)
+        self.d.dispatcher().state().workers().get(addr).is_some_and(|w| w.alive)
     }
 
     /// Drains the journal (framing every record) and the events.
@@ -1181,7 +1181,7 @@ impl Sut {
                 for (def, want) in r.new_tasks.iter().zip(new) {
                     // Invariant 4: a worker is only told about its own tasks.
                     assert_eq!(
-                        self.d.dispatcher().state().tasks[&def.task_id].worker_address,
+                        self.d.dispatcher().state().tasks()[&def.task_id].worker_address,
                         ADDRS[*w]
                     );
                     assert_eq!(def.iteration_id, IterationId(want.iteration));
@@ -1256,14 +1256,14 @@ impl Sut {
                         let r = r.unwrap();
                         assert_eq!(r.incarnation, inc);
                         let mine =
-                            self.d.dispatcher().state().clients[&ClientId(*client)].iteration_id;
+                            self.d.dispatcher().state().clients()[&ClientId(*client)].iteration_id;
                         let got: Vec<(u64, usize, bool, bool)> = r
                             .tasks
                             .iter()
                             .map(|t| {
                                 // Invariant 4: only tasks of the client's iteration.
                                 assert_eq!(
-                                    self.d.dispatcher().state().tasks[&t.task_id].iteration_id,
+                                    self.d.dispatcher().state().tasks()[&t.task_id].iteration_id,
                                     mine
                                 );
                                 // Invariant 5: a finished iteration has nothing left to read.
@@ -1301,7 +1301,7 @@ impl Sut {
                         .d
                         .dispatcher()
                         .state()
-                        .workers
+                        .workers()
                         .get(addr)
                         .and_then(|w| w.uid.clone()),
                     repetition: *repetition,
@@ -1346,7 +1346,7 @@ impl Sut {
                 let alive = self.alive(addr);
                 let before: Vec<(IterationId, bool)> = tasks
                     .iter()
-                    .filter_map(|t| self.d.dispatcher().state().tasks.get(&TaskId(*t)))
+                    .filter_map(|t| self.d.dispatcher().state().tasks().get(&TaskId(*t)))
                     .map(|t| (t.iteration_id, t.finished))
                     .collect();
                 let req = WorkerUpdate {
@@ -1356,7 +1356,7 @@ impl Sut {
                         .d
                         .dispatcher()
                         .state()
-                        .workers
+                        .workers()
                         .get(addr)
                         .and_then(|w| w.uid.clone()),
                     updates: tasks
@@ -1473,11 +1473,11 @@ impl Sut {
     /// Invariant 5 when an iteration becomes finished.
     fn check_newly_finished(&mut self) {
         let state = self.d.dispatcher().state();
-        for it in state.iterations.values().filter(|i| i.finished) {
+        for it in state.iterations().values().filter(|i| i.finished) {
             if self.finished.insert(it.id.0) {
                 for t in &it.tasks {
-                    let task = &state.tasks[t];
-                    let live = state.workers.get(&task.worker_address).is_some_and(|w| w.alive);
+                    let task = &state.tasks()[t];
+                    let live = state.workers().get(&task.worker_address).is_some_and(|w| w.alive);
                     assert!(
                         task.finished || (task.abandoned && !live),
                         "iteration {} finished with task {task:?} of a live worker open",
@@ -1521,45 +1521,45 @@ impl StateMachineTest for DispatcherTest {
         for (w, addr) in ADDRS.iter().enumerate() {
             let worker = &m.workers[w];
             assert_eq!(
-                state.workers.get(*addr).map(|x| x.alive),
+                state.workers().get(*addr).map(|x| x.alive),
                 worker.registered.then_some(worker.alive),
                 "liveness of {addr}"
             );
         }
-        assert_eq!(state.datasets.len(), m.datasets.len());
-        assert_eq!(state.jobs.len(), m.jobs.len());
-        assert_eq!(state.iterations.len(), m.iterations.len());
+        assert_eq!(state.datasets().len(), m.datasets.len());
+        assert_eq!(state.jobs().len(), m.jobs.len());
+        assert_eq!(state.iterations().len(), m.iterations.len());
         for mi in &m.iterations {
-            let it = &state.iterations[&IterationId(mi.id)];
+            let it = &state.iterations()[&IterationId(mi.id)];
             assert_eq!(it.finished, mi.finished, "finished of iteration {}", mi.id);
             assert_eq!(it.num_clients, mi.clients, "clients of iteration {}", mi.id);
             let tasks: Vec<u64> = mi.tasks.iter().map(|t| m.tasks[*t].id).collect();
             assert_eq!(it.tasks.iter().map(|t| t.0).collect::<Vec<_>>(), tasks);
         }
-        assert_eq!(state.tasks.len(), m.tasks.len());
+        assert_eq!(state.tasks().len(), m.tasks.len());
         for mt in &m.tasks {
-            let t = &state.tasks[&TaskId(mt.id)];
+            let t = &state.tasks()[&TaskId(mt.id)];
             assert_eq!(t.worker_address, ADDRS[mt.worker]);
             assert_eq!((t.finished, t.abandoned), (mt.finished, mt.abandoned), "task {}", mt.id);
         }
         let active: BTreeSet<u64> = m.clients.iter().filter(|c| c.active).map(|c| c.id).collect();
-        assert_eq!(state.clients.keys().map(|c| c.0).collect::<BTreeSet<_>>(), active);
+        assert_eq!(state.clients().keys().map(|c| c.0).collect::<BTreeSet<_>>(), active);
         // 5. Finished iterations have nothing open.
-        for it in state.iterations.values().filter(|i| i.finished) {
+        for it in state.iterations().values().filter(|i| i.finished) {
             for t in &it.tasks {
-                let t = &state.tasks[t];
+                let t = &state.tasks()[t];
                 assert!(t.finished || t.abandoned, "finished iteration {} with {t:?}", it.id);
             }
         }
         // 3. No split lost: once every live worker of the iteration saw the end (or the
         // iteration finished), live workers acknowledged every split.
         for (id, obs) in &sut.obs {
-            let it = &state.iterations[&IterationId(*id)];
+            let it = &state.iterations()[&IterationId(*id)];
             let live: BTreeSet<&str> = it
                 .tasks
                 .iter()
-                .map(|t| state.tasks[t].worker_address.as_str())
-                .filter(|a| state.workers[*a].alive)
+                .map(|t| state.tasks()[t].worker_address.as_str())
+                .filter(|a| state.workers()[*a].alive)
                 .collect();
             let all_ended = !live.is_empty() && live.iter().all(|a| obs.seen_end.contains(*a));
             if all_ended || it.finished {
@@ -1664,7 +1664,7 @@ fn ask(
 
 fn task_of(d: &D, it: IterationId, w: &str) -> TaskId {
     let state = d.dispatcher().state();
-    *state.iterations[&it].tasks.iter().find(|t| state.tasks[*t].worker_address == w).unwrap()
+    *state.iterations()[&it].tasks.iter().find(|t| state.tasks()[*t].worker_address == w).unwrap()
 }
 
 /// `w1` misses heartbeats and is declared lost, but was only slow: it asks for a split
@@ -1676,7 +1676,7 @@ fn bug_lost_worker_is_handed_splits_that_are_then_stuck() {
     let (mut d, it, _) = two_workers_one_iteration(3, ShardingPolicy::Dynamic);
     heartbeat(&mut d, 900, "w2", &[]);
     d.handle_timeout(Millis(1_001));
-    assert!(!d.dispatcher().state().workers["w1"].alive);
+    assert!(!d.dispatcher().state().workers()["w1"].alive);
     // Today: Ok([0]), leased to the lost w1. Then w1 dies.
     let stranded = ask(&mut d, 1_002, it, "w1", 1).map(|(s, _)| s).unwrap_or_default();
     // w2 stays alive and reads until the end of the splits.
@@ -1762,7 +1762,7 @@ fn bug_revived_worker_keeps_tasks_of_finished_iterations() {
         },
     )
     .unwrap();
-    assert!(d.dispatcher().state().iterations[&it].finished);
+    assert!(d.dispatcher().state().iterations()[&it].finished);
     // w1 comes back still running t1: it should be told to drop it.
     let r = heartbeat(&mut d, 1_003, "w1", &[t1]);
     assert_eq!(r.tasks_to_delete, [t1], "t1 belongs to a finished iteration");

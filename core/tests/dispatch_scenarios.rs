@@ -71,7 +71,7 @@ fn create_job(
 }
 
 fn active_iterations(sim: &Sim) -> usize {
-    sim.state().iterations.values().filter(|i| !i.finished).count()
+    sim.state().iterations().values().filter(|i| !i.finished).count()
 }
 
 // =============================================================================================
@@ -180,7 +180,7 @@ fn sv_06_iteration_not_collected_before_its_client_starts_reading() {
     sim.dispatch((lease.client_id, ClientHeartbeat::default())).unwrap();
     let collected = sim.run_until(10_000, |s| active_iterations(s) == 0);
     assert!(collected);
-    assert!(sim.state().iterations[&lease.iteration_id].garbage_collected);
+    assert!(sim.state().iterations()[&lease.iteration_id].garbage_collected);
 }
 
 #[test]
@@ -196,7 +196,7 @@ fn sv_07_a_live_lease_keeps_the_iteration() {
 #[test]
 fn sv_08_worker_listing() {
     let sim = cluster(1);
-    assert_eq!(sim.state().workers.len(), 1);
+    assert_eq!(sim.state().workers().len(), 1);
 }
 
 /// There is no separate export endpoint in core: the dispatcher's state is the export, and
@@ -208,10 +208,10 @@ fn sv_09_state_export() {
     let c = sim.add_client(ClientSpec::new(&ds, OFF).budget(0));
     sim.open(c, 5_000);
     let st = sim.state();
-    assert_eq!(st.workers.keys().collect::<Vec<_>>(), ["w0"]);
-    assert_eq!(st.iterations.len(), 1);
-    let it = st.iterations.values().next().unwrap();
-    assert_eq!(st.jobs[&it.job_id].dataset_id, "1000");
+    assert_eq!(st.workers().keys().collect::<Vec<_>>(), ["w0"]);
+    assert_eq!(st.iterations().len(), 1);
+    let it = st.iterations().values().next().unwrap();
+    assert_eq!(st.jobs()[&it.job_id].dataset_id, "1000");
     assert!(it.job_name.contains("anonymous_job"), "{}", it.job_name);
     assert_eq!((it.num_clients, it.finished), (1, false));
     assert!(sim.run_until(1_000, |s| s.worker_task_count("w0") == 1));
@@ -219,7 +219,7 @@ fn sv_09_state_export() {
     sim.finish(c, 10_000);
     sim.run_for(3_000);
     let finished: Vec<TaskId> =
-        sim.state().tasks.values().filter(|t| t.finished).map(|t| t.id).collect();
+        sim.state().tasks().values().filter(|t| t.finished).map(|t| t.id).collect();
     assert_eq!(finished.len(), 1);
     assert_eq!(sim.worker_task_count("w0"), 0, "the finished task was deleted on the worker");
     assert!(sim.workers["w0"].deleted.contains(&finished[0]));
@@ -238,9 +238,9 @@ fn sv_10_metadata_round_trip_and_unknown_dataset() {
         })
         .unwrap()
         .dataset_id;
-    assert_eq!(sim.state().datasets[&id].metadata, meta);
+    assert_eq!(sim.state().datasets()[&id].metadata, meta);
     sim.bounce_dispatcher();
-    assert_eq!(sim.state().datasets[&id].metadata, meta, "metadata survives a restart");
+    assert_eq!(sim.state().datasets()[&id].metadata, meta, "metadata survives a restart");
     let e = create_job(&mut sim, &job_req("not-found", OFF, None)).unwrap_err();
     assert_eq!(e.code(), "NOT_FOUND");
     assert!(e.detail().contains("Dataset id not-found not found"), "{e}");
@@ -492,7 +492,7 @@ fn ft_09_adding_a_worker_mid_iteration_off() {
     let c = sim.add_client(ClientSpec::new(&ds, OFF).budget(n as usize / 2));
     sim.read_until(c, n as usize / 2, 10_000);
     sim.add_worker("w1");
-    assert!(sim.run_until(5_000, |s| s.state().workers.len() == 2));
+    assert!(sim.run_until(5_000, |s| s.state().workers().len() == 2));
     sim.unlimit(c);
     sim.finish(c, 30_000);
     assert_eq!(multiset(&sim.values(c)), copies(&ints(0..n), 2), "the new worker starts over");
@@ -525,7 +525,7 @@ fn ft_11_restarted_worker_starts_its_task_over() {
         sim.read_until(c, 10, 5_000);
         if restart_after_timeout {
             sim.kill_worker("w0", None);
-            assert!(sim.run_until(5_000, |s| !s.state().workers["w0"].alive));
+            assert!(sim.run_until(5_000, |s| !s.state().workers()["w0"].alive));
             sim.restart_worker("w0");
         } else {
             sim.restart_worker("w0");
@@ -1020,9 +1020,9 @@ fn dy_lost_worker_splits_are_handed_out_again() {
     sim.finish(c, 30_000);
     let got = multiset(&sim.values(c));
     assert_eq!(got.len(), 100, "every element was read");
-    assert!(!sim.state().workers[&victim].alive);
+    assert!(!sim.state().workers()[&victim].alive);
     let it = sim.clients[c].reads[0].iteration;
-    assert!(sim.state().iterations[&it].finished);
+    assert!(sim.state().iterations()[&it].finished);
 }
 
 /// `range(100) + range(100, 200)` as one source (no concatenate in the dataset model).
@@ -1088,7 +1088,7 @@ fn as_01_element_sharding() {
     for entry in ["localhost:%port%", "localhost:%port_worker%"] {
         let mut sim = placeholder_cluster(&[entry; 5], 5);
         assert_eq!(
-            sim.state().worker_list.entries(),
+            sim.state().worker_list().entries(),
             (0..5).map(|i| format!("localhost:{}", 5000 + i)).collect::<Vec<_>>(),
             "placeholders are bound in registration order"
         );
@@ -1210,7 +1210,7 @@ fn as_07_worker_list_validation_at_worker_start() {
         assert!(!errors.is_empty(), "{list:?}");
         assert!(errors[0].contains("FAILED_PRECONDITION"), "{errors:?}");
         assert!(errors[0].contains("The worker's address is not configured"), "{errors:?}");
-        assert!(sim.state().workers.is_empty());
+        assert!(sim.state().workers().is_empty());
     }
     let mut sim = Sim::new(SimConfig::default().with_worker_list(&["localhost:%port%"]));
     sim.add_worker("localhost:5000");
@@ -1341,7 +1341,7 @@ fn im_05_non_fault_tolerant_restart() {
     // The old task is gone (the worker forgot it with the old incarnation).
     assert!(old.iter().all(|t| !sim.workers["w0"].tasks.contains_key(t)));
     assert!(sim.workers["w0"].tasks.is_empty());
-    assert!(sim.state().workers.contains_key("w0"), "re-registered");
+    assert!(sim.state().workers().contains_key("w0"), "re-registered");
     assert!(sim.run_until(1_000, |s| s.clients[c].failed));
     let e = &sim.clients[c].errors[0];
     assert_eq!(e.code(), "NOT_FOUND");
@@ -1383,10 +1383,10 @@ fn im_06_garbage_collection_survives_a_restart() {
     sim.read_until(c, 1, 5_000);
     let it = sim.clients[c].lease.as_ref().unwrap().iteration_id;
     sim.destroy_client(c);
-    assert!(sim.run_until(5_000, |s| s.state().iterations[&it].garbage_collected));
+    assert!(sim.run_until(5_000, |s| s.state().iterations()[&it].garbage_collected));
     assert!(sim.journal.iter().any(|u| matches!(u, Update::GarbageCollectIteration { .. })));
     sim.bounce_dispatcher();
-    let i = &sim.state().iterations[&it];
+    let i = &sim.state().iterations()[&it];
     assert!(i.garbage_collected && i.finished);
     sim.run_for(1_000);
     assert_eq!(sim.worker_task_count("w0"), 0);

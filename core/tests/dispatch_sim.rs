@@ -316,7 +316,7 @@ fn run_seed(seed: u64, profile: Profile, stats: &mut Stats) {
             .filter(|a| {
                 profile.fast_restart
                     || sim.d.as_ref().is_some_and(|d| {
-                        d.dispatcher().state().workers.get(a).is_none_or(|w| !w.alive)
+                        d.dispatcher().state().workers().get(a).is_none_or(|w| !w.alive)
                     })
             })
             .collect();
@@ -393,7 +393,7 @@ fn report(sim: &Sim) -> String {
     let state = sim
         .d
         .as_ref()
-        .map(|d| format!("{:#?}", d.dispatcher().state().iterations))
+        .map(|d| format!("{:#?}", d.dispatcher().state().iterations()))
         .unwrap_or_default();
     format!(
         "{}\n{}\ntrace:\n{}\niterations: {state}",
@@ -414,7 +414,7 @@ fn check(sim: &Sim, plan: &Plan, faulted: &BTreeSet<String>, seed: u64) {
     }
     sim.check_replay();
     let state = sim.state();
-    let job_iterations: Vec<_> = state.iterations.values().collect();
+    let job_iterations: Vec<_> = state.iterations().values().collect();
     assert_eq!(job_iterations.len() as u64, plan.epochs, "{}", ctx());
     assert!(job_iterations.iter().all(|i| i.finished && !i.garbage_collected), "{}", ctx());
 
@@ -505,9 +505,9 @@ fn check(sim: &Sim, plan: &Plan, faulted: &BTreeSet<String>, seed: u64) {
             // Every epoch read something from every never-failed original worker's task.
             for epoch in 0..plan.epochs {
                 let it =
-                    state.iterations.values().find(|i| i.repetition == epoch).expect("iteration");
+                    state.iterations().values().find(|i| i.repetition == epoch).expect("iteration");
                 for t in &it.tasks {
-                    let task = &state.tasks[t];
+                    let task = &state.tasks()[t];
                     if faulted.contains(&task.worker_address) {
                         continue;
                     }
@@ -627,7 +627,7 @@ fn heartbeat(sim: &mut Sim, worker: &str, uid: &str) -> WorkerHeartbeatReply {
 fn get_splits(sim: &mut Sim, it: IterationId, worker: &str, max: u32) -> SplitsReply {
     // As the process registered at `worker` (its uid).
     let mut req = splits_req(worker, 0, max);
-    req.worker_uid = sim.state().workers.get(worker).and_then(|w| w.uid.clone());
+    req.worker_uid = sim.state().workers().get(worker).and_then(|w| w.uid.clone());
     sim.dispatch((it, req.clone())).expect("get_splits")
 }
 
@@ -692,7 +692,7 @@ fn lost_worker_gets_no_splits_until_it_rejoins() {
             heartbeat(&mut sim, "w1", "w1#0");
             sim.tick();
         }
-        assert!(!sim.state().workers["w2"].alive);
+        assert!(!sim.state().workers()["w2"].alive);
         // The partition heals: w2's split thread asks before its heartbeat thread does.
         let mut req = splits_req("w2", 0, 1);
         req.worker_uid = Some("w2#0".into());
@@ -723,7 +723,7 @@ fn lost_worker_gets_no_splits_until_it_rejoins() {
         } else {
             // w2 dies for good.
             let (rest, ended) = drain_with_w1(&mut sim, it, 60_000);
-            assert!(ended, "w1 never saw the end: {:?}", sim.state().iterations[&it].splits);
+            assert!(ended, "w1 never saw the end: {:?}", sim.state().iterations()[&it].splits);
             got.extend(rest);
         }
         got.sort_unstable();

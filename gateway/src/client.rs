@@ -27,7 +27,7 @@
 //! a time, and honour the dispatcher's round blocks when tasks join. Dropping the stream
 //! stops the reads and releases the client lease (`DELETE /v1/clients/{id}`).
 //!
-//! Retries (DESIGN.md section 4): `UNAVAILABLE` answers and transport failures (a refused or
+//! Retries: `UNAVAILABLE` answers and transport failures (a refused or
 //! reset connection is `UNAVAILABLE` in gRPC terms) are retried with capped exponential
 //! backoff for at most [`DistributeOptions::unavailable_timeout`]; a worker's `NOT_FOUND` for a
 //! task the dispatcher listed is retried for at most

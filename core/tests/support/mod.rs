@@ -41,34 +41,7 @@ use shardwise_core::dispatch::{
 // Small helpers
 // ---------------------------------------------------------------------------------------------
 
-/// SplitMix64: a tiny, seedable, well-mixed PRNG (no `rand` crate).
-#[derive(Debug, Clone)]
-pub(crate) struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub(crate) fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (0 when `n` is 0).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_u64() % n }
-    }
-    /// Uniform in `lo..=hi`.
-    pub(crate) fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi.saturating_sub(lo) + 1)
-    }
-    /// True with probability `per_million / 1e6`.
-    pub(crate) fn chance(&mut self, per_million: u64) -> bool {
-        self.below(1_000_000) < per_million
-    }
-}
+pub(crate) use shardwise_core::rng::SplitMix64;
 
 /// A dataset definition from JSON (panics on an invalid one).
 pub(crate) fn def(v: Value) -> DatasetDef {
@@ -873,7 +846,7 @@ impl Sim {
         let ok = self.run_until(5_000, |s| {
             s.d.as_ref().map(Driver::dispatcher).is_some_and(|d| {
                 s.workers.values().filter(|w| w.up).all(|w| {
-                    d.state().workers.get(&w.addr).is_some_and(|x| x.alive)
+                    d.state().workers().get(&w.addr).is_some_and(|x| x.alive)
                         && w.incarnation_seen.as_deref() == Some(d.incarnation())
                 })
             })
@@ -883,7 +856,7 @@ impl Sim {
 
     /// Task ids the dispatcher assigns to `addr` (unfinished, not collected).
     pub(crate) fn dispatcher_tasks_of(&self, addr: &str) -> usize {
-        self.state().workers.get(addr).map_or(0, |w| w.tasks.len())
+        self.state().workers().get(addr).map_or(0, |w| w.tasks.len())
     }
 
     /// Tasks the worker process currently runs.
@@ -1188,7 +1161,7 @@ impl Sim {
                 let was_lost = self
                     .d
                     .as_ref()
-                    .and_then(|d| d.dispatcher().state().workers.get(&addr))
+                    .and_then(|d| d.dispatcher().state().workers().get(&addr))
                     .is_some_and(|w| !w.alive);
                 let mut r =
                     self.call((iteration, req.clone())).unwrap_or_else(|| Err(unavailable()));
