@@ -1,9 +1,12 @@
 //! Runnable examples; see the `[[example]]` targets. The seed flow's logic lives here
 //! ([`seed::run`]) so that a test runs it too, and so does the load generator's fleet mode
-//! ([`fleet::run`]).
+//! ([`fleet::run`]), and the dispatcher embedded without tokio ([`embedded::Server`]).
 
 #[path = "load/fleet.rs"]
 pub mod fleet;
+
+#[path = "embedded/server.rs"]
+pub mod embedded;
 
 pub mod seed {
     //! TensorFlow's `DispatchServer` example, in one process: a dispatcher and a worker on

@@ -93,8 +93,10 @@ pub struct GetJob {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GetMetrics;
 
-/// A successful answer, one variant per [`Request`] variant.
-#[derive(Debug, Clone, PartialEq)]
+/// A successful answer, one variant per [`Request`] variant. It serializes as the reply it
+/// holds (the REST front's JSON).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
 #[non_exhaustive]
 pub enum Response {
     /// To [`Request::WorkerHeartbeat`].
