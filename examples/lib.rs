@@ -1,11 +1,15 @@
 //! Runnable examples; see the `[[example]]` targets. The seed flow's logic lives here
 //! ([`seed::run`]) so that a test runs it too, and so does the load generator's fleet mode
-//! ([`fleet::run`]) and the bare axum server it measures as a yardstick ([`bare::serve`]).
+//! ([`fleet::run`]), the bare axum server it measures as a yardstick ([`bare::serve`]), and the
+//! dispatcher embedded without tokio ([`embedded::Server`]).
 
 #[path = "load/bare.rs"]
 pub mod bare;
 #[path = "load/fleet.rs"]
 pub mod fleet;
+
+#[path = "embedded/server.rs"]
+pub mod embedded;
 
 pub mod seed {
     //! TensorFlow's `DispatchServer` example, in one process: a dispatcher and a worker on
@@ -15,7 +19,7 @@ pub mod seed {
     use futures::TryStreamExt;
     use serde_json::Value;
     use shardwise_core::dataset::DatasetDef;
-    use shardwise_core::dispatch::dispatcher::{NamedMode, ProcessingMode};
+    use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
     use shardwise_gateway::client::{DistributeOptions, distribute};
     use shardwise_gateway::server::{self, DispatcherArgs};
     use shardwise_gateway::worker::{self, WorkerArgs};

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use shardwise_core::dataset::DatasetDef;
-use shardwise_core::dispatch::dispatcher::{NamedMode, ProcessingMode};
+use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{DistributeOptions, distribute};
 use shardwise_gateway::server::{self, DispatcherArgs};
 use shardwise_gateway::worker::{self, WorkerArgs};

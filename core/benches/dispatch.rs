@@ -1,7 +1,9 @@
 //! Dispatcher core benchmarks: the sans-IO state machine driven as the gateway drives it.
 //!
-//! Every timed call is followed by draining [`Dispatcher::poll_journal`], since producing the
-//! records is part of the cost of a request. All setup is outside the timed loops.
+//! Every timed call goes through the one [`Driver`], whose sink takes the records of the call
+//! (counted, not kept), since producing them is part of the cost of a request; the request is
+//! an owned value, as a front that decoded it has one (the benches clone a prepared one). All
+//! setup is outside the timed loops.
 //!
 //! * `get_split`: one DYNAMIC iteration over `range(10^12)` with split size 1 and 8 workers
 //!   with tasks; each timed iteration is one `get_splits` call from the next worker in turn
@@ -27,16 +29,17 @@ use std::hint::black_box;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::json;
 use shardwise_core::dataset::DatasetDef;
-use shardwise_core::dispatch::dispatcher::{
-    ClientHeartbeat, CreateIteration, CreateJob, GetSplits, ProcessingMode, RegisterDataset,
-    SplitId, TaskProgress, WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate,
-};
 use shardwise_core::dispatch::framing::{Tail, segment_header};
 use shardwise_core::dispatch::journal::{decode_updates, encode_update};
 use shardwise_core::dispatch::state::{SplitRef, Task};
+use shardwise_core::dispatch::wire::{
+    ClientHeartbeat, CreateIteration, CreateJob, GetSplits, ProcessingMode, RegisterDataset,
+    SplitId, TaskProgress, WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate,
+};
 use shardwise_core::dispatch::{
-    ClientId, Dispatcher, DispatcherConfig, IterationId, JobId, Millis, ShardingPolicy,
-    TargetWorkers, TaskId, Update, recover,
+    ClientId, Dispatcher, DispatcherConfig, Driver, Durability, IterationId, JobId, JournalSink,
+    Millis, ReleaseClient, Seq, ShardingPolicy, State, SyncSink, TargetWorkers, TaskId, Update,
+    VecSink,
 };
 
 /// The dispatcher's incarnation id.
@@ -82,55 +85,74 @@ fn range(stop: i64) -> DatasetDef {
     DatasetDef::from_json(&json!({"source": {"range": {"stop": stop}}})).expect("valid dataset")
 }
 
-/// Drains the journal as the gateway would (append each record), returning how many there were.
-fn drain(d: &mut Dispatcher) -> usize {
-    let mut n = 0;
-    while let Some(u) = d.poll_journal() {
-        black_box(&u);
-        n += 1;
+/// Takes every record (as a journal would) and counts them.
+#[derive(Debug, Default)]
+struct Counting {
+    records: usize,
+}
+
+impl JournalSink for Counting {
+    type Error = std::convert::Infallible;
+    fn persist(&mut self, _: Seq, records: Vec<Update>) -> Result<Durability, Self::Error> {
+        self.records += black_box(&records).len();
+        Ok(Durability::Now)
     }
-    n
+}
+impl SyncSink for Counting {}
+
+/// The dispatcher as the benches drive it.
+type D = Driver<Counting>;
+
+/// Records the sink took since the last call, resetting the count.
+fn drain(d: &mut D) -> usize {
+    std::mem::take(&mut d.sink_mut().records)
 }
 
-fn new_dispatcher() -> Dispatcher {
-    Dispatcher::new(DispatcherConfig::default(), INCARNATION.into(), Millis(0))
-        .expect("valid config")
+fn new_dispatcher() -> D {
+    let d = Dispatcher::new(DispatcherConfig::default(), INCARNATION.into(), Millis(0))
+        .expect("valid config");
+    Driver::new(d, Counting::default())
 }
 
-fn register_workers(d: &mut Dispatcher, addresses: &[String]) {
+fn register_workers(d: &mut D, addresses: &[String]) {
     for a in addresses {
-        d.worker_heartbeat(Millis(0), &heartbeat(a, vec![])).expect("registration");
+        d.call(Millis(0), heartbeat(a, vec![])).expect("registration");
     }
     drain(d);
 }
 
-fn dataset(d: &mut Dispatcher, def: DatasetDef) -> String {
+fn dataset(d: &mut D, def: DatasetDef) -> String {
     let id = d
-        .register_dataset(&RegisterDataset { dataset: def, dataset_id: None, metadata: None })
-        .expect("dataset");
+        .call(Millis(0), RegisterDataset { dataset: def, dataset_id: None, metadata: None })
+        .expect("dataset")
+        .dataset_id;
     drain(d);
     id
 }
 
-fn job(d: &mut Dispatcher, dataset_id: &str, policy: ShardingPolicy, split_size: u64) -> JobId {
+fn job(d: &mut D, dataset_id: &str, policy: ShardingPolicy, split_size: u64) -> JobId {
     let id = d
-        .create_job(&CreateJob {
-            dataset_id: dataset_id.into(),
-            processing_mode: ProcessingMode::Policy { sharding_policy: policy },
-            job_name: None,
-            num_consumers: None,
-            target_workers: TargetWorkers::Auto,
-            cross_trainer_cache: false,
-            split_size: Some(split_size),
-        })
-        .expect("job");
+        .call(
+            Millis(0),
+            CreateJob {
+                dataset_id: dataset_id.into(),
+                processing_mode: ProcessingMode::Policy { sharding_policy: policy },
+                job_name: None,
+                num_consumers: None,
+                target_workers: TargetWorkers::Auto,
+                cross_trainer_cache: false,
+                split_size: Some(split_size),
+            },
+        )
+        .expect("job")
+        .job_id;
     drain(d);
     id
 }
 
 /// Creates an iteration of `job` (tasks on every registered worker) and returns its client.
-fn iteration(d: &mut Dispatcher, now: u64, job_id: JobId) -> (IterationId, ClientId) {
-    let lease = d.create_iteration(Millis(now), job_id, &CreateIteration::default()).expect("it");
+fn iteration(d: &mut D, now: u64, job_id: JobId) -> (IterationId, ClientId) {
+    let lease = d.call(Millis(now), (job_id, CreateIteration::default())).expect("it");
     drain(d);
     (lease.iteration_id, lease.client_id)
 }
@@ -148,7 +170,7 @@ fn get_splits_req(worker: &str, max_splits: u32) -> GetSplits {
 
 /// A dispatcher with one DYNAMIC iteration over `range(10^12)`, split size 1, and 8 workers
 /// with tasks, each of which already holds a lease (the steady state).
-fn split_fixture(max_splits: u32) -> (Dispatcher, IterationId, Vec<GetSplits>, Vec<Vec<SplitId>>) {
+fn split_fixture(max_splits: u32) -> (D, IterationId, Vec<GetSplits>, Vec<Vec<SplitId>>) {
     let mut d = new_dispatcher();
     let workers: Vec<String> = (0..8).map(worker_address).collect();
     register_workers(&mut d, &workers);
@@ -158,7 +180,7 @@ fn split_fixture(max_splits: u32) -> (Dispatcher, IterationId, Vec<GetSplits>, V
     let reqs: Vec<GetSplits> = workers.iter().map(|w| get_splits_req(w, max_splits)).collect();
     let mut held = Vec::new();
     for r in &reqs {
-        let reply = d.get_splits(Millis(1), it, r).expect("get_splits");
+        let reply = d.call(Millis(1), (it, r.clone())).expect("get_splits");
         assert_eq!(reply.splits.len(), max_splits as usize);
         assert_eq!(drain(&mut d), 1);
         held.push(reply.split_ids);
@@ -177,7 +199,7 @@ fn get_split(c: &mut Criterion) {
             b.iter(|| {
                 let req = &reqs[i % reqs.len()];
                 i += 1;
-                let reply = d.get_splits(Millis(2 + i as u64), it, black_box(req)).unwrap();
+                let reply = d.call(Millis(2 + i as u64), (it, black_box(req).clone())).unwrap();
                 drain(&mut d);
                 reply
             })
@@ -191,7 +213,7 @@ fn get_split(c: &mut Criterion) {
                 i += 1;
                 reqs[w].acknowledge = Some(std::mem::take(&mut held[w]));
                 let mut reply =
-                    d.get_splits(Millis(2 + i as u64), it, black_box(&reqs[w])).unwrap();
+                    d.call(Millis(2 + i as u64), (it, black_box(&reqs[w]).clone())).unwrap();
                 drain(&mut d);
                 held[w] = std::mem::take(&mut reply.split_ids);
                 reply
@@ -219,11 +241,13 @@ fn worker_heartbeat(c: &mut Criterion) {
         }
         let reqs: Vec<WorkerHeartbeat> = workers
             .iter()
-            .map(|w| heartbeat(w, d.state().workers[w].tasks.iter().copied().collect()))
+            .map(|w| {
+                heartbeat(w, d.dispatcher().state().workers()[w].tasks.iter().copied().collect())
+            })
             .collect();
         for r in &reqs {
             assert_eq!(r.current_tasks.len(), 2);
-            let reply = d.worker_heartbeat(Millis(2), r).expect("heartbeat");
+            let reply = d.call(Millis(2), r.clone()).expect("heartbeat");
             assert!(reply.new_tasks.is_empty() && reply.tasks_to_delete.is_empty());
         }
         assert_eq!(drain(&mut d), 0);
@@ -234,14 +258,14 @@ fn worker_heartbeat(c: &mut Criterion) {
                 // permutation (7919 is prime, so coprime with both sizes).
                 let req = &reqs[(i * 7919) % reqs.len()];
                 i += 1;
-                let reply = d.worker_heartbeat(Millis(3 + i as u64), black_box(req)).unwrap();
+                let reply = d.call(Millis(3 + i as u64), black_box(req).clone()).unwrap();
                 drain(&mut d);
                 reply
             })
         });
         // The same requests in the same order, only read (no dispatcher): the part of
         // `workers` that is the benchmark's own cold memory, not the dispatcher's.
-        let incarnation = d.incarnation().to_owned();
+        let incarnation = d.dispatcher().incarnation().to_owned();
         group.bench_function(BenchmarkId::new("request_floor", n), |b| {
             b.iter(|| {
                 let req = black_box(&reqs[(i * 7919) % reqs.len()]);
@@ -271,7 +295,7 @@ fn worker_heartbeat(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("same_worker", n), |b| {
             b.iter(|| {
                 i += 1;
-                let reply = d.worker_heartbeat(Millis(3 + i as u64), black_box(req)).unwrap();
+                let reply = d.call(Millis(3 + i as u64), black_box(req).clone()).unwrap();
                 drain(&mut d);
                 reply
             })
@@ -288,7 +312,7 @@ fn client_heartbeat(c: &mut Criterion) {
     let job_id = job(&mut d, &ds, ShardingPolicy::Dynamic, 1024);
     let (_, client) = iteration(&mut d, 1, job_id);
     let req = ClientHeartbeat::default();
-    assert_eq!(d.client_heartbeat(Millis(2), client, &req).unwrap().tasks.len(), 8);
+    assert_eq!(d.call(Millis(2), (client, req)).unwrap().tasks.len(), 8);
 
     let mut group = c.benchmark_group("client_heartbeat");
     group.throughput(Throughput::Elements(1));
@@ -296,7 +320,7 @@ fn client_heartbeat(c: &mut Criterion) {
     group.bench_function("tasks_8", |b| {
         b.iter(|| {
             i += 1;
-            let reply = d.client_heartbeat(Millis(3 + i), black_box(client), &req).unwrap();
+            let reply = d.call(Millis(3 + i), (black_box(client), req)).unwrap();
             drain(&mut d);
             reply
         })
@@ -350,10 +374,8 @@ fn encode_all(updates: &[Update], out: &mut Vec<u8>) {
     }
 }
 
-fn collect(d: &mut Dispatcher, journal: &mut Vec<Update>) {
-    while let Some(u) = d.poll_journal() {
-        journal.push(u);
-    }
+fn collect(d: &mut Driver<VecSink>, journal: &mut Vec<Update>) {
+    journal.append(&mut d.sink_mut().records);
 }
 
 /// The first 1,000,000 journal records of a realistic run: 32 workers; epochs of 4 concurrent
@@ -361,12 +383,14 @@ fn collect(d: &mut Dispatcher, journal: &mut Vec<Update>) {
 /// worker asks each iteration for one split at a time, round-robin, until end of splits; then
 /// it reports its tasks complete and the clients release their leases.
 fn realistic_run() -> Vec<Update> {
-    let mut d = new_dispatcher();
+    let d = Dispatcher::new(DispatcherConfig::default(), INCARNATION.into(), Millis(0))
+        .expect("valid config");
+    let mut d = Driver::new(d, VecSink::default());
     let workers: Vec<String> = (0..32).map(worker_address).collect();
     let mut journal = Vec::with_capacity(RECORDS + 10_000);
     let mut now = 0u64;
     for w in &workers {
-        d.worker_heartbeat(Millis(now), &heartbeat(w, vec![])).unwrap();
+        d.call(Millis(now), heartbeat(w, vec![])).unwrap();
     }
     collect(&mut d, &mut journal);
     let reqs: Vec<GetSplits> = workers.iter().map(|w| get_splits_req(w, 1)).collect();
@@ -374,26 +398,34 @@ fn realistic_run() -> Vec<Update> {
         let mut open = Vec::new();
         for _ in 0..4 {
             let ds = d
-                .register_dataset(&RegisterDataset {
-                    dataset: range(10_000_000),
-                    dataset_id: None,
-                    metadata: Some(json!({"element_spec": "int64", "compression": "AUTO"})),
-                })
-                .unwrap();
-            let job_id = d
-                .create_job(&CreateJob {
-                    dataset_id: ds,
-                    processing_mode: ProcessingMode::Policy {
-                        sharding_policy: ShardingPolicy::Dynamic,
+                .call(
+                    Millis(0),
+                    RegisterDataset {
+                        dataset: range(10_000_000),
+                        dataset_id: None,
+                        metadata: Some(json!({"element_spec": "int64", "compression": "AUTO"})),
                     },
-                    job_name: None,
-                    num_consumers: None,
-                    target_workers: TargetWorkers::Auto,
-                    cross_trainer_cache: false,
-                    split_size: Some(1024),
-                })
-                .unwrap();
-            let lease = d.create_iteration(Millis(now), job_id, &CreateIteration::default());
+                )
+                .unwrap()
+                .dataset_id;
+            let job_id = d
+                .call(
+                    Millis(0),
+                    CreateJob {
+                        dataset_id: ds,
+                        processing_mode: ProcessingMode::Policy {
+                            sharding_policy: ShardingPolicy::Dynamic,
+                        },
+                        job_name: None,
+                        num_consumers: None,
+                        target_workers: TargetWorkers::Auto,
+                        cross_trainer_cache: false,
+                        split_size: Some(1024),
+                    },
+                )
+                .unwrap()
+                .job_id;
+            let lease = d.call(Millis(now), (job_id, CreateIteration::default()));
             let lease = lease.unwrap();
             collect(&mut d, &mut journal);
             open.push(lease);
@@ -406,26 +438,26 @@ fn realistic_run() -> Vec<Update> {
                         continue;
                     }
                     now += 1;
-                    let r = d.get_splits(Millis(now), lease.iteration_id, req).unwrap();
+                    let r = d.call(Millis(now), (lease.iteration_id, req.clone())).unwrap();
                     collect(&mut d, &mut journal);
                     done[wi][k] = r.end_of_splits;
                 }
             }
         }
         for w in &workers {
-            let updates = d.state().workers[w]
+            let updates = d.dispatcher().state().workers()[w]
                 .tasks
                 .iter()
                 .map(|t| TaskProgress { task_id: *t, completed: true })
                 .collect();
-            d.worker_update(
+            d.call(
                 Millis(now),
-                &WorkerUpdate { worker_address: w.clone(), worker_uid: Some(uid_of(w)), updates },
+                WorkerUpdate { worker_address: w.clone(), worker_uid: Some(uid_of(w)), updates },
             )
             .unwrap();
         }
         for lease in &open {
-            d.release_client(Millis(now), lease.client_id).unwrap();
+            d.call(Millis(now), ReleaseClient { client_id: lease.client_id }).unwrap();
         }
         collect(&mut d, &mut journal);
     }
@@ -481,26 +513,26 @@ fn journal(c: &mut Criterion) {
         *kinds.entry(kind(u)).or_default() += 1;
     }
     assert_eq!(decode_updates(&run_segment).expect("clean segment").updates, run);
-    let live = recover(Vec::new(), &run);
+    let live = State::replay(Vec::new(), &run);
     eprintln!(
         "journal_1M: realistic run segment {} bytes ({:.1} bytes/record), {} iterations, {} \
          tasks, records {kinds:?}",
         run_segment.len(),
         run_segment.len() as f64 / RECORDS as f64,
-        live.iterations.len(),
-        live.tasks.len(),
+        live.iterations().len(),
+        live.tasks().len(),
     );
     group.bench_function("replay_realistic_decode_and_apply", |b| {
         b.iter(|| {
             let replayed = decode_updates(black_box(&run_segment)).expect("clean segment");
-            recover(Vec::new(), &replayed.updates)
+            State::replay(Vec::new(), &replayed.updates)
         })
     });
     group.bench_function("replay_realistic_decode_only", |b| {
         b.iter(|| decode_updates(black_box(&run_segment)).expect("clean segment"))
     });
     group.bench_function("replay_realistic_apply_only", |b| {
-        b.iter(|| recover(Vec::new(), black_box(&run)))
+        b.iter(|| State::replay(Vec::new(), black_box(&run)))
     });
     group.bench_function("replay_realistic_dispatcher_recover", |b| {
         b.iter(|| {
@@ -520,13 +552,33 @@ fn journal(c: &mut Criterion) {
 /// Shows the values a get-split reply carries, so a reader of the bench output can see the
 /// shape of what was timed (printed once).
 fn describe() {
-    let mut d = new_dispatcher();
-    register_workers(&mut d, &[worker_address(0)]);
-    let ds = dataset(&mut d, range(1_000_000_000_000));
-    let job_id = job(&mut d, &ds, ShardingPolicy::Dynamic, 1);
-    let (it, _) = iteration(&mut d, 1, job_id);
-    let reply = d.get_splits(Millis(2), it, &get_splits_req(&worker_address(0), 1)).unwrap();
-    let record = d.poll_journal().expect("one record");
+    let d = Dispatcher::new(DispatcherConfig::default(), INCARNATION.into(), Millis(0))
+        .expect("valid config");
+    let mut d = Driver::new(d, VecSink::default());
+    let w = worker_address(0);
+    d.call(Millis(0), heartbeat(&w, vec![])).expect("registration");
+    let ds = d
+        .call(
+            Millis(0),
+            RegisterDataset { dataset: range(1_000_000_000_000), dataset_id: None, metadata: None },
+        )
+        .expect("dataset")
+        .dataset_id;
+    let job = CreateJob {
+        dataset_id: ds,
+        processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Dynamic },
+        job_name: None,
+        num_consumers: None,
+        target_workers: TargetWorkers::Auto,
+        cross_trainer_cache: false,
+        split_size: Some(1),
+    };
+    let job_id = d.call(Millis(0), job).expect("job").job_id;
+    let it = d.call(Millis(1), (job_id, CreateIteration::default())).expect("it").iteration_id;
+    d.call(Millis(1), heartbeat(&w, vec![])).expect("tasks");
+    d.sink_mut().records.clear();
+    let reply = d.call(Millis(2), (it, get_splits_req(&w, 1))).unwrap();
+    let record = d.sink_mut().records.pop().expect("one record");
     eprintln!(
         "get_split: reply splits {}, record {}",
         serde_json::to_string(&reply.splits).unwrap(),

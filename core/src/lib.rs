@@ -1,6 +1,7 @@
 //! # shardwise-core
 //!
-//! The sans-IO heart of Shardwise: cluster resolution ([`cluster`]) as pure functions and
+//! The sans-IO heart of Shardwise: cluster resolution ([`cluster`]), the declarative datasets
+//! ([`dataset`]) and the tf.data service dispatcher ([`dispatch`]) as pure functions and
 //! state machines. Nothing in this crate spawns a task, sleeps, reads a clock, opens a file or a
 //! socket, or reads the process environment: every input (a TF_CONFIG string, the `SLURM_*`
 //! variables, the pods a Kubernetes API returned, the current time) is passed in as a value, and
@@ -24,6 +25,26 @@
 //! assert_eq!(multi_worker::id_in_cluster(&cluster, Some("worker"), 1)?, 2);
 //! # Ok::<(), shardwise_core::cluster::ClusterError>(())
 //! ```
+//!
+//! # The promise
+//!
+//! Deterministic, no IO, no clocks, no threads: the same inputs give the same outputs. The
+//! dispatcher takes requests and time as values and hands back what to persist and what to
+//! answer; [`Driver`] is the one loop that runs it over a journal sink the caller implements
+//! (see [`dispatch`] for the loop itself and the durability barrier):
+//!
+//! ```
+//! use shardwise_core::{Dispatcher, DispatcherConfig, Driver, Millis, VecSink, WorkerHeartbeat};
+//!
+//! let dispatcher = Dispatcher::new(DispatcherConfig::default(), "inc-1".into(), Millis(0))?;
+//! let mut driver = Driver::new(dispatcher, VecSink::default()); // a sink that keeps records
+//! let heartbeat = WorkerHeartbeat { worker_address: "w0:5000".into(), ..Default::default() };
+//! let reply = driver.call(Millis(1_000), heartbeat)?; // persisted, then answered
+//! assert!(reply.new_tasks.is_empty());
+//! assert_eq!(driver.sink().records.len(), 2); // the start record and the registration
+//! driver.handle_timeout(driver.poll_timeout()); // when the next deadline comes
+//! # Ok::<(), shardwise_core::DispatchError>(())
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -33,3 +54,10 @@ pub mod dispatch;
 pub mod echo;
 pub mod json;
 pub mod pyrepr;
+pub mod rng;
+
+pub use dispatch::{
+    Call, DispatchError, Dispatcher, DispatcherConfig, Driver, Durability, Event, JournalSink,
+    MemorySink, Millis, Output, Reply, Request, Response, Seq, State, Submitted, SyncSink, Ticket,
+    Update, VecSink, WorkerHeartbeat,
+};

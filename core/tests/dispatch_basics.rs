@@ -3,13 +3,13 @@
 
 use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::wire::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, ProcessingMode, RegisterDataset,
     TaskProgress, WorkerHeartbeat, WorkerUpdate,
 };
 use shardwise_core::dispatch::{
-    ClientId, DispatchError, Dispatcher, DispatcherConfig, Event, Millis, ShardingPolicy,
-    TargetWorkers, TaskId, Update, recover,
+    ClientId, DispatchError, Dispatcher, DispatcherConfig, Driver, Event, GetJob, Millis,
+    ReleaseClient, ShardingPolicy, State, TargetWorkers, TaskId, Update, VecSink,
 };
 
 fn def(v: Value) -> DatasetDef {
@@ -26,30 +26,32 @@ fn dispatcher(config: DispatcherConfig) -> Dispatcher {
 
 /// Drains the journal, checking after every step that replay equals the live state.
 struct Harness {
-    d: Dispatcher,
+    d: Driver<VecSink>,
     journal: Vec<Update>,
 }
 
 impl Harness {
     fn new(config: DispatcherConfig) -> Self {
-        Harness { d: dispatcher(config), journal: Vec::new() }
+        Harness { d: Driver::new(dispatcher(config), VecSink::default()), journal: Vec::new() }
     }
     fn sync(&mut self) {
-        while let Some(u) = self.d.poll_journal() {
+        for u in std::mem::take(&mut self.d.sink_mut().records) {
             // Every record survives its JSON encoding unchanged.
             let text = serde_json::to_string(&u).unwrap();
             let back: Update = serde_json::from_str(&text).unwrap();
             assert_eq!(back, u);
             self.journal.push(u);
         }
-        let replayed = recover(self.d.config().worker_addresses.clone(), &self.journal);
-        assert_eq!(&replayed, self.d.state(), "replay equals live state");
+        let replayed =
+            State::replay(self.d.dispatcher().config().worker_addresses.clone(), &self.journal);
+        assert_eq!(&replayed, self.d.dispatcher().state(), "replay equals live state");
     }
     fn dataset(&mut self, d: DatasetDef) -> String {
         let id = self
             .d
-            .register_dataset(&RegisterDataset { dataset: d, dataset_id: None, metadata: None })
-            .unwrap();
+            .call(Millis(0), RegisterDataset { dataset: d, dataset_id: None, metadata: None })
+            .unwrap()
+            .dataset_id;
         self.sync();
         id
     }
@@ -61,16 +63,20 @@ impl Harness {
     ) -> shardwise_core::dispatch::JobId {
         let id = self
             .d
-            .create_job(&CreateJob {
-                dataset_id: dataset_id.into(),
-                processing_mode: ProcessingMode::Policy { sharding_policy: policy },
-                job_name: name.map(str::to_owned),
-                num_consumers: None,
-                target_workers: TargetWorkers::Auto,
-                cross_trainer_cache: false,
-                split_size: Some(10),
-            })
-            .unwrap();
+            .call(
+                Millis(0),
+                CreateJob {
+                    dataset_id: dataset_id.into(),
+                    processing_mode: ProcessingMode::Policy { sharding_policy: policy },
+                    job_name: name.map(str::to_owned),
+                    num_consumers: None,
+                    target_workers: TargetWorkers::Auto,
+                    cross_trainer_cache: false,
+                    split_size: Some(10),
+                },
+            )
+            .unwrap()
+            .job_id;
         self.sync();
         id
     }
@@ -79,12 +85,12 @@ impl Harness {
         now: u64,
         worker: &str,
         current: &[TaskId],
-    ) -> shardwise_core::dispatch::dispatcher::WorkerHeartbeatReply {
+    ) -> shardwise_core::dispatch::wire::WorkerHeartbeatReply {
         let r = self
             .d
-            .worker_heartbeat(
+            .call(
                 Millis(now),
-                &WorkerHeartbeat {
+                WorkerHeartbeat {
                     worker_address: worker.into(),
                     current_tasks: current.to_vec(),
                     tags: vec![],
@@ -101,16 +107,15 @@ impl Harness {
 #[test]
 fn st_01_generated_dataset_ids_start_at_1000() {
     let mut h = Harness::new(DispatcherConfig::default());
-    assert_eq!(h.d.state().peek_dataset_id(), "1000");
-    assert_eq!(h.d.state().peek_dataset_id(), "1000");
+    assert_eq!(h.d.dispatcher().state().peek_dataset_id(), "1000");
+    assert_eq!(h.d.dispatcher().state().peek_dataset_id(), "1000");
     assert_eq!(h.dataset(range(3)), "1000");
-    assert_eq!(h.d.state().peek_dataset_id(), "1001");
+    assert_eq!(h.d.dispatcher().state().peek_dataset_id(), "1001");
     // An explicit decimal id is skipped by the generator.
-    h.d.register_dataset(&RegisterDataset {
-        dataset: range(4),
-        dataset_id: Some("1001".into()),
-        metadata: None,
-    })
+    h.d.call(
+        Millis(0),
+        RegisterDataset { dataset: range(4), dataset_id: Some("1001".into()), metadata: None },
+    )
     .unwrap();
     h.sync();
     assert_eq!(h.dataset(range(5)), "1002");
@@ -125,26 +130,29 @@ fn st_02_st_03_explicit_ids_and_metadata() {
         dataset_id: Some("dataset_id1".into()),
         metadata: Some(meta.clone()),
     };
-    assert_eq!(h.d.register_dataset(&req).unwrap(), "dataset_id1");
+    assert_eq!(h.d.call(Millis(0), req.clone()).unwrap().dataset_id, "dataset_id1");
     h.sync();
-    assert_eq!(h.d.state().datasets["dataset_id1"].metadata, meta);
+    assert_eq!(h.d.dispatcher().state().datasets()["dataset_id1"].metadata, meta);
     // Get-or-register: the same again is the same id, nothing journaled.
-    assert_eq!(h.d.register_dataset(&req).unwrap(), "dataset_id1");
-    assert!(h.d.poll_journal().is_none());
+    assert_eq!(h.d.call(Millis(0), req.clone()).unwrap().dataset_id, "dataset_id1");
+    assert!(h.d.sink().records.is_empty());
     let other = RegisterDataset { dataset: range(4), ..req.clone() };
-    let e = h.d.register_dataset(&other).unwrap_err();
+    let e = h.d.call(Millis(0), other.clone()).unwrap_err();
     assert!(e.detail().contains("Datasets with the same ID should have the same structure"), "{e}");
     assert_eq!(e.code(), "INVALID_ARGUMENT");
     let e =
-        h.d.create_job(&CreateJob {
-            dataset_id: "missing_dataset_id".into(),
-            processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
-            job_name: None,
-            num_consumers: None,
-            target_workers: TargetWorkers::Auto,
-            cross_trainer_cache: false,
-            split_size: None,
-        })
+        h.d.call(
+            Millis(0),
+            CreateJob {
+                dataset_id: "missing_dataset_id".into(),
+                processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
+                job_name: None,
+                num_consumers: None,
+                target_workers: TargetWorkers::Auto,
+                cross_trainer_cache: false,
+                split_size: None,
+            },
+        )
         .unwrap_err();
     assert_eq!(e, DispatchError::NotFound("Dataset id missing_dataset_id not found".into()));
 }
@@ -152,13 +160,13 @@ fn st_02_st_03_explicit_ids_and_metadata() {
 #[test]
 fn st_04_st_11_worker_registration() {
     let mut h = Harness::new(DispatcherConfig::default());
-    assert!(h.d.state().workers.is_empty());
+    assert!(h.d.dispatcher().state().workers().is_empty());
     let r = h.heartbeat(1, "address_1", &[]);
     assert!(r.new_tasks.is_empty() && r.tasks_to_delete.is_empty());
     assert_eq!(r.incarnation, "inc-1");
     h.heartbeat(2, "address_2", &[]);
-    assert_eq!(h.d.state().workers.len(), 2);
-    assert!(h.d.state().workers["address_1"].tasks.is_empty());
+    assert_eq!(h.d.dispatcher().state().workers().len(), 2);
+    assert!(h.d.dispatcher().state().workers()["address_1"].tasks.is_empty());
 }
 
 #[test]
@@ -175,22 +183,22 @@ fn st_05_fixed_worker_list() {
     h.heartbeat(1, "/worker/task/0:20000", &[]);
     h.heartbeat(1, "localhost:20001", &[]);
     let e =
-        h.d.worker_heartbeat(
+        h.d.call(
             Millis(1),
-            &WorkerHeartbeat { worker_address: "localhost:20002".into(), ..Default::default() },
+            WorkerHeartbeat { worker_address: "localhost:20002".into(), ..Default::default() },
         )
         .unwrap_err();
     assert_eq!(e.code(), "FAILED_PRECONDITION");
     assert!(e.detail().contains("other workers are already running at the configured host"), "{e}");
     let e =
-        h.d.worker_heartbeat(
+        h.d.call(
             Millis(1),
-            &WorkerHeartbeat { worker_address: "elsewhere:1".into(), ..Default::default() },
+            WorkerHeartbeat { worker_address: "elsewhere:1".into(), ..Default::default() },
         )
         .unwrap_err();
     assert!(e.detail().contains("The worker's address is not configured"), "{e}");
     assert_eq!(
-        h.d.state().worker_list.entries(),
+        h.d.dispatcher().state().worker_list().entries(),
         ["/worker/task/0:20000", "/worker/task/1", "localhost:20001"]
     );
 }
@@ -207,25 +215,30 @@ fn st_07_st_08_jobs() {
     let ds = h.dataset(range(10));
     let id = h.job(&ds, ShardingPolicy::Off, Some("test_name"));
     assert_eq!(id.0, 5000);
-    let job = h.d.job(id).unwrap().clone();
+    let job = h.d.call(Millis(0), GetJob { job_id: id }).unwrap();
     assert_eq!(
-        (job.name.as_str(), job.dataset_id.as_str(), job.cross_trainer_cache),
+        (job.job_name.as_str(), job.dataset_id.as_str(), job.cross_trainer_cache),
         ("test_name", ds.as_str(), false)
     );
-    assert_eq!(h.d.state().next_job_id, 5001);
+    assert_eq!(h.d.dispatcher().state().next_job_id(), 5001);
     // Same name, same parameters: the same job.
     assert_eq!(h.job(&ds, ShardingPolicy::Off, Some("test_name")), id);
     // Same name, other parameters: refused with the differences listed.
     let e =
-        h.d.create_job(&CreateJob {
-            dataset_id: ds.clone(),
-            processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Dynamic },
-            job_name: Some("test_name".into()),
-            num_consumers: None,
-            target_workers: TargetWorkers::Auto,
-            cross_trainer_cache: true,
-            split_size: Some(10),
-        })
+        h.d.call(
+            Millis(0),
+            CreateJob {
+                dataset_id: ds.clone(),
+                processing_mode: ProcessingMode::Policy {
+                    sharding_policy: ShardingPolicy::Dynamic,
+                },
+                job_name: Some("test_name".into()),
+                num_consumers: None,
+                target_workers: TargetWorkers::Auto,
+                cross_trainer_cache: true,
+                split_size: Some(10),
+            },
+        )
         .unwrap_err();
     let msg = e.detail();
     assert!(msg.contains("Tried to create job with name test_name, but found an existing job with different parameters: "), "{msg}");
@@ -234,15 +247,18 @@ fn st_07_st_08_jobs() {
     // Beyond TensorFlow: reusing a name with another dataset is an error, not a silent join.
     let ds2 = h.dataset(range(5));
     let e =
-        h.d.create_job(&CreateJob {
-            dataset_id: ds2,
-            processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
-            job_name: Some("test_name".into()),
-            num_consumers: None,
-            target_workers: TargetWorkers::Auto,
-            cross_trainer_cache: false,
-            split_size: Some(10),
-        })
+        h.d.call(
+            Millis(0),
+            CreateJob {
+                dataset_id: ds2,
+                processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
+                job_name: Some("test_name".into()),
+                num_consumers: None,
+                target_workers: TargetWorkers::Auto,
+                cross_trainer_cache: false,
+                split_size: Some(10),
+            },
+        )
         .unwrap_err();
     assert!(e.detail().contains("Existing dataset: <1000>; got <1001>."), "{e}");
 }
@@ -254,9 +270,9 @@ fn st_09_st_13_tasks_and_finishing() {
     h.heartbeat(0, "w2", &[]);
     let ds = h.dataset(range(10));
     let job = h.job(&ds, ShardingPolicy::Off, None);
-    let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    let lease = h.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
     h.sync();
-    let it = &h.d.state().iterations[&lease.iteration_id];
+    let it = &h.d.dispatcher().state().iterations()[&lease.iteration_id];
     assert_eq!(it.tasks.len(), 2);
     assert_eq!(it.num_clients, 1);
     // Workers learn their tasks from heartbeats.
@@ -266,9 +282,9 @@ fn st_09_st_13_tasks_and_finishing() {
     assert_eq!(r1.new_tasks[0].dataset, range(10));
     let t2 = h.heartbeat(2, "w2", &[]).new_tasks[0].task_id;
     // Finishing one task leaves the iteration open; finishing both closes it.
-    h.d.worker_update(
+    h.d.call(
         Millis(3),
-        &WorkerUpdate {
+        WorkerUpdate {
             worker_address: "w1".into(),
             worker_uid: None,
             updates: vec![TaskProgress { task_id: t1, completed: true }],
@@ -276,12 +292,12 @@ fn st_09_st_13_tasks_and_finishing() {
     )
     .unwrap();
     h.sync();
-    assert!(!h.d.state().iterations[&lease.iteration_id].finished);
+    assert!(!h.d.dispatcher().state().iterations()[&lease.iteration_id].finished);
     // An unknown id does not fail the update (TensorFlow #52252) and is reported.
     let r =
-        h.d.worker_update(
+        h.d.call(
             Millis(3),
-            &WorkerUpdate {
+            WorkerUpdate {
                 worker_address: "w2".into(),
                 worker_uid: None,
                 updates: vec![
@@ -293,11 +309,11 @@ fn st_09_st_13_tasks_and_finishing() {
         .unwrap();
     h.sync();
     assert_eq!(r.unknown_tasks, vec![TaskId(99)]);
-    assert!(h.d.state().iterations[&lease.iteration_id].finished);
+    assert!(h.d.dispatcher().state().iterations()[&lease.iteration_id].finished);
     assert!(matches!(h.d.poll_event(), Some(Event::IterationFinished { .. })));
     // A finished task is deleted on the next heartbeat.
     assert_eq!(h.heartbeat(4, "w1", &[t1]).tasks_to_delete, vec![t1]);
-    let hb = h.d.client_heartbeat(Millis(5), lease.client_id, &ClientHeartbeat::default()).unwrap();
+    let hb = h.d.call(Millis(5), (lease.client_id, ClientHeartbeat::default())).unwrap();
     assert!(hb.iteration_finished);
     assert_eq!(hb.tasks.len(), 2);
 }
@@ -307,20 +323,19 @@ fn st_14_st_15_client_leases() {
     let mut h = Harness::new(DispatcherConfig::default());
     let ds = h.dataset(range(10));
     let job = h.job(&ds, ShardingPolicy::Off, Some("j"));
-    let a = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
-    let b = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    let a = h.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
+    let b = h.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
     h.sync();
     assert_eq!(a.iteration_id, b.iteration_id);
     assert_eq!((a.client_id, b.client_id), (ClientId(3000), ClientId(3001)));
-    assert_eq!(h.d.state().iterations[&a.iteration_id].num_clients, 2);
-    h.d.release_client(Millis(100), b.client_id).unwrap();
+    assert_eq!(h.d.dispatcher().state().iterations()[&a.iteration_id].num_clients, 2);
+    h.d.call(Millis(100), ReleaseClient { client_id: b.client_id }).unwrap();
     h.sync();
-    let it = &h.d.state().iterations[&a.iteration_id];
+    let it = &h.d.dispatcher().state().iterations()[&a.iteration_id];
     assert_eq!((it.num_clients, it.last_release), (1, Some(Millis(100))));
-    let e = h.d.release_client(Millis(101), b.client_id).unwrap_err();
+    let e = h.d.call(Millis(101), ReleaseClient { client_id: b.client_id }).unwrap_err();
     assert_eq!(e.detail(), "Iteration client id not found: 3001");
-    let e =
-        h.d.client_heartbeat(Millis(101), b.client_id, &ClientHeartbeat::default()).unwrap_err();
+    let e = h.d.call(Millis(101), (b.client_id, ClientHeartbeat::default())).unwrap_err();
     assert!(e.detail().starts_with("Unknown iteration client id 3001. The dispatcher is not configured to be fault tolerant"), "{e}");
 }
 
@@ -344,17 +359,19 @@ fn drain_splits(
                 continue;
             }
             let r =
-                h.d.get_splits(
+                h.d.call(
                     Millis(now),
-                    iteration,
-                    &GetSplits {
-                        worker_address: (*w).into(),
-                        worker_uid: None,
-                        repetition: 0,
-                        split_provider_index: 0,
-                        max_splits: Some(per_call),
-                        acknowledge: None,
-                    },
+                    (
+                        iteration,
+                        GetSplits {
+                            worker_address: (*w).into(),
+                            worker_uid: None,
+                            repetition: 0,
+                            split_provider_index: 0,
+                            max_splits: Some(per_call),
+                            acknowledge: None,
+                        },
+                    ),
                 )
                 .unwrap();
             h.sync();
@@ -373,7 +390,7 @@ fn dynamic_splits_are_handed_out_exactly_once() {
     }
     let ds = h.dataset(range(95));
     let job = h.job(&ds, ShardingPolicy::Dynamic, None);
-    let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    let lease = h.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
     h.sync();
     let splits = drain_splits(&mut h, 2, lease.iteration_id, &["w1", "w2", "w3"], 2);
     let mut starts: Vec<i64> = splits.iter().map(|s| s["start"].as_i64().unwrap()).collect();
@@ -382,23 +399,25 @@ fn dynamic_splits_are_handed_out_exactly_once() {
     assert_eq!(splits.iter().find(|s| s["start"] == 90).unwrap()["stop"], 95);
     // Past the end of the repetition: end_of_splits without consuming anything.
     let r =
-        h.d.get_splits(
+        h.d.call(
             Millis(3),
-            lease.iteration_id,
-            &GetSplits {
-                worker_address: "w1".into(),
-                worker_uid: None,
-                repetition: 0,
-                split_provider_index: 0,
-                max_splits: None,
-                acknowledge: None,
-            },
+            (
+                lease.iteration_id,
+                GetSplits {
+                    worker_address: "w1".into(),
+                    worker_uid: None,
+                    repetition: 0,
+                    split_provider_index: 0,
+                    max_splits: None,
+                    acknowledge: None,
+                },
+            ),
         )
         .unwrap();
     assert!(r.end_of_splits && r.splits.is_empty());
     // Errors.
     let bad =
-        |h: &mut Harness, req: GetSplits, it| h.d.get_splits(Millis(3), it, &req).unwrap_err();
+        |h: &mut Harness, req: GetSplits, it| h.d.call(Millis(3), (it, req.clone())).unwrap_err();
     let e = bad(
         &mut h,
         GetSplits {
@@ -448,7 +467,7 @@ fn a_lost_workers_splits_are_handed_out_again() {
     h.heartbeat(0, "w2", &[]);
     let ds = h.dataset(range(40));
     let job = h.job(&ds, ShardingPolicy::Dynamic, None);
-    let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    let lease = h.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
     h.sync();
     let req = |w: &str, n| GetSplits {
         worker_address: w.into(),
@@ -459,36 +478,36 @@ fn a_lost_workers_splits_are_handed_out_again() {
         acknowledge: None,
     };
     // w2 takes two splits and dies with them.
-    let lost = h.d.get_splits(Millis(10), lease.iteration_id, &req("w2", 2)).unwrap().splits;
+    let lost = h.d.call(Millis(10), (lease.iteration_id, req("w2", 2))).unwrap().splits;
     h.sync();
     assert_eq!(lost.len(), 2);
     // w1 takes the rest; the repetition is not over while w2's splits are in flight.
     let mut got: Vec<Value> =
-        h.d.get_splits(Millis(10), lease.iteration_id, &req("w1", 2))
+        h.d.call(Millis(10), (lease.iteration_id, req("w1", 2)))
             .unwrap()
             .splits
             .into_iter()
             .map(Value::from)
             .collect();
     h.sync();
-    let r = h.d.get_splits(Millis(10), lease.iteration_id, &req("w1", 2)).unwrap();
+    let r = h.d.call(Millis(10), (lease.iteration_id, req("w1", 2))).unwrap();
     h.sync();
     assert!(r.splits.is_empty() && !r.end_of_splits && r.retry_after_ms.is_some());
     // w1 keeps heartbeating, w2 does not: w2 is lost and its splits go to w1.
     h.heartbeat(900, "w1", &[]);
     h.d.handle_timeout(Millis(1_500));
     h.sync();
-    assert!(!h.d.state().workers["w2"].alive);
+    assert!(!h.d.dispatcher().state().workers()["w2"].alive);
     assert!(matches!(h.d.poll_event(), Some(Event::WorkerLost { address }) if address == "w2"));
     got.extend(drain_splits(&mut h, 1_600, lease.iteration_id, &["w1"], 2));
     let mut starts: Vec<i64> = got.iter().map(|s| s["start"].as_i64().unwrap()).collect();
     starts.sort_unstable();
     assert_eq!(starts, vec![0, 10, 20, 30], "every split handed out once to a live worker");
     // The iteration finishes when w1 finishes: the lost worker's task no longer blocks.
-    let t1 = h.d.state().workers["w1"].tasks.iter().next().copied().unwrap();
-    h.d.worker_update(
+    let t1 = h.d.dispatcher().state().workers()["w1"].tasks.iter().next().copied().unwrap();
+    h.d.call(
         Millis(1_700),
-        &WorkerUpdate {
+        WorkerUpdate {
             worker_address: "w1".into(),
             worker_uid: None,
             updates: vec![TaskProgress { task_id: t1, completed: true }],
@@ -496,7 +515,7 @@ fn a_lost_workers_splits_are_handed_out_again() {
     )
     .unwrap();
     h.sync();
-    assert!(h.d.state().iterations[&lease.iteration_id].finished);
+    assert!(h.d.dispatcher().state().iterations()[&lease.iteration_id].finished);
 }
 
 #[test]
@@ -512,27 +531,27 @@ fn silent_clients_are_released_and_idle_iterations_collected() {
     h.heartbeat(0, "w1", &[]);
     let ds = h.dataset(range(10));
     let job = h.job(&ds, ShardingPolicy::Off, Some("j"));
-    let lease = h.d.create_iteration(Millis(0), job, &CreateIteration::default()).unwrap();
+    let lease = h.d.call(Millis(0), (job, CreateIteration::default())).unwrap();
     h.sync();
     // Within the first-heartbeat grace nothing happens (SV-06).
     h.d.handle_timeout(Millis(500));
     h.sync();
-    assert_eq!(h.d.state().iterations[&lease.iteration_id].num_clients, 1);
+    assert_eq!(h.d.dispatcher().state().iterations()[&lease.iteration_id].num_clients, 1);
     // One heartbeat, then silence: released after the client timeout, collected after the GC
     // timeout, and the worker is told to drop its task.
-    h.d.client_heartbeat(Millis(600), lease.client_id, &ClientHeartbeat::default()).unwrap();
+    h.d.call(Millis(600), (lease.client_id, ClientHeartbeat::default())).unwrap();
     h.heartbeat(600, "w1", &[]);
     h.d.handle_timeout(Millis(710));
     h.sync();
-    assert_eq!(h.d.state().iterations[&lease.iteration_id].num_clients, 0);
+    assert_eq!(h.d.dispatcher().state().iterations()[&lease.iteration_id].num_clients, 0);
     h.d.handle_timeout(Millis(770));
     h.sync();
-    let it = &h.d.state().iterations[&lease.iteration_id];
+    let it = &h.d.dispatcher().state().iterations()[&lease.iteration_id];
     assert!(it.garbage_collected);
     let task = it.tasks[0];
     assert_eq!(h.heartbeat(780, "w1", &[task]).tasks_to_delete, vec![task]);
     // The same key creates a fresh iteration.
-    let again = h.d.create_iteration(Millis(800), job, &CreateIteration::default()).unwrap();
+    let again = h.d.call(Millis(800), (job, CreateIteration::default())).unwrap();
     h.sync();
     assert_ne!(again.iteration_id, lease.iteration_id);
     // Timers run every check interval after the last run.
@@ -558,9 +577,9 @@ fn a_restarted_worker_process_gives_back_its_splits_at_once() {
     let mut h = Harness::new(DispatcherConfig::default());
     let hb = |h: &mut Harness, uid: &str, current: Vec<TaskId>| {
         let r =
-            h.d.worker_heartbeat(
+            h.d.call(
                 Millis(5),
-                &WorkerHeartbeat {
+                WorkerHeartbeat {
                     worker_address: "w1".into(),
                     current_tasks: current,
                     tags: vec![],
@@ -575,7 +594,7 @@ fn a_restarted_worker_process_gives_back_its_splits_at_once() {
     hb(&mut h, "process-a", vec![]);
     let ds = h.dataset(range(30));
     let job = h.job(&ds, ShardingPolicy::Dynamic, None);
-    let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    let lease = h.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
     h.sync();
     let task = hb(&mut h, "process-a", vec![]).new_tasks[0].task_id;
     // Each process asks with its own uid.
@@ -587,7 +606,7 @@ fn a_restarted_worker_process_gives_back_its_splits_at_once() {
         max_splits: Some(2),
         acknowledge: None,
     };
-    let first = h.d.get_splits(Millis(6), lease.iteration_id, &req("process-a")).unwrap().splits;
+    let first = h.d.call(Millis(6), (lease.iteration_id, req("process-a"))).unwrap().splits;
     h.sync();
     assert_eq!(first.len(), 2);
     // Same uid: nothing changes. New uid: the process restarted; its task comes back and
@@ -595,7 +614,7 @@ fn a_restarted_worker_process_gives_back_its_splits_at_once() {
     assert!(hb(&mut h, "process-a", vec![task]).new_tasks.is_empty());
     let r = hb(&mut h, "process-b", vec![]);
     assert_eq!(r.new_tasks.len(), 1);
-    let again = h.d.get_splits(Millis(7), lease.iteration_id, &req("process-b")).unwrap().splits;
+    let again = h.d.call(Millis(7), (lease.iteration_id, req("process-b"))).unwrap().splits;
     h.sync();
     assert_eq!(again, first);
 }
@@ -606,35 +625,37 @@ fn snapshot_compacts_the_journal() {
     h.heartbeat(0, "w1", &[]);
     let ds = h.dataset(range(30));
     let job = h.job(&ds, ShardingPolicy::Dynamic, Some("j"));
-    let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    let lease = h.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
     h.sync();
-    let snapshot = h.d.snapshot();
+    let snapshot = h.d.dispatcher().snapshot();
     // Round trip through JSON as a journal record would.
     let snapshot: Update =
         serde_json::from_str(&serde_json::to_string(&snapshot).unwrap()).unwrap();
     let before = h.journal.len();
-    h.d.get_splits(
+    h.d.call(
         Millis(2),
-        lease.iteration_id,
-        &GetSplits {
-            worker_address: "w1".into(),
-            worker_uid: None,
-            repetition: 0,
-            split_provider_index: 0,
-            max_splits: Some(3),
-            acknowledge: None,
-        },
+        (
+            lease.iteration_id,
+            GetSplits {
+                worker_address: "w1".into(),
+                worker_uid: None,
+                repetition: 0,
+                split_provider_index: 0,
+                max_splits: Some(3),
+                acknowledge: None,
+            },
+        ),
     )
     .unwrap();
     h.sync();
     let mut compacted = vec![snapshot];
     compacted.extend(h.journal[before..].iter().cloned());
-    assert_eq!(&recover(vec![], &compacted), h.d.state());
+    assert_eq!(&State::replay(vec![], &compacted), h.d.dispatcher().state());
     // Indexes rebuilt: the job is found by name again.
     let d2 =
         Dispatcher::recover(DispatcherConfig::default(), "inc-2".into(), Millis(3), &compacted)
             .unwrap();
-    assert_eq!(d2.state().jobs_by_name.get("j"), Some(&job));
+    assert_eq!(d2.state().jobs_by_name().get("j"), Some(&job));
 }
 
 /// A client that sends back the `tasks_version` it kept is told "unchanged" instead of being
@@ -646,11 +667,11 @@ fn client_heartbeats_leave_out_an_unchanged_task_list() {
     h.heartbeat(1, "w1", &[]);
     let ds = h.dataset(range(10));
     let job = h.job(&ds, ShardingPolicy::Off, None);
-    let lease = h.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+    let lease = h.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
     h.sync();
     let hb = |h: &mut Harness, known: Option<u64>| {
         let req = ClientHeartbeat { known_tasks_version: known, ..ClientHeartbeat::default() };
-        let r = h.d.client_heartbeat(Millis(2), lease.client_id, &req).unwrap();
+        let r = h.d.call(Millis(2), (lease.client_id, req)).unwrap();
         h.sync();
         r
     };
@@ -673,6 +694,6 @@ fn client_heartbeats_leave_out_an_unchanged_task_list() {
     let recovered =
         Dispatcher::recover(DispatcherConfig::default(), "inc-1".into(), Millis(4), &h.journal)
             .unwrap();
-    assert_eq!(recovered.state().version, h.d.state().version);
+    assert_eq!(recovered.state().version(), h.d.dispatcher().state().version());
     assert!(hb(&mut h, Some(grown.tasks_version)).tasks_unchanged);
 }

@@ -3,40 +3,41 @@
 
 use serde_json::json;
 use shardwise_core::dataset::DatasetDef;
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::wire::{
     ClientHeartbeat, CreateIteration, CreateJob, IterationLease, ProcessingMode, RegisterDataset,
     TaskProgress, WorkerHeartbeat, WorkerUpdate,
 };
 use shardwise_core::dispatch::{
-    Dispatcher, DispatcherConfig, Millis, ShardingPolicy, TargetWorkers, TaskId, Update, recover,
+    Dispatcher, DispatcherConfig, Driver, MaybeRemove, Millis, ShardingPolicy, State,
+    TargetWorkers, TaskId, Update, VecSink,
 };
 
 struct H {
-    d: Dispatcher,
+    d: Driver<VecSink>,
     journal: Vec<Update>,
 }
 
 impl H {
     fn new() -> Self {
-        H {
-            d: Dispatcher::new(DispatcherConfig::default(), "i".into(), Millis(0)).unwrap(),
-            journal: vec![],
-        }
+        let d = Dispatcher::new(DispatcherConfig::default(), "i".into(), Millis(0)).unwrap();
+        H { d: Driver::new(d, VecSink::default()), journal: vec![] }
     }
     fn sync(&mut self) {
-        while let Some(u) = self.d.poll_journal() {
-            self.journal.push(u);
-        }
-        assert_eq!(&recover(vec![], &self.journal), self.d.state(), "replay equals live");
+        self.journal.append(&mut self.d.sink_mut().records);
+        assert_eq!(
+            &State::replay(vec![], &self.journal),
+            self.d.dispatcher().state(),
+            "replay equals live"
+        );
         // The live derived indexes are what a recovery from a snapshot rebuilds.
-        self.d.state().check_heartbeat_index().expect("derived indexes");
+        self.d.dispatcher().state().check_heartbeat_index().expect("derived indexes");
     }
     fn worker(&mut self, now: u64, addr: &str, current: &[TaskId]) -> Vec<TaskId> {
         let r = self
             .d
-            .worker_heartbeat(
+            .call(
                 Millis(now),
-                &WorkerHeartbeat {
+                WorkerHeartbeat {
                     worker_address: addr.into(),
                     current_tasks: current.to_vec(),
                     tags: vec![],
@@ -56,27 +57,33 @@ impl H {
         .unwrap();
         let ds = self
             .d
-            .register_dataset(&RegisterDataset { dataset: ds, dataset_id: None, metadata: None })
-            .unwrap();
+            .call(Millis(0), RegisterDataset { dataset: ds, dataset_id: None, metadata: None })
+            .unwrap()
+            .dataset_id;
         let job = self
             .d
-            .create_job(&CreateJob {
-                dataset_id: ds,
-                processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
-                job_name: Some("rr".into()),
-                num_consumers: Some(n),
-                target_workers: TargetWorkers::Any,
-                cross_trainer_cache: false,
-                split_size: None,
-            })
-            .unwrap();
+            .call(
+                Millis(0),
+                CreateJob {
+                    dataset_id: ds,
+                    processing_mode: ProcessingMode::Policy {
+                        sharding_policy: ShardingPolicy::Off,
+                    },
+                    job_name: Some("rr".into()),
+                    num_consumers: Some(n),
+                    target_workers: TargetWorkers::Any,
+                    cross_trainer_cache: false,
+                    split_size: None,
+                },
+            )
+            .unwrap()
+            .job_id;
         let leases = (0..n)
             .map(|i| {
                 self.d
-                    .create_iteration(
+                    .call(
                         Millis(1),
-                        job,
-                        &CreateIteration { repetition: 0, consumer_index: Some(i) },
+                        (job, CreateIteration { repetition: 0, consumer_index: Some(i) }),
                     )
                     .unwrap()
             })
@@ -89,17 +96,19 @@ impl H {
         lease: &IterationLease,
         current: u64,
         blocked: Option<u64>,
-    ) -> shardwise_core::dispatch::dispatcher::ClientHeartbeatReply {
+    ) -> shardwise_core::dispatch::wire::ClientHeartbeatReply {
         let r = self
             .d
-            .client_heartbeat(
+            .call(
                 Millis(10),
-                lease.client_id,
-                &ClientHeartbeat {
-                    current_round: Some(current),
-                    blocked_round: blocked,
-                    ..ClientHeartbeat::default()
-                },
+                (
+                    lease.client_id,
+                    ClientHeartbeat {
+                        current_round: Some(current),
+                        blocked_round: blocked,
+                        ..ClientHeartbeat::default()
+                    },
+                ),
             )
             .unwrap();
         self.sync();
@@ -144,9 +153,9 @@ fn a_finished_coordinated_iteration_takes_no_rejoining_worker() {
     let t1 = h.worker(1, "w1", &[]);
     assert_eq!(t1.len(), 1);
     let r =
-        h.d.worker_update(
+        h.d.call(
             Millis(2),
-            &WorkerUpdate {
+            WorkerUpdate {
                 worker_address: "w1".into(),
                 worker_uid: None,
                 updates: vec![TaskProgress { task_id: t1[0], completed: true }],
@@ -192,12 +201,8 @@ fn a_restarted_consumer_replaces_its_predecessor() {
     // one consumer, so the task is not promoted until consumer 1 agrees.
     h.hb(&leases[0], 0, Some(1));
     let again =
-        h.d.create_iteration(
-            Millis(3),
-            job,
-            &CreateIteration { repetition: 0, consumer_index: Some(0) },
-        )
-        .unwrap();
+        h.d.call(Millis(3), (job, CreateIteration { repetition: 0, consumer_index: Some(0) }))
+            .unwrap();
     h.sync();
     let r = h.hb(&again, 0, Some(1));
     assert_eq!(r.tasks.len(), 1, "not promoted by one consumer twice");
@@ -213,23 +218,32 @@ fn consumers_vote_a_task_out_and_its_worker_rejoins() {
     let (_, leases) = h.job(2);
     let t1 = h.worker(1, "w1", &[])[0];
     h.worker(1, "w2", &[]);
-    assert!(!h.d.maybe_remove_task(t1, 0, 7).unwrap());
+    assert!(
+        !h.d.call(Millis(0), (t1, MaybeRemove { consumer_index: 0, round: 7 })).unwrap().removed
+    );
     // A vote for another round starts over.
-    assert!(!h.d.maybe_remove_task(t1, 1, 8).unwrap());
+    assert!(
+        !h.d.call(Millis(0), (t1, MaybeRemove { consumer_index: 1, round: 8 })).unwrap().removed
+    );
     h.sync();
-    assert!(h.d.state().tasks.contains_key(&t1), "no removal without agreement");
+    assert!(h.d.dispatcher().state().tasks().contains_key(&t1), "no removal without agreement");
     // Both consumers on round 8: removed.
-    assert!(h.d.maybe_remove_task(t1, 0, 8).unwrap());
+    assert!(
+        h.d.call(Millis(0), (t1, MaybeRemove { consumer_index: 0, round: 8 })).unwrap().removed
+    );
     h.sync();
-    assert!(!h.d.state().tasks.contains_key(&t1));
-    assert!(h.d.maybe_remove_task(t1, 0, 8).unwrap(), "an unknown task counts as removed");
+    assert!(!h.d.dispatcher().state().tasks().contains_key(&t1));
+    assert!(
+        h.d.call(Millis(0), (t1, MaybeRemove { consumer_index: 0, round: 8 })).unwrap().removed,
+        "an unknown task counts as removed"
+    );
     assert_eq!(h.hb(&leases[0], 9, None).tasks.len(), 1);
     // w1 heartbeats again (still reporting the removed task): told to drop it, given a
     // pending task for the iteration instead.
     let r =
-        h.d.worker_heartbeat(
+        h.d.call(
             Millis(20),
-            &WorkerHeartbeat {
+            WorkerHeartbeat {
                 worker_address: "w1".into(),
                 current_tasks: vec![t1],
                 tags: vec![],
@@ -249,35 +263,34 @@ fn coordinated_read_errors() {
     let mut h = H::new();
     h.worker(0, "w1", &[]);
     let (job, _) = h.job(2);
-    let e = h
-        .d
-        .create_iteration(Millis(1), job, &CreateIteration { repetition: 0, consumer_index: None })
-        .unwrap_err();
+    let e =
+        h.d.call(Millis(1), (job, CreateIteration { repetition: 0, consumer_index: None }))
+            .unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
     let e =
-        h.d.create_iteration(
-            Millis(1),
-            job,
-            &CreateIteration { repetition: 0, consumer_index: Some(2) },
-        )
-        .unwrap_err();
+        h.d.call(Millis(1), (job, CreateIteration { repetition: 0, consumer_index: Some(2) }))
+            .unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
     // maybe-remove on an ordinary task.
-    let ds = h.d.state().datasets.keys().next().unwrap().clone();
+    let ds = h.d.dispatcher().state().datasets().keys().next().unwrap().clone();
     let off =
-        h.d.create_job(&CreateJob {
-            dataset_id: ds,
-            processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
-            job_name: None,
-            num_consumers: None,
-            target_workers: TargetWorkers::Auto,
-            cross_trainer_cache: false,
-            split_size: None,
-        })
-        .unwrap();
-    h.d.create_iteration(Millis(1), off, &CreateIteration::default()).unwrap();
+        h.d.call(
+            Millis(0),
+            CreateJob {
+                dataset_id: ds,
+                processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
+                job_name: None,
+                num_consumers: None,
+                target_workers: TargetWorkers::Auto,
+                cross_trainer_cache: false,
+                split_size: None,
+            },
+        )
+        .unwrap()
+        .job_id;
+    h.d.call(Millis(1), (off, CreateIteration::default())).unwrap();
     h.sync();
-    let task = *h.d.state().tasks.keys().last().unwrap();
-    let e = h.d.maybe_remove_task(task, 0, 0).unwrap_err();
+    let task = *h.d.dispatcher().state().tasks().keys().last().unwrap();
+    let e = h.d.call(Millis(0), (task, MaybeRemove { consumer_index: 0, round: 0 })).unwrap_err();
     assert_eq!(e.detail(), "MaybeRemoveTask called on a non-round-robin task.");
 }

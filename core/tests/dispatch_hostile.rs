@@ -3,31 +3,30 @@
 //! what datasets hold is bounded, and error texts quote at most a short prefix of the input.
 
 use serde_json::json;
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::wire::{
     CreateIteration, CreateJob, GetSplits, ProcessingMode, RegisterDataset, TaskProgress,
     WorkerHeartbeat, WorkerUpdate,
 };
 use shardwise_core::dispatch::{
-    DispatchError, Dispatcher, DispatcherConfig, IterationId, Millis, ShardingPolicy, TaskId,
-    Update, recover,
+    DispatchError, Dispatcher, DispatcherConfig, Driver, IterationId, Millis, ShardingPolicy,
+    State, TaskId, Update, VecSink,
 };
 
 struct H {
-    d: Dispatcher,
+    d: Driver<VecSink>,
     journal: Vec<Update>,
 }
 
 impl H {
     fn new(config: DispatcherConfig) -> H {
-        let mut h =
-            H { d: Dispatcher::new(config, "inc".into(), Millis(0)).unwrap(), journal: vec![] };
+        let d = Dispatcher::new(config, "inc".into(), Millis(0)).unwrap();
+        let mut h = H { d: Driver::new(d, VecSink::default()), journal: vec![] };
+        h.d.flush();
         h.sync();
         h
     }
     fn sync(&mut self) {
-        while let Some(u) = self.d.poll_journal() {
-            self.journal.push(u);
-        }
+        self.journal.append(&mut self.d.sink_mut().records);
     }
     /// Journal records since `from`, draining the dispatcher's queue first.
     fn records_since(&mut self, from: usize) -> usize {
@@ -37,9 +36,9 @@ impl H {
     fn heartbeat(&mut self, addr: &str, uid: Option<&str>) -> Vec<TaskId> {
         let r = self
             .d
-            .worker_heartbeat(
+            .call(
                 Millis(1),
-                &WorkerHeartbeat {
+                WorkerHeartbeat {
                     worker_address: addr.into(),
                     worker_uid: uid.map(Into::into),
                     ..WorkerHeartbeat::default()
@@ -51,26 +50,30 @@ impl H {
     }
     fn register(&mut self, def: serde_json::Value) -> Result<String, DispatchError> {
         let req: RegisterDataset = serde_json::from_value(def).unwrap();
-        let r = self.d.register_dataset(&req);
+        let r = self.d.call(Millis(0), req.clone());
         self.sync();
-        r
+        r.map(|r| r.dataset_id)
     }
     /// A dataset, a job of `policy` and its iteration; every registered worker gets a task.
     fn iteration(&mut self, policy: ShardingPolicy) -> IterationId {
         let ds = self.register(json!({"dataset": {"source": {"range": {"stop": 40}}}})).unwrap();
         let job = self
             .d
-            .create_job(&CreateJob {
-                dataset_id: ds,
-                processing_mode: ProcessingMode::Policy { sharding_policy: policy },
-                job_name: None,
-                num_consumers: None,
-                target_workers: Default::default(),
-                cross_trainer_cache: false,
-                split_size: Some(10),
-            })
-            .unwrap();
-        let it = self.d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+            .call(
+                Millis(0),
+                CreateJob {
+                    dataset_id: ds,
+                    processing_mode: ProcessingMode::Policy { sharding_policy: policy },
+                    job_name: None,
+                    num_consumers: None,
+                    target_workers: Default::default(),
+                    cross_trainer_cache: false,
+                    split_size: Some(10),
+                },
+            )
+            .unwrap()
+            .job_id;
+        let it = self.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
         self.sync();
         it.iteration_id
     }
@@ -80,9 +83,9 @@ impl H {
         uid: Option<&str>,
         tasks: &[TaskId],
     ) -> Result<Vec<TaskId>, DispatchError> {
-        let r = self.d.worker_update(
+        let r = self.d.call(
             Millis(2),
-            &WorkerUpdate {
+            WorkerUpdate {
                 worker_address: addr.into(),
                 worker_uid: uid.map(Into::into),
                 updates: tasks
@@ -99,32 +102,34 @@ impl H {
         it: IterationId,
         addr: &str,
         uid: Option<&str>,
-        ack: Option<Vec<shardwise_core::dispatch::dispatcher::SplitId>>,
-    ) -> Result<shardwise_core::dispatch::dispatcher::SplitsReply, DispatchError> {
-        let r = self.d.get_splits(
+        ack: Option<Vec<shardwise_core::dispatch::wire::SplitId>>,
+    ) -> Result<shardwise_core::dispatch::wire::SplitsReply, DispatchError> {
+        let r = self.d.call(
             Millis(3),
-            it,
-            &GetSplits {
-                worker_address: addr.into(),
-                worker_uid: uid.map(Into::into),
-                repetition: 0,
-                split_provider_index: 0,
-                max_splits: Some(2),
-                acknowledge: ack,
-            },
+            (
+                it,
+                GetSplits {
+                    worker_address: addr.into(),
+                    worker_uid: uid.map(Into::into),
+                    repetition: 0,
+                    split_provider_index: 0,
+                    max_splits: Some(2),
+                    acknowledge: ack,
+                },
+            ),
         );
         self.sync();
         r
     }
     fn finished(&self, t: TaskId) -> bool {
-        self.d.state().tasks[&t].finished
+        self.d.dispatcher().state().tasks()[&t].finished
     }
     /// The journal replays to the live state, derived indexes included.
     fn check_replay(&self) {
-        let replayed = recover(vec![], &self.journal);
-        assert_eq!(&replayed, self.d.state());
+        let replayed = State::replay(vec![], &self.journal);
+        assert_eq!(&replayed, self.d.dispatcher().state());
         replayed.check_heartbeat_index().unwrap();
-        self.d.state().check_heartbeat_index().unwrap();
+        self.d.dispatcher().state().check_heartbeat_index().unwrap();
     }
 }
 
@@ -141,10 +146,10 @@ fn an_unregistered_address_cannot_finish_a_task() {
     assert_eq!(e.code(), "NOT_FOUND", "{e}");
     assert_eq!(h.records_since(before), 0);
     assert!(!h.finished(t));
-    assert!(!h.d.state().iterations[&it].finished);
+    assert!(!h.d.dispatcher().state().iterations()[&it].finished);
     // The holder still can.
     assert_eq!(h.update("w1:1", Some("uid-1"), &[t]).unwrap(), []);
-    assert!(h.finished(t) && h.d.state().iterations[&it].finished);
+    assert!(h.finished(t) && h.d.dispatcher().state().iterations()[&it].finished);
     h.check_replay();
 }
 
@@ -168,7 +173,7 @@ fn another_workers_task_refuses_the_whole_update() {
     assert_eq!(h.update("w2:1", None, &[TaskId(999_999), t2, t2]).unwrap(), [TaskId(999_999)]);
     assert_eq!(h.records_since(before), 1, "one record, the task listed twice finished once");
     assert!(h.finished(t2) && !h.finished(t1));
-    assert!(!h.d.state().iterations[&it].finished);
+    assert!(!h.d.dispatcher().state().iterations()[&it].finished);
     // A worker that has no tasks at all can send a stale id: never wedged.
     h.heartbeat("w3:1", None);
     assert_eq!(h.update("w3:1", None, &[TaskId(7)]).unwrap(), [TaskId(7)]);
@@ -196,7 +201,7 @@ fn the_uid_a_worker_registered_with_is_required() {
         assert!(!e.detail().contains("secret-uid-1"), "{e}");
     }
     assert_eq!(h.records_since(before), 0);
-    assert!(h.d.state().iterations[&it].splits.as_ref().unwrap().leases.is_empty());
+    assert!(h.d.dispatcher().state().iterations()[&it].splits.as_ref().unwrap().leases.is_empty());
     // The holder gets splits; a get-split without its uid cannot acknowledge them.
     let r = h.splits(it, "w1:1", Some("secret-uid-1"), None).unwrap();
     assert_eq!(r.splits.len(), 2);
@@ -204,7 +209,10 @@ fn the_uid_a_worker_registered_with_is_required() {
     let e = h.splits(it, "w1:1", None, Some(r.split_ids.clone())).unwrap_err();
     assert_eq!(e.code(), "PERMISSION_DENIED");
     assert_eq!(h.records_since(before), 0);
-    assert_eq!(h.d.state().iterations[&it].splits.as_ref().unwrap().leases["w1:1"].len(), 2);
+    assert_eq!(
+        h.d.dispatcher().state().iterations()[&it].splits.as_ref().unwrap().leases["w1:1"].len(),
+        2
+    );
     // A worker registered without a uid: its address is enough, whatever uid it sends.
     assert_eq!(h.splits(it, "w2:1", Some("anything"), None).unwrap().splits.len(), 2);
     assert_eq!(h.update("w2:1", None, &[t2]).unwrap(), []);
@@ -250,15 +258,15 @@ fn heartbeats_bound_what_a_worker_registers() {
         hb("w1:1".into(), Some(String::new())),
         hb("w1:1".into(), Some("a\nb".into())),
     ] {
-        let e = h.d.worker_heartbeat(Millis(1), &req).unwrap_err();
+        let e = h.d.call(Millis(1), req.clone()).unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
         assert!(e.detail().len() < 300, "{e}");
     }
-    assert!(h.d.state().workers.is_empty());
+    assert!(h.d.dispatcher().state().workers().is_empty());
     let e =
-        h.d.worker_heartbeat(
+        h.d.call(
             Millis(1),
-            &WorkerHeartbeat {
+            WorkerHeartbeat {
                 worker_address: "w1:1".into(),
                 tags: vec!["t".repeat(10_000), String::new()],
                 ..WorkerHeartbeat::default()
@@ -294,17 +302,20 @@ fn identical_datasets_are_deduplicated() {
     // ... and anonymous duplicates keep finding one of them, deterministically.
     assert_eq!(h.register(def.clone()).unwrap(), a);
     h.check_replay();
-    let snapshot = h.d.snapshot();
-    let replayed = recover(vec![], std::slice::from_ref(&snapshot));
+    let snapshot = h.d.dispatcher().snapshot();
+    let replayed = State::replay(vec![], std::slice::from_ref(&snapshot));
     replayed.check_heartbeat_index().unwrap();
-    assert_eq!(replayed.datasets_by_fingerprint, h.d.state().datasets_by_fingerprint);
-    assert_eq!(replayed.dataset_bytes, h.d.state().dataset_bytes);
-    let mut d =
-        Dispatcher::recover(DispatcherConfig::default(), "x".into(), Millis(9), &[snapshot])
-            .unwrap();
+    assert_eq!(
+        replayed.datasets_by_fingerprint(),
+        h.d.dispatcher().state().datasets_by_fingerprint()
+    );
+    assert_eq!(replayed.dataset_bytes(), h.d.dispatcher().state().dataset_bytes());
+    let d = Dispatcher::recover(DispatcherConfig::default(), "x".into(), Millis(9), &[snapshot])
+        .unwrap();
+    let mut d = Driver::new(d, VecSink::default());
     let req: RegisterDataset = serde_json::from_value(def).unwrap();
-    assert_eq!(d.register_dataset(&req).unwrap(), a);
-    assert!(d.poll_journal().is_none());
+    assert_eq!(d.call(Millis(0), req.clone()).unwrap().dataset_id, a);
+    assert!(d.sink().records.is_empty());
 }
 
 /// What datasets hold is bounded for new registrations (RESOURCE_EXHAUSTED naming the
@@ -315,7 +326,7 @@ fn dataset_bytes_are_bounded() {
     let mut h = H::new(config.clone());
     let list = |n: usize| json!({"dataset": {"source": {"list": {"elements": vec![7; n]}}}});
     let a = h.register(list(50)).unwrap();
-    let held = h.d.state().dataset_bytes;
+    let held = h.d.dispatcher().state().dataset_bytes();
     assert!(held > 100 && held < 200, "{held}");
     let before = h.journal.len();
     let e = h.register(list(150)).unwrap_err();
@@ -323,15 +334,15 @@ fn dataset_bytes_are_bounded() {
     assert!(e.detail().contains("max_dataset_bytes = 400"), "{e}");
     assert!(e.detail().contains("--max-dataset-bytes"), "{e}");
     assert_eq!(h.records_since(before), 0);
-    assert_eq!(h.d.state().dataset_bytes, held);
+    assert_eq!(h.d.dispatcher().state().dataset_bytes(), held);
     // Still serving: a duplicate, and a small dataset that fits.
     assert_eq!(h.register(list(50)).unwrap(), a);
     h.register(list(10)).unwrap();
     // Replay under a smaller bound keeps every acknowledged dataset.
     let small = DispatcherConfig { max_dataset_bytes: 1, ..DispatcherConfig::default() };
     let d = Dispatcher::recover(small, "x".into(), Millis(0), &h.journal).unwrap();
-    assert_eq!(d.state().datasets.len(), 2);
-    assert_eq!(d.state().dataset_bytes, h.d.state().dataset_bytes);
+    assert_eq!(d.state().datasets().len(), 2);
+    assert_eq!(d.state().dataset_bytes(), h.d.dispatcher().state().dataset_bytes());
     h.check_replay();
     let zero = DispatcherConfig { max_dataset_bytes: 0, ..DispatcherConfig::default() };
     assert_eq!(zero.validate().unwrap_err().code(), "INVALID_ARGUMENT");
@@ -348,29 +359,35 @@ fn error_texts_quote_a_short_prefix() {
     assert_eq!(e.code(), "INVALID_ARGUMENT");
     assert!(e.detail().len() < 300 && e.detail().contains("10000 bytes"), "{e}");
     let e =
-        h.d.create_job(&CreateJob {
-            dataset_id: long.clone(),
-            processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
-            job_name: None,
-            num_consumers: None,
-            target_workers: Default::default(),
-            cross_trainer_cache: false,
-            split_size: None,
-        })
+        h.d.call(
+            Millis(0),
+            CreateJob {
+                dataset_id: long.clone(),
+                processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
+                job_name: None,
+                num_consumers: None,
+                target_workers: Default::default(),
+                cross_trainer_cache: false,
+                split_size: None,
+            },
+        )
         .unwrap_err();
     assert_eq!(e.code(), "NOT_FOUND");
     assert!(e.detail().len() < 300, "{e}");
     h.register(json!({"dataset": {"source": {"range": {"stop": 1}}}, "dataset_id": "ds"})).unwrap();
     let e =
-        h.d.create_job(&CreateJob {
-            dataset_id: "ds".into(),
-            processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
-            job_name: Some(long.clone()),
-            num_consumers: None,
-            target_workers: Default::default(),
-            cross_trainer_cache: false,
-            split_size: None,
-        })
+        h.d.call(
+            Millis(0),
+            CreateJob {
+                dataset_id: "ds".into(),
+                processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
+                job_name: Some(long.clone()),
+                num_consumers: None,
+                target_workers: Default::default(),
+                cross_trainer_cache: false,
+                split_size: None,
+            },
+        )
         .unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
     assert!(e.detail().len() < 300, "{e}");

@@ -23,7 +23,7 @@
 //! After every call the journal is drained; after every transition the invariants below
 //! are checked:
 //!
-//! 1. `recover(journal) == live state`; every record also goes through the framed journal
+//! 1. `State::replay(journal) == live state`; every record also goes through the framed journal
 //!    encoding, and a crash decodes the bytes back before the dispatcher is recovered.
 //! 2. Absent worker losses a split of repetition 0 is handed out at most once, and once a
 //!    worker saw `end_of_splits` every split `0..num_splits` was handed out.
@@ -50,15 +50,15 @@ use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::framing::{Tail, segment_header};
+use shardwise_core::dispatch::journal::{decode_updates, encode_update};
+use shardwise_core::dispatch::wire::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, ProcessingMode, RegisterDataset,
     TaskProgress, WorkerHeartbeat, WorkerUpdate,
 };
-use shardwise_core::dispatch::framing::{Tail, segment_header};
-use shardwise_core::dispatch::journal::{decode_updates, encode_update};
 use shardwise_core::dispatch::{
-    ClientId, DispatchError, Dispatcher, DispatcherConfig, Event, IterationId, JobId, Millis,
-    ShardingPolicy, TargetWorkers, TaskId, Update, recover,
+    ClientId, DispatchError, Dispatcher, DispatcherConfig, Driver, Event, IterationId, JobId,
+    Millis, ReleaseClient, ShardingPolicy, State, TargetWorkers, TaskId, Update, VecSink,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -1090,9 +1090,12 @@ struct SplitObs {
     saw_loss: bool,
 }
 
+/// The dispatcher under test, driven by the one driver; its sink keeps the records.
+type D = Driver<VecSink>;
+
 #[derive(Debug)]
 struct Sut {
-    d: Dispatcher,
+    d: D,
     journal: Vec<Update>,
     /// The journal as one framed segment.
     segment: Vec<u8>,
@@ -1110,11 +1113,13 @@ fn expect_err<T: std::fmt::Debug>(r: &Result<T, DispatchError>, class: &'static 
 
 impl Sut {
     fn new() -> Self {
-        let mut d = Dispatcher::new(dispatcher_config(), incarnation(1), Millis(0)).unwrap();
+        let d = Dispatcher::new(dispatcher_config(), incarnation(1), Millis(0)).unwrap();
+        let mut d = Driver::new(d, VecSink::default());
+        d.flush();
         // The fresh state's first record (its incarnation id).
         let mut journal = Vec::new();
         let mut segment = segment_header().to_vec();
-        while let Some(u) = d.poll_journal() {
+        for u in std::mem::take(&mut d.sink_mut().records) {
             encode_update(&u, &mut segment).unwrap();
             journal.push(u);
         }
@@ -1122,12 +1127,12 @@ impl Sut {
     }
 
     fn alive(&self, addr: &str) -> bool {
-        self.d.state().workers.get(addr).is_some_and(|w| w.alive)
+        self.d.dispatcher().state().workers().get(addr).is_some_and(|w| w.alive)
     }
 
     /// Drains the journal (framing every record) and the events.
     fn sync(&mut self, step: &Step) {
-        while let Some(u) = self.d.poll_journal() {
+        for u in std::mem::take(&mut self.d.sink_mut().records) {
             encode_update(&u, &mut self.segment).unwrap();
             // A lost worker, or a worker process that restarted, loses its splits.
             if let Update::WorkerLost { address } | Update::WorkerRestarted { address, .. } = &u {
@@ -1167,7 +1172,7 @@ impl Sut {
                     worker_uid: Some(format!("u{uid}")),
                     incarnation: None,
                 };
-                let r = self.d.worker_heartbeat(now, &req).unwrap();
+                let r = self.d.call(now, req.clone()).unwrap();
                 assert_eq!(r.incarnation, inc);
                 let Expect::WorkerHb { new, delete } = &step.expect else { unreachable!() };
                 let got: Vec<u64> = r.new_tasks.iter().map(|t| t.task_id.0).collect();
@@ -1175,7 +1180,10 @@ impl Sut {
                 assert_eq!(got, want, "new tasks of {}", ADDRS[*w]);
                 for (def, want) in r.new_tasks.iter().zip(new) {
                     // Invariant 4: a worker is only told about its own tasks.
-                    assert_eq!(self.d.state().tasks[&def.task_id].worker_address, ADDRS[*w]);
+                    assert_eq!(
+                        self.d.dispatcher().state().tasks()[&def.task_id].worker_address,
+                        ADDRS[*w]
+                    );
                     assert_eq!(def.iteration_id, IterationId(want.iteration));
                     assert_eq!(def.job_id, JobId(want.job));
                     assert_eq!(def.dataset_id, want.dataset_id);
@@ -1196,7 +1204,7 @@ impl Sut {
                     dataset_id: id.clone(),
                     metadata: None,
                 };
-                let r = self.d.register_dataset(&req);
+                let r = self.d.call(now, req.clone()).map(|r| r.dataset_id);
                 match &step.expect {
                     Expect::Dataset(id) => assert_eq!(r.as_ref(), Ok(id)),
                     Expect::Err(class) => expect_err(&r, class),
@@ -1214,7 +1222,7 @@ impl Sut {
                     cross_trainer_cache: false,
                     split_size: Some(*split_size),
                 };
-                let r = self.d.create_job(&req);
+                let r = self.d.call(now, req.clone()).map(|r| r.job_id);
                 match &step.expect {
                     Expect::Job(id) => assert_eq!(r, Ok(JobId(*id))),
                     Expect::Err(class) => expect_err(&r, class),
@@ -1223,7 +1231,7 @@ impl Sut {
             }
             Call::CreateIteration { job, repetition } => {
                 let req = CreateIteration { repetition: *repetition, consumer_index: None };
-                let r = self.d.create_iteration(now, JobId(*job), &req);
+                let r = self.d.call(now, (JobId(*job), req));
                 match &step.expect {
                     Expect::Lease { iteration, client, total } => {
                         let lease = r.unwrap();
@@ -1242,19 +1250,22 @@ impl Sut {
                 }
             }
             Call::ClientHeartbeat { client } => {
-                let r =
-                    self.d.client_heartbeat(now, ClientId(*client), &ClientHeartbeat::default());
+                let r = self.d.call(now, (ClientId(*client), ClientHeartbeat::default()));
                 match &step.expect {
                     Expect::ClientHb { tasks, finished } => {
                         let r = r.unwrap();
                         assert_eq!(r.incarnation, inc);
-                        let mine = self.d.state().clients[&ClientId(*client)].iteration_id;
+                        let mine =
+                            self.d.dispatcher().state().clients()[&ClientId(*client)].iteration_id;
                         let got: Vec<(u64, usize, bool, bool)> = r
                             .tasks
                             .iter()
                             .map(|t| {
                                 // Invariant 4: only tasks of the client's iteration.
-                                assert_eq!(self.d.state().tasks[&t.task_id].iteration_id, mine);
+                                assert_eq!(
+                                    self.d.dispatcher().state().tasks()[&t.task_id].iteration_id,
+                                    mine
+                                );
                                 // Invariant 5: a finished iteration has nothing left to read.
                                 assert!(
                                     !r.iteration_finished || t.finished || t.worker_lost,
@@ -1273,9 +1284,9 @@ impl Sut {
                 }
             }
             Call::ReleaseClient { client } => {
-                let r = self.d.release_client(now, ClientId(*client));
+                let r = self.d.call(now, ReleaseClient { client_id: ClientId(*client) });
                 match &step.expect {
-                    Expect::Nothing => r.unwrap(),
+                    Expect::Nothing => assert!(r.unwrap().released),
                     Expect::Err(class) => expect_err(&r, class),
                     e => unreachable!("{e:?}"),
                 }
@@ -1286,13 +1297,19 @@ impl Sut {
                 let req = GetSplits {
                     worker_address: addr.into(),
                     // As the worker holding the task: the uid it registered with.
-                    worker_uid: self.d.state().workers.get(addr).and_then(|w| w.uid.clone()),
+                    worker_uid: self
+                        .d
+                        .dispatcher()
+                        .state()
+                        .workers()
+                        .get(addr)
+                        .and_then(|w| w.uid.clone()),
                     repetition: *repetition,
                     split_provider_index: 0,
                     max_splits: Some(*max),
                     acknowledge: None,
                 };
-                let r = self.d.get_splits(now, IterationId(*iteration), &req);
+                let r = self.d.call(now, (IterationId(*iteration), req.clone()));
                 let (indices, end, retry) = match &step.expect {
                     Expect::Splits { indices, end, retry } => (indices, *end, *retry),
                     Expect::Err(class) => return expect_err(&r, class),
@@ -1329,19 +1346,25 @@ impl Sut {
                 let alive = self.alive(addr);
                 let before: Vec<(IterationId, bool)> = tasks
                     .iter()
-                    .filter_map(|t| self.d.state().tasks.get(&TaskId(*t)))
+                    .filter_map(|t| self.d.dispatcher().state().tasks().get(&TaskId(*t)))
                     .map(|t| (t.iteration_id, t.finished))
                     .collect();
                 let req = WorkerUpdate {
                     worker_address: addr.into(),
                     // As the worker holding the task: the uid it registered with.
-                    worker_uid: self.d.state().workers.get(addr).and_then(|w| w.uid.clone()),
+                    worker_uid: self
+                        .d
+                        .dispatcher()
+                        .state()
+                        .workers()
+                        .get(addr)
+                        .and_then(|w| w.uid.clone()),
                     updates: tasks
                         .iter()
                         .map(|t| TaskProgress { task_id: TaskId(*t), completed: true })
                         .collect(),
                 };
-                let r = self.d.worker_update(now, &req).unwrap();
+                let r = self.d.call(now, req.clone()).unwrap();
                 assert_eq!(r.incarnation, inc);
                 let Expect::Update { unknown } = &step.expect else { unreachable!() };
                 let got: Vec<u64> = r.unknown_tasks.iter().map(|t| t.0).collect();
@@ -1362,7 +1385,7 @@ impl Sut {
             Call::Recover { compact } => {
                 if *compact {
                     self.segment = segment_header().to_vec();
-                    encode_update(&self.d.snapshot(), &mut self.segment).unwrap();
+                    encode_update(&self.d.dispatcher().snapshot(), &mut self.segment).unwrap();
                 }
                 // The dispatcher comes back from the bytes alone; they decode to records
                 // that encode to the very same bytes.
@@ -1382,13 +1405,14 @@ impl Sut {
                         }
                     }
                 }
-                let before = self.d.state().clone();
+                let before = self.d.dispatcher().state().clone();
                 self.journal = replayed.updates;
-                self.d = Dispatcher::recover(dispatcher_config(), inc.into(), now, &self.journal)
+                let d = Dispatcher::recover(dispatcher_config(), inc.into(), now, &self.journal)
                     .unwrap();
-                assert_eq!(self.d.state(), &before, "recovered state");
-                self.d.state().check_heartbeat_index().unwrap();
-                assert_eq!(self.d.poll_journal(), None);
+                self.d = Driver::new(d, VecSink::default());
+                assert_eq!(self.d.dispatcher().state(), &before, "recovered state");
+                self.d.dispatcher().state().check_heartbeat_index().unwrap();
+                assert!(self.d.sink().records.is_empty());
             }
         }
     }
@@ -1448,12 +1472,12 @@ impl Sut {
 
     /// Invariant 5 when an iteration becomes finished.
     fn check_newly_finished(&mut self) {
-        let state = self.d.state();
-        for it in state.iterations.values().filter(|i| i.finished) {
+        let state = self.d.dispatcher().state();
+        for it in state.iterations().values().filter(|i| i.finished) {
             if self.finished.insert(it.id.0) {
                 for t in &it.tasks {
-                    let task = &state.tasks[t];
-                    let live = state.workers.get(&task.worker_address).is_some_and(|w| w.alive);
+                    let task = &state.tasks()[t];
+                    let live = state.workers().get(&task.worker_address).is_some_and(|w| w.alive);
                     assert!(
                         task.finished || (task.abandoned && !live),
                         "iteration {} finished with task {task:?} of a live worker open",
@@ -1486,9 +1510,9 @@ impl StateMachineTest for DispatcherTest {
     }
 
     fn check_invariants(sut: &Sut, m: &Model) {
-        let state = sut.d.state();
+        let state = sut.d.dispatcher().state();
         // 1. Replay equals the live state.
-        let replayed = recover(dispatcher_config().worker_addresses, &sut.journal);
+        let replayed = State::replay(dispatcher_config().worker_addresses, &sut.journal);
         assert_eq!(&replayed, state);
         // The derived worker index mirrors the workers, live and replayed.
         state.check_heartbeat_index().unwrap();
@@ -1497,45 +1521,45 @@ impl StateMachineTest for DispatcherTest {
         for (w, addr) in ADDRS.iter().enumerate() {
             let worker = &m.workers[w];
             assert_eq!(
-                state.workers.get(*addr).map(|x| x.alive),
+                state.workers().get(*addr).map(|x| x.alive),
                 worker.registered.then_some(worker.alive),
                 "liveness of {addr}"
             );
         }
-        assert_eq!(state.datasets.len(), m.datasets.len());
-        assert_eq!(state.jobs.len(), m.jobs.len());
-        assert_eq!(state.iterations.len(), m.iterations.len());
+        assert_eq!(state.datasets().len(), m.datasets.len());
+        assert_eq!(state.jobs().len(), m.jobs.len());
+        assert_eq!(state.iterations().len(), m.iterations.len());
         for mi in &m.iterations {
-            let it = &state.iterations[&IterationId(mi.id)];
+            let it = &state.iterations()[&IterationId(mi.id)];
             assert_eq!(it.finished, mi.finished, "finished of iteration {}", mi.id);
             assert_eq!(it.num_clients, mi.clients, "clients of iteration {}", mi.id);
             let tasks: Vec<u64> = mi.tasks.iter().map(|t| m.tasks[*t].id).collect();
             assert_eq!(it.tasks.iter().map(|t| t.0).collect::<Vec<_>>(), tasks);
         }
-        assert_eq!(state.tasks.len(), m.tasks.len());
+        assert_eq!(state.tasks().len(), m.tasks.len());
         for mt in &m.tasks {
-            let t = &state.tasks[&TaskId(mt.id)];
+            let t = &state.tasks()[&TaskId(mt.id)];
             assert_eq!(t.worker_address, ADDRS[mt.worker]);
             assert_eq!((t.finished, t.abandoned), (mt.finished, mt.abandoned), "task {}", mt.id);
         }
         let active: BTreeSet<u64> = m.clients.iter().filter(|c| c.active).map(|c| c.id).collect();
-        assert_eq!(state.clients.keys().map(|c| c.0).collect::<BTreeSet<_>>(), active);
+        assert_eq!(state.clients().keys().map(|c| c.0).collect::<BTreeSet<_>>(), active);
         // 5. Finished iterations have nothing open.
-        for it in state.iterations.values().filter(|i| i.finished) {
+        for it in state.iterations().values().filter(|i| i.finished) {
             for t in &it.tasks {
-                let t = &state.tasks[t];
+                let t = &state.tasks()[t];
                 assert!(t.finished || t.abandoned, "finished iteration {} with {t:?}", it.id);
             }
         }
         // 3. No split lost: once every live worker of the iteration saw the end (or the
         // iteration finished), live workers acknowledged every split.
         for (id, obs) in &sut.obs {
-            let it = &state.iterations[&IterationId(*id)];
+            let it = &state.iterations()[&IterationId(*id)];
             let live: BTreeSet<&str> = it
                 .tasks
                 .iter()
-                .map(|t| state.tasks[t].worker_address.as_str())
-                .filter(|a| state.workers[*a].alive)
+                .map(|t| state.tasks()[t].worker_address.as_str())
+                .filter(|a| state.workers()[*a].alive)
                 .collect();
             let all_ended = !live.is_empty() && live.iter().all(|a| obs.seen_end.contains(*a));
             if all_ended || it.finished {
@@ -1568,42 +1592,44 @@ prop_state_machine! {
 
 /// A dispatcher with workers `w1` and `w2` (registered at 0) and an iteration over
 /// `range(n)` with one element per split; returns the iteration and its client.
-fn two_workers_one_iteration(
-    n: i64,
-    policy: ShardingPolicy,
-) -> (Dispatcher, IterationId, ClientId) {
-    let mut d = Dispatcher::new(dispatcher_config(), incarnation(1), Millis(0)).unwrap();
+fn two_workers_one_iteration(n: i64, policy: ShardingPolicy) -> (D, IterationId, ClientId) {
+    let d = Dispatcher::new(dispatcher_config(), incarnation(1), Millis(0)).unwrap();
+    let mut d = Driver::new(d, VecSink::default());
     for w in ["w1", "w2"] {
         heartbeat(&mut d, 0, w, &[]);
     }
     let ds = d
-        .register_dataset(&RegisterDataset {
-            dataset: range_def(0, n, 1),
-            dataset_id: None,
-            metadata: None,
-        })
-        .unwrap();
+        .call(
+            Millis(0),
+            RegisterDataset { dataset: range_def(0, n, 1), dataset_id: None, metadata: None },
+        )
+        .unwrap()
+        .dataset_id;
     let job = d
-        .create_job(&CreateJob {
-            dataset_id: ds,
-            processing_mode: ProcessingMode::Policy { sharding_policy: policy },
-            job_name: None,
-            num_consumers: None,
-            target_workers: TargetWorkers::Auto,
-            cross_trainer_cache: false,
-            split_size: Some(1),
-        })
-        .unwrap();
-    let lease = d.create_iteration(Millis(1), job, &CreateIteration::default()).unwrap();
+        .call(
+            Millis(0),
+            CreateJob {
+                dataset_id: ds,
+                processing_mode: ProcessingMode::Policy { sharding_policy: policy },
+                job_name: None,
+                num_consumers: None,
+                target_workers: TargetWorkers::Auto,
+                cross_trainer_cache: false,
+                split_size: Some(1),
+            },
+        )
+        .unwrap()
+        .job_id;
+    let lease = d.call(Millis(1), (job, CreateIteration::default())).unwrap();
     (d, lease.iteration_id, lease.client_id)
 }
 
 fn heartbeat(
-    d: &mut Dispatcher,
+    d: &mut D,
     now: u64,
     w: &str,
     current: &[TaskId],
-) -> shardwise_core::dispatch::dispatcher::WorkerHeartbeatReply {
+) -> shardwise_core::dispatch::wire::WorkerHeartbeatReply {
     let req = WorkerHeartbeat {
         worker_address: w.into(),
         current_tasks: current.to_vec(),
@@ -1611,11 +1637,11 @@ fn heartbeat(
         worker_uid: None,
         incarnation: None,
     };
-    d.worker_heartbeat(Millis(now), &req).unwrap()
+    d.call(Millis(now), req.clone()).unwrap()
 }
 
 fn ask(
-    d: &mut Dispatcher,
+    d: &mut D,
     now: u64,
     it: IterationId,
     w: &str,
@@ -1629,16 +1655,16 @@ fn ask(
         max_splits: Some(max),
         acknowledge: None,
     };
-    let r = d.get_splits(Millis(now), it, &req)?;
+    let r = d.call(Millis(now), (it, req.clone()))?;
     Ok((
         r.splits.into_iter().map(|s| Value::from(s)["start"].as_u64().unwrap()).collect(),
         r.end_of_splits,
     ))
 }
 
-fn task_of(d: &Dispatcher, it: IterationId, w: &str) -> TaskId {
-    let state = d.state();
-    *state.iterations[&it].tasks.iter().find(|t| state.tasks[*t].worker_address == w).unwrap()
+fn task_of(d: &D, it: IterationId, w: &str) -> TaskId {
+    let state = d.dispatcher().state();
+    *state.iterations()[&it].tasks.iter().find(|t| state.tasks()[*t].worker_address == w).unwrap()
 }
 
 /// `w1` misses heartbeats and is declared lost, but was only slow: it asks for a split
@@ -1650,7 +1676,7 @@ fn bug_lost_worker_is_handed_splits_that_are_then_stuck() {
     let (mut d, it, _) = two_workers_one_iteration(3, ShardingPolicy::Dynamic);
     heartbeat(&mut d, 900, "w2", &[]);
     d.handle_timeout(Millis(1_001));
-    assert!(!d.state().workers["w1"].alive);
+    assert!(!d.dispatcher().state().workers()["w1"].alive);
     // Today: Ok([0]), leased to the lost w1. Then w1 dies.
     let stranded = ask(&mut d, 1_002, it, "w1", 1).map(|(s, _)| s).unwrap_or_default();
     // w2 stays alive and reads until the end of the splits.
@@ -1696,16 +1722,16 @@ fn bug_split_read_by_a_lost_worker_is_lost() {
     }
     assert!(w2_ended);
     let t2 = task_of(&d, it, "w2");
-    d.worker_update(
+    d.call(
         Millis(1_200),
-        &WorkerUpdate {
+        WorkerUpdate {
             worker_address: "w2".into(),
             worker_uid: None,
             updates: vec![TaskProgress { task_id: t2, completed: true }],
         },
     )
     .unwrap();
-    let hb = d.client_heartbeat(Millis(1_201), client, &ClientHeartbeat::default()).unwrap();
+    let hb = d.call(Millis(1_201), (client, ClientHeartbeat::default())).unwrap();
     let w1_skipped = hb.tasks.iter().any(|t| t.worker_address == "w1" && t.worker_lost);
     for s in 0..2 {
         assert!(
@@ -1727,16 +1753,16 @@ fn bug_revived_worker_keeps_tasks_of_finished_iterations() {
     let t2 = task_of(&d, it, "w2");
     heartbeat(&mut d, 900, "w2", &[t2]);
     d.handle_timeout(Millis(1_001));
-    d.worker_update(
+    d.call(
         Millis(1_002),
-        &WorkerUpdate {
+        WorkerUpdate {
             worker_address: "w2".into(),
             worker_uid: None,
             updates: vec![TaskProgress { task_id: t2, completed: true }],
         },
     )
     .unwrap();
-    assert!(d.state().iterations[&it].finished);
+    assert!(d.dispatcher().state().iterations()[&it].finished);
     // w1 comes back still running t1: it should be told to drop it.
     let r = heartbeat(&mut d, 1_003, "w1", &[t1]);
     assert_eq!(r.tasks_to_delete, [t1], "t1 belongs to a finished iteration");

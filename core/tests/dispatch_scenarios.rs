@@ -23,7 +23,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::wire::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, RegisterDataset, TaskProgress,
     WorkerHeartbeat, WorkerUpdate,
 };
@@ -58,25 +58,20 @@ fn per_worker(sim: &Sim, c: usize, n: usize) -> Vec<Vec<Value>> {
 }
 
 fn register_as(sim: &mut Sim, id: &str, dataset: shardwise_core::dataset::DatasetDef) -> String {
-    sim.dispatch(|d, _| {
-        d.register_dataset(&RegisterDataset {
-            dataset,
-            dataset_id: Some(id.into()),
-            metadata: None,
-        })
-    })
-    .expect("register")
+    sim.dispatch(RegisterDataset { dataset, dataset_id: Some(id.into()), metadata: None })
+        .expect("register")
+        .dataset_id
 }
 
 fn create_job(
     sim: &mut Sim,
     req: &CreateJob,
 ) -> Result<shardwise_core::dispatch::JobId, DispatchError> {
-    sim.dispatch(|d, _| d.create_job(req))
+    sim.dispatch(req.clone()).map(|r| r.job_id)
 }
 
 fn active_iterations(sim: &Sim) -> usize {
-    sim.state().iterations.values().filter(|i| !i.finished).count()
+    sim.state().iterations().values().filter(|i| !i.finished).count()
 }
 
 // =============================================================================================
@@ -178,16 +173,14 @@ fn sv_06_iteration_not_collected_before_its_client_starts_reading() {
     let mut sim = Sim::with_workers(gc_config(10), 5);
     let ds = sim.register(range(10));
     let job = create_job(&mut sim, &job_req(&ds, OFF, None)).unwrap();
-    let lease =
-        sim.dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default())).unwrap();
+    let lease = sim.dispatch((job, CreateIteration::default())).unwrap();
     sim.run_for(1_000);
     assert_eq!(active_iterations(&sim), 1);
     // One heartbeat, then silence: released after the client timeout, then collected.
-    sim.dispatch(|d, now| d.client_heartbeat(now, lease.client_id, &ClientHeartbeat::default()))
-        .unwrap();
+    sim.dispatch((lease.client_id, ClientHeartbeat::default())).unwrap();
     let collected = sim.run_until(10_000, |s| active_iterations(s) == 0);
     assert!(collected);
-    assert!(sim.state().iterations[&lease.iteration_id].garbage_collected);
+    assert!(sim.state().iterations()[&lease.iteration_id].garbage_collected);
 }
 
 #[test]
@@ -195,7 +188,7 @@ fn sv_07_a_live_lease_keeps_the_iteration() {
     let mut sim = Sim::with_workers(gc_config(10_000_000_000), 5);
     let ds = sim.register(range(10));
     let job = create_job(&mut sim, &job_req(&ds, OFF, None)).unwrap();
-    sim.dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default())).unwrap();
+    sim.dispatch((job, CreateIteration::default())).unwrap();
     sim.run_for(1_000);
     assert_eq!(active_iterations(&sim), 1);
 }
@@ -203,7 +196,7 @@ fn sv_07_a_live_lease_keeps_the_iteration() {
 #[test]
 fn sv_08_worker_listing() {
     let sim = cluster(1);
-    assert_eq!(sim.state().workers.len(), 1);
+    assert_eq!(sim.state().workers().len(), 1);
 }
 
 /// There is no separate export endpoint in core: the dispatcher's state is the export, and
@@ -215,10 +208,10 @@ fn sv_09_state_export() {
     let c = sim.add_client(ClientSpec::new(&ds, OFF).budget(0));
     sim.open(c, 5_000);
     let st = sim.state();
-    assert_eq!(st.workers.keys().collect::<Vec<_>>(), ["w0"]);
-    assert_eq!(st.iterations.len(), 1);
-    let it = st.iterations.values().next().unwrap();
-    assert_eq!(st.jobs[&it.job_id].dataset_id, "1000");
+    assert_eq!(st.workers().keys().collect::<Vec<_>>(), ["w0"]);
+    assert_eq!(st.iterations().len(), 1);
+    let it = st.iterations().values().next().unwrap();
+    assert_eq!(st.jobs()[&it.job_id].dataset_id, "1000");
     assert!(it.job_name.contains("anonymous_job"), "{}", it.job_name);
     assert_eq!((it.num_clients, it.finished), (1, false));
     assert!(sim.run_until(1_000, |s| s.worker_task_count("w0") == 1));
@@ -226,7 +219,7 @@ fn sv_09_state_export() {
     sim.finish(c, 10_000);
     sim.run_for(3_000);
     let finished: Vec<TaskId> =
-        sim.state().tasks.values().filter(|t| t.finished).map(|t| t.id).collect();
+        sim.state().tasks().values().filter(|t| t.finished).map(|t| t.id).collect();
     assert_eq!(finished.len(), 1);
     assert_eq!(sim.worker_task_count("w0"), 0, "the finished task was deleted on the worker");
     assert!(sim.workers["w0"].deleted.contains(&finished[0]));
@@ -238,17 +231,16 @@ fn sv_10_metadata_round_trip_and_unknown_dataset() {
     let mut sim = Sim::new(SimConfig::default());
     let meta = json!({"element_spec": "spec-bytes", "compression": "SNAPPY", "cardinality": 10});
     let id = sim
-        .dispatch(|d, _| {
-            d.register_dataset(&RegisterDataset {
-                dataset: range(10),
-                dataset_id: None,
-                metadata: Some(meta.clone()),
-            })
+        .dispatch(RegisterDataset {
+            dataset: range(10),
+            dataset_id: None,
+            metadata: Some(meta.clone()),
         })
-        .unwrap();
-    assert_eq!(sim.state().datasets[&id].metadata, meta);
+        .unwrap()
+        .dataset_id;
+    assert_eq!(sim.state().datasets()[&id].metadata, meta);
     sim.bounce_dispatcher();
-    assert_eq!(sim.state().datasets[&id].metadata, meta, "metadata survives a restart");
+    assert_eq!(sim.state().datasets()[&id].metadata, meta, "metadata survives a restart");
     let e = create_job(&mut sim, &job_req("not-found", OFF, None)).unwrap_err();
     assert_eq!(e.code(), "NOT_FOUND");
     assert!(e.detail().contains("Dataset id not-found not found"), "{e}");
@@ -265,14 +257,11 @@ fn sv_11_explicit_dataset_id_is_get_or_register() {
         metadata: Some(meta),
     };
     let finite = json!({"cardinality": 10});
-    assert_eq!(
-        sim.dispatch(|d, _| d.register_dataset(&req(finite.clone()))).unwrap(),
-        "dataset_id"
-    );
+    assert_eq!(sim.dispatch(req(finite.clone())).unwrap().dataset_id, "dataset_id");
     let journaled = sim.journal.len();
-    assert_eq!(sim.dispatch(|d, _| d.register_dataset(&req(finite))).unwrap(), "dataset_id");
+    assert_eq!(sim.dispatch(req(finite)).unwrap().dataset_id, "dataset_id");
     assert_eq!(sim.journal.len(), journaled, "nothing journaled for an existing id");
-    let e = sim.dispatch(|d, _| d.register_dataset(&req(json!({"cardinality": -1})))).unwrap_err();
+    let e = sim.dispatch(req(json!({"cardinality": -1}))).unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
     assert!(e.detail().contains("Datasets with the same ID should have the same structure"), "{e}");
 }
@@ -294,7 +283,7 @@ fn sv_12_anonymous_registrations_get_distinct_ids_and_duplicates_the_same() {
         dataset_id: None,
         metadata: Some(json!({"element_spec": "x"})),
     };
-    assert_eq!(sim.dispatch(|d, _| d.register_dataset(&with_metadata)).unwrap(), "1002");
+    assert_eq!(sim.dispatch(with_metadata).unwrap().dataset_id, "1002");
 }
 
 /// There is no dataset store in core: ids come from the journaled state alone, so a restart
@@ -342,7 +331,7 @@ fn sv_15_cross_trainer_flag_reaches_the_worker() {
     let mut req = job_req(&ds, OFF, Some("job"));
     req.cross_trainer_cache = true;
     let job = create_job(&mut sim, &req).unwrap();
-    sim.dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default())).unwrap();
+    sim.dispatch((job, CreateIteration::default())).unwrap();
     assert!(sim.run_until(1_000, |s| s.worker_task_count("w0") == 1));
     let task = sim.workers["w0"].tasks.values().next().unwrap();
     assert!(task.def.cross_trainer_cache);
@@ -503,7 +492,7 @@ fn ft_09_adding_a_worker_mid_iteration_off() {
     let c = sim.add_client(ClientSpec::new(&ds, OFF).budget(n as usize / 2));
     sim.read_until(c, n as usize / 2, 10_000);
     sim.add_worker("w1");
-    assert!(sim.run_until(5_000, |s| s.state().workers.len() == 2));
+    assert!(sim.run_until(5_000, |s| s.state().workers().len() == 2));
     sim.unlimit(c);
     sim.finish(c, 30_000);
     assert_eq!(multiset(&sim.values(c)), copies(&ints(0..n), 2), "the new worker starts over");
@@ -536,7 +525,7 @@ fn ft_11_restarted_worker_starts_its_task_over() {
         sim.read_until(c, 10, 5_000);
         if restart_after_timeout {
             sim.kill_worker("w0", None);
-            assert!(sim.run_until(5_000, |s| !s.state().workers["w0"].alive));
+            assert!(sim.run_until(5_000, |s| !s.state().workers()["w0"].alive));
             sim.restart_worker("w0");
         } else {
             sim.restart_worker("w0");
@@ -775,9 +764,7 @@ fn js_12_silent_clients_are_released() {
     sim.read_until(c, 1, 5_000);
     sim.run_for(3_000);
     let id = sim.clients[c].lease.as_ref().unwrap().client_id;
-    let e = sim
-        .dispatch(|d, now| d.client_heartbeat(now, id, &ClientHeartbeat::default()))
-        .unwrap_err();
+    let e = sim.dispatch((id, ClientHeartbeat::default())).unwrap_err();
     assert_eq!(e.code(), "NOT_FOUND");
     assert!(e.detail().contains("Unknown iteration client id"), "{e}");
 }
@@ -838,12 +825,10 @@ fn js_15_explicit_dataset_ids_and_sharing() {
     assert!(e.detail().contains("Existing dataset: <dataset_id>; got <other_id>."), "{e}");
     // Different structures under one id.
     let e = sim
-        .dispatch(|d, _| {
-            d.register_dataset(&RegisterDataset {
-                dataset: range(11),
-                dataset_id: Some("dataset_id".into()),
-                metadata: None,
-            })
+        .dispatch(RegisterDataset {
+            dataset: range(11),
+            dataset_id: Some("dataset_id".into()),
+            metadata: None,
         })
         .unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
@@ -1035,9 +1020,9 @@ fn dy_lost_worker_splits_are_handed_out_again() {
     sim.finish(c, 30_000);
     let got = multiset(&sim.values(c));
     assert_eq!(got.len(), 100, "every element was read");
-    assert!(!sim.state().workers[&victim].alive);
+    assert!(!sim.state().workers()[&victim].alive);
     let it = sim.clients[c].reads[0].iteration;
-    assert!(sim.state().iterations[&it].finished);
+    assert!(sim.state().iterations()[&it].finished);
 }
 
 /// `range(100) + range(100, 200)` as one source (no concatenate in the dataset model).
@@ -1103,7 +1088,7 @@ fn as_01_element_sharding() {
     for entry in ["localhost:%port%", "localhost:%port_worker%"] {
         let mut sim = placeholder_cluster(&[entry; 5], 5);
         assert_eq!(
-            sim.state().worker_list.entries(),
+            sim.state().worker_list().entries(),
             (0..5).map(|i| format!("localhost:{}", 5000 + i)).collect::<Vec<_>>(),
             "placeholders are bound in registration order"
         );
@@ -1225,7 +1210,7 @@ fn as_07_worker_list_validation_at_worker_start() {
         assert!(!errors.is_empty(), "{list:?}");
         assert!(errors[0].contains("FAILED_PRECONDITION"), "{errors:?}");
         assert!(errors[0].contains("The worker's address is not configured"), "{errors:?}");
-        assert!(sim.state().workers.is_empty());
+        assert!(sim.state().workers().is_empty());
     }
     let mut sim = Sim::new(SimConfig::default().with_worker_list(&["localhost:%port%"]));
     sim.add_worker("localhost:5000");
@@ -1289,20 +1274,15 @@ fn as_11_misc() {
 fn im_01_task_completion_reaches_clients_via_the_dispatcher() {
     let mut sim = Sim::new(SimConfig::default());
     let hb = WorkerHeartbeat { worker_address: "w0".into(), ..WorkerHeartbeat::default() };
-    sim.dispatch(|d, now| d.worker_heartbeat(now, &hb)).unwrap();
+    sim.dispatch(hb.clone()).unwrap();
     let ds = sim.register(range(3));
     let job = create_job(&mut sim, &job_req(&ds, OFF, None)).unwrap();
-    let lease =
-        sim.dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default())).unwrap();
-    let task = sim.dispatch(|d, now| d.worker_heartbeat(now, &hb)).unwrap().new_tasks[0].task_id;
+    let lease = sim.dispatch((job, CreateIteration::default())).unwrap();
+    let task = sim.dispatch(hb.clone()).unwrap().new_tasks[0].task_id;
     // The worker produced its 3 elements and the end, but has not reported yet.
     for _ in 0..3 {
         sim.now = sim.now.plus(Millis(20));
-        let r = sim
-            .dispatch(|d, now| {
-                d.client_heartbeat(now, lease.client_id, &ClientHeartbeat::default())
-            })
-            .unwrap();
+        let r = sim.dispatch((lease.client_id, ClientHeartbeat::default())).unwrap();
         assert!(!r.iteration_finished && !r.tasks[0].finished);
     }
     let update = WorkerUpdate {
@@ -1310,10 +1290,8 @@ fn im_01_task_completion_reaches_clients_via_the_dispatcher() {
         worker_uid: None,
         updates: vec![TaskProgress { task_id: task, completed: true }],
     };
-    sim.dispatch(|d, now| d.worker_update(now, &update)).unwrap();
-    let r = sim
-        .dispatch(|d, now| d.client_heartbeat(now, lease.client_id, &ClientHeartbeat::default()))
-        .unwrap();
+    sim.dispatch(update.clone()).unwrap();
+    let r = sim.dispatch((lease.client_id, ClientHeartbeat::default())).unwrap();
     assert!(r.iteration_finished && r.tasks[0].finished);
 }
 
@@ -1321,18 +1299,15 @@ fn im_01_task_completion_reaches_clients_via_the_dispatcher() {
 fn im_02_get_split_past_the_end_of_a_repetition() {
     let mut sim = Sim::new(SimConfig::default());
     let hb = WorkerHeartbeat { worker_address: "w0".into(), ..WorkerHeartbeat::default() };
-    sim.dispatch(|d, now| d.worker_heartbeat(now, &hb)).unwrap();
+    sim.dispatch(hb.clone()).unwrap();
     let ds = sim.register(with(range(20), json!([{"repeat": 2}])));
     let mut req = job_req(&ds, DYNAMIC, None);
     req.split_size = Some(10);
     let job = create_job(&mut sim, &req).unwrap();
-    let it = sim
-        .dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default()))
-        .unwrap()
-        .iteration_id;
-    let get = |sim: &mut Sim, r: u64| -> shardwise_core::dispatch::dispatcher::SplitsReply {
+    let it = sim.dispatch((job, CreateIteration::default())).unwrap().iteration_id;
+    let get = |sim: &mut Sim, r: u64| -> shardwise_core::dispatch::wire::SplitsReply {
         let req: GetSplits = splits_req("w0", r, 1);
-        sim.dispatch(|d, now| d.get_splits(now, it, &req)).unwrap()
+        sim.dispatch((it, req.clone())).unwrap()
     };
     assert_eq!(get(&mut sim, 0).splits, [json!({"start": 0, "stop": 10})]);
     assert_eq!(get(&mut sim, 0).splits, [json!({"start": 10, "stop": 20})]);
@@ -1366,7 +1341,7 @@ fn im_05_non_fault_tolerant_restart() {
     // The old task is gone (the worker forgot it with the old incarnation).
     assert!(old.iter().all(|t| !sim.workers["w0"].tasks.contains_key(t)));
     assert!(sim.workers["w0"].tasks.is_empty());
-    assert!(sim.state().workers.contains_key("w0"), "re-registered");
+    assert!(sim.state().workers().contains_key("w0"), "re-registered");
     assert!(sim.run_until(1_000, |s| s.clients[c].failed));
     let e = &sim.clients[c].errors[0];
     assert_eq!(e.code(), "NOT_FOUND");
@@ -1393,7 +1368,7 @@ fn im_05_task_ids_repeat_after_a_restart_without_journal() {
     let ds2 = sim.register(range_from(100, 110));
     assert_eq!(ds2, "1000");
     let job = create_job(&mut sim, &job_req(&ds2, OFF, Some("j"))).unwrap();
-    sim.dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default())).unwrap();
+    sim.dispatch((job, CreateIteration::default())).unwrap();
     let reader = read_all(&mut sim, ClientSpec::new(&ds2, OFF).job("j"));
     assert_eq!(sim.values(reader), ints(100..110));
 }
@@ -1408,10 +1383,10 @@ fn im_06_garbage_collection_survives_a_restart() {
     sim.read_until(c, 1, 5_000);
     let it = sim.clients[c].lease.as_ref().unwrap().iteration_id;
     sim.destroy_client(c);
-    assert!(sim.run_until(5_000, |s| s.state().iterations[&it].garbage_collected));
+    assert!(sim.run_until(5_000, |s| s.state().iterations()[&it].garbage_collected));
     assert!(sim.journal.iter().any(|u| matches!(u, Update::GarbageCollectIteration { .. })));
     sim.bounce_dispatcher();
-    let i = &sim.state().iterations[&it];
+    let i = &sim.state().iterations()[&it];
     assert!(i.garbage_collected && i.finished);
     sim.run_for(1_000);
     assert_eq!(sim.worker_task_count("w0"), 0);

@@ -19,7 +19,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Sharding};
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::wire::{
     CreateIteration, Split, SplitId, SplitsReply, WorkerHeartbeat, WorkerHeartbeatReply,
 };
 use shardwise_core::dispatch::{Event, IterationId, Millis, ShardingPolicy, TaskId};
@@ -315,10 +315,9 @@ fn run_seed(seed: u64, profile: Profile, stats: &mut Stats) {
             .map(|(a, _)| a.clone())
             .filter(|a| {
                 profile.fast_restart
-                    || sim
-                        .d
-                        .as_ref()
-                        .is_some_and(|d| d.state().workers.get(a).is_none_or(|w| !w.alive))
+                    || sim.d.as_ref().is_some_and(|d| {
+                        d.dispatcher().state().workers().get(a).is_none_or(|w| !w.alive)
+                    })
             })
             .collect();
         for a in due {
@@ -391,7 +390,11 @@ fn report(sim: &Sim) -> String {
             )
         })
         .collect();
-    let state = sim.d.as_ref().map(|d| format!("{:#?}", d.state().iterations)).unwrap_or_default();
+    let state = sim
+        .d
+        .as_ref()
+        .map(|d| format!("{:#?}", d.dispatcher().state().iterations()))
+        .unwrap_or_default();
     format!(
         "{}\n{}\ntrace:\n{}\niterations: {state}",
         clients.join("\n"),
@@ -411,7 +414,7 @@ fn check(sim: &Sim, plan: &Plan, faulted: &BTreeSet<String>, seed: u64) {
     }
     sim.check_replay();
     let state = sim.state();
-    let job_iterations: Vec<_> = state.iterations.values().collect();
+    let job_iterations: Vec<_> = state.iterations().values().collect();
     assert_eq!(job_iterations.len() as u64, plan.epochs, "{}", ctx());
     assert!(job_iterations.iter().all(|i| i.finished && !i.garbage_collected), "{}", ctx());
 
@@ -502,9 +505,9 @@ fn check(sim: &Sim, plan: &Plan, faulted: &BTreeSet<String>, seed: u64) {
             // Every epoch read something from every never-failed original worker's task.
             for epoch in 0..plan.epochs {
                 let it =
-                    state.iterations.values().find(|i| i.repetition == epoch).expect("iteration");
+                    state.iterations().values().find(|i| i.repetition == epoch).expect("iteration");
                 for t in &it.tasks {
-                    let task = &state.tasks[t];
+                    let task = &state.tasks()[t];
                     if faulted.contains(&task.worker_address) {
                         continue;
                     }
@@ -618,14 +621,14 @@ fn heartbeat(sim: &mut Sim, worker: &str, uid: &str) -> WorkerHeartbeatReply {
         worker_uid: Some(uid.into()),
         ..WorkerHeartbeat::default()
     };
-    sim.dispatch(|d, now| d.worker_heartbeat(now, &req)).expect("heartbeat")
+    sim.dispatch(req.clone()).expect("heartbeat")
 }
 
 fn get_splits(sim: &mut Sim, it: IterationId, worker: &str, max: u32) -> SplitsReply {
     // As the process registered at `worker` (its uid).
     let mut req = splits_req(worker, 0, max);
-    req.worker_uid = sim.state().workers.get(worker).and_then(|w| w.uid.clone());
-    sim.dispatch(|d, now| d.get_splits(now, it, &req)).expect("get_splits")
+    req.worker_uid = sim.state().workers().get(worker).and_then(|w| w.uid.clone());
+    sim.dispatch((it, req.clone())).expect("get_splits")
 }
 
 fn starts(splits: &[Split]) -> Vec<u64> {
@@ -646,10 +649,8 @@ fn two_workers_dynamic() -> (Sim, IterationId) {
     let ds = sim.register(range(40));
     let mut req = job_req(&ds, ShardingPolicy::Dynamic, None);
     req.split_size = Some(10);
-    let job = sim.dispatch(|d, _| d.create_job(&req)).expect("job");
-    let lease = sim
-        .dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default()))
-        .expect("iteration");
+    let job = sim.dispatch(req).expect("job").job_id;
+    let lease = sim.dispatch((job, CreateIteration::default())).expect("iteration");
     (sim, lease.iteration_id)
 }
 
@@ -661,7 +662,7 @@ fn drain_with_w1(sim: &mut Sim, it: IterationId, until: u64) -> (Vec<u64>, bool)
         sim.now = sim.now.plus(Millis(100));
         heartbeat(sim, "w1", "w1#0");
         if sim.now >= sim.dispatcher().poll_timeout() {
-            sim.dispatch(|d, now| d.handle_timeout(now));
+            sim.tick();
         }
         let r = get_splits(sim, it, "w1", 1);
         got.extend(starts(&r.splits));
@@ -689,13 +690,13 @@ fn lost_worker_gets_no_splits_until_it_rejoins() {
         for _ in 0..15 {
             sim.now = sim.now.plus(Millis(100));
             heartbeat(&mut sim, "w1", "w1#0");
-            sim.dispatch(|d, now| d.handle_timeout(now));
+            sim.tick();
         }
-        assert!(!sim.state().workers["w2"].alive);
+        assert!(!sim.state().workers()["w2"].alive);
         // The partition heals: w2's split thread asks before its heartbeat thread does.
         let mut req = splits_req("w2", 0, 1);
         req.worker_uid = Some("w2#0".into());
-        let zombie = sim.dispatch(|d, now| d.get_splits(now, it, &req));
+        let zombie = sim.dispatch((it, req.clone()));
         let mut got = match zombie {
             Ok(r) => starts(&r.splits),
             Err(e) => {
@@ -722,7 +723,7 @@ fn lost_worker_gets_no_splits_until_it_rejoins() {
         } else {
             // w2 dies for good.
             let (rest, ended) = drain_with_w1(&mut sim, it, 60_000);
-            assert!(ended, "w1 never saw the end: {:?}", sim.state().iterations[&it].splits);
+            assert!(ended, "w1 never saw the end: {:?}", sim.state().iterations()[&it].splits);
             got.extend(rest);
         }
         got.sort_unstable();
@@ -740,15 +741,12 @@ fn lost_get_split_reply_is_sent_again() {
     let ds = sim.register(range(20));
     let mut req = job_req(&ds, ShardingPolicy::Dynamic, None);
     req.split_size = Some(10);
-    let job = sim.dispatch(|d, _| d.create_job(&req)).expect("job");
-    let it = sim
-        .dispatch(|d, now| d.create_iteration(now, job, &CreateIteration::default()))
-        .expect("iteration")
-        .iteration_id;
+    let job = sim.dispatch(req).expect("job").job_id;
+    let it = sim.dispatch((job, CreateIteration::default())).expect("iteration").iteration_id;
     let ask = |sim: &mut Sim, acks: Vec<SplitId>| {
         let mut req = splits_req_ack("w1", 0, 1, acks);
         req.worker_uid = Some("w1#0".into());
-        sim.dispatch(|d, now| d.get_splits(now, it, &req)).expect("get_splits")
+        sim.dispatch((it, req.clone())).expect("get_splits")
     };
     let _lost = ask(&mut sim, vec![]);
     // The same crash, made explicit: the record is durable, the reply never left.

@@ -27,7 +27,7 @@
 //! a time, and honour the dispatcher's round blocks when tasks join. Dropping the stream
 //! stops the reads and releases the client lease (`DELETE /v1/clients/{id}`).
 //!
-//! Retries (DESIGN.md section 4): `UNAVAILABLE` answers and transport failures (a refused or
+//! Retries: `UNAVAILABLE` answers and transport failures (a refused or
 //! reset connection is `UNAVAILABLE` in gRPC terms) are retried with capped exponential
 //! backoff for at most [`DistributeOptions::unavailable_timeout`]; a worker's `NOT_FOUND` for a
 //! task the dispatcher listed is retried for at most
@@ -49,7 +49,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
 use shardwise_core::dataset::DatasetDef;
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::wire::{
     ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, IterationLease, NamedMode,
     ProcessingMode, RegisterDataset, TaskInfo,
 };
@@ -421,7 +421,7 @@ impl Reader {
         let timeout = options.unavailable_timeout;
         let version: VersionReply =
             retrying("GET /v1/version", timeout, || rest.get("/v1/version", &[])).await?;
-        let ours = shardwise_core::dispatch::dispatcher::PROTOCOL_VERSION;
+        let ours = shardwise_core::dispatch::wire::PROTOCOL_VERSION;
         if version.version != ours {
             return Err(ClientError::Problem {
                 context: "GET /v1/version".into(),

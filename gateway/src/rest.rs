@@ -1,6 +1,7 @@
 //! JSON over HTTP to a dispatcher or a worker: what the worker runtime and the Rust client
 //! share. Every non-2xx answer is decoded as a [`Problem`]; what may be retried is decided in
-//! one place, [`CallError::is_retryable`], after DESIGN.md section 4.
+//! one place, [`CallError::is_retryable`]: `UNAVAILABLE` answers and transport failures, the
+//! status classes gRPC clients retry.
 
 use std::time::Duration;
 

@@ -23,23 +23,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
-/// A splitmix64 generator: tiny, fast, and the same sequence for the same seed everywhere.
+/// Core's SplitMix64 generator (the same sequence for the same seed everywhere), with the
+/// draws the fuzz targets and the crash harness use.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(shardwise_core::rng::SplitMix64);
 
 impl Rng {
     /// A generator starting from `seed`.
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(shardwise_core::rng::SplitMix64::new(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A number in `0..n` (`0` when `n` is 0).

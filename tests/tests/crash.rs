@@ -23,7 +23,7 @@ use futures::TryStreamExt;
 use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::TargetWorkers;
-use shardwise_core::dispatch::dispatcher::{CreateJob, NamedMode, ProcessingMode};
+use shardwise_core::dispatch::wire::{CreateJob, NamedMode, ProcessingMode};
 use shardwise_gateway::client::{DistributeOptions, distribute, fingerprint};
 use shardwise_tests::crash::{
     Forwarder, Rng, compaction_interrupted, log_time_of_day, long_run, seed, segments,

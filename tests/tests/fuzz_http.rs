@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use shardwise_core::dispatch::framing::{Tail, segment_header};
 use shardwise_core::dispatch::journal::{decode_updates, encode_update};
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Update};
-use shardwise_gateway::server::actor::{Actor, JournalSink, Startup, now};
+use shardwise_gateway::server::actor::{Actor, JournalWriter, Startup, now};
 use shardwise_gateway::server::api::AppState;
 use shardwise_gateway::server::limit::LimitConfig;
 use shardwise_gateway::server::metrics::RouteMetrics;
@@ -34,7 +34,7 @@ use tower::ServiceExt;
 #[derive(Clone, Default)]
 struct MemoryJournal(Arc<Mutex<Vec<Update>>>);
 
-impl JournalSink for MemoryJournal {
+impl JournalWriter for MemoryJournal {
     fn append(&mut self, updates: &[Update]) -> std::io::Result<()> {
         self.0.lock().expect("journal lock").extend_from_slice(updates);
         Ok(())
@@ -360,7 +360,7 @@ fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, Actor, MemoryJournal)
     let sink = journal.clone();
     let startup: Startup = Box::new(move || {
         let d = Dispatcher::new(config(), "fuzz".into(), now()).map_err(|e| e.to_string())?;
-        let sink: Box<dyn JournalSink> = Box::new(sink);
+        let sink: Box<dyn JournalWriter> = Box::new(sink);
         Ok((d, Some(sink)))
     });
     let (started_tx, started_rx) = std::sync::mpsc::channel();
@@ -431,13 +431,13 @@ fn fuzz_request_bodies() {
 
     // The dispatcher still serves a valid session, and is consistent.
     rt.block_on(session(&app, "after-fuzz:1"));
-    let (live, index) = rt
-        .block_on(actor.call(|d, _| {
+    let (live, index) = actor
+        .inspect(|d| {
             (
                 serde_json::to_value(d.state()).expect("state is JSON"),
                 d.state().check_heartbeat_index(),
             )
-        }))
+        })
         .expect("the actor answers");
     assert_eq!(index, Ok(()), "derived indexes after the fuzz");
     // Through the bytes, as the gateway's journal stores them: what was acknowledged decodes.

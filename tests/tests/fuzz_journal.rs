@@ -12,14 +12,16 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use serde_json::{Value, json};
-use shardwise_core::dispatch::dispatcher::{
-    CreateIteration, CreateJob, GetSplits, RegisterDataset, WorkerHeartbeat, WorkerUpdate,
-};
 use shardwise_core::dispatch::framing::{
     FramingError, HEADER_LEN, MAX_RECORD_LEN, Tail, encode_record, segment_header,
 };
 use shardwise_core::dispatch::journal::{JournalError, decode_updates, encode_update};
-use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis, Update};
+use shardwise_core::dispatch::wire::{
+    CreateIteration, CreateJob, GetSplits, RegisterDataset, WorkerHeartbeat, WorkerUpdate,
+};
+use shardwise_core::dispatch::{
+    Dispatcher, DispatcherConfig, Driver, Millis, ReleaseClient, Update, VecSink,
+};
 use shardwise_core::json::nested_deeper_than;
 use shardwise_tests::fuzz::{
     Budget, Rng, Verdict, keys_of, mutate_bytes, mutate_json, run, show_bytes,
@@ -99,71 +101,83 @@ macro_rules! req {
 /// The journal of a short session (datasets, jobs of both modes, workers, clients, splits,
 /// task completion), and the snapshot it ends in.
 fn session_updates() -> Vec<Update> {
-    let mut d = Dispatcher::new(DispatcherConfig::default(), "fuzz".into(), Millis(1_000))
+    let d = Dispatcher::new(DispatcherConfig::default(), "fuzz".into(), Millis(1_000))
         .expect("a dispatcher");
+    let mut d = Driver::new(d, VecSink::default());
     let t = Millis(2_000);
-    let ds = d
-        .register_dataset(&req!(RegisterDataset, json!({
+    let ds = d.call(t, req!(RegisterDataset, json!({
             "dataset": {"source": {"range": {"stop": 10}}, "transforms": [{"batch": {"size": 2}}]},
             "metadata": {"owner": "fuzz", "é": [1, 2.5, null]}
         })))
-        .expect("register");
+        .expect("register")
+        .dataset_id;
     let list = d
-        .register_dataset(&req!(
-            RegisterDataset,
-            json!({
-                "dataset": {"source": {"list": {"elements": ["a", {"b": 1}, [2], null]}}},
-                "dataset_id": "named-dataset"
-            })
-        ))
-        .expect("register");
-    for w in ["w1:1", "w2:2"] {
-        d.worker_heartbeat(
+        .call(
             t,
-            &req!(WorkerHeartbeat, json!({"worker_address": w, "tags": ["COLOCATED"]})),
+            (req!(
+                RegisterDataset,
+                json!({
+                    "dataset": {"source": {"list": {"elements": ["a", {"b": 1}, [2], null]}}},
+                    "dataset_id": "named-dataset"
+                })
+            ))
+            .clone(),
         )
-        .expect("worker heartbeat");
+        .expect("register")
+        .dataset_id;
+    for w in ["w1:1", "w2:2"] {
+        d.call(t, req!(WorkerHeartbeat, json!({"worker_address": w, "tags": ["COLOCATED"]})))
+            .expect("worker heartbeat");
     }
     let dynamic = d
-        .create_job(&req!(
-            CreateJob,
-            json!({
-                "dataset_id": ds, "processing_mode": "distributed_epoch", "split_size": 3
-            })
-        ))
-        .expect("job");
+        .call(
+            t,
+            (req!(
+                CreateJob,
+                json!({
+                    "dataset_id": ds, "processing_mode": "distributed_epoch", "split_size": 3
+                })
+            ))
+            .clone(),
+        )
+        .expect("job")
+        .job_id;
     let parallel = d
-        .create_job(&req!(
-            CreateJob,
-            json!({
-                "dataset_id": list, "processing_mode": "parallel_epochs", "job_name": "shared",
-                "num_consumers": 2
-            })
-        ))
-        .expect("job");
-    let lease =
-        d.create_iteration(t, dynamic, &req!(CreateIteration, json!({}))).expect("iteration");
-    let _ = d.create_iteration(t, parallel, &req!(CreateIteration, json!({"consumer_index": 0})));
+        .call(
+            t,
+            (req!(
+                CreateJob,
+                json!({
+                    "dataset_id": list, "processing_mode": "parallel_epochs", "job_name": "shared",
+                    "num_consumers": 2
+                })
+            ))
+            .clone(),
+        )
+        .expect("job")
+        .job_id;
+    let lease = d.call(t, (dynamic, req!(CreateIteration, json!({})))).expect("iteration");
+    let _ = d.call(t, (parallel, req!(CreateIteration, json!({"consumer_index": 0}))));
     let reply = d
-        .worker_heartbeat(t, &req!(WorkerHeartbeat, json!({"worker_address": "w1:1"})))
+        .call(t, req!(WorkerHeartbeat, json!({"worker_address": "w1:1"})))
         .expect("worker heartbeat");
-    let _ = d.get_splits(
+    let _ = d.call(
         t,
-        lease.iteration_id,
-        &req!(GetSplits, json!({"worker_address": "w1:1", "repetition": 0, "max_splits": 3})),
+        (
+            lease.iteration_id,
+            (req!(GetSplits, json!({"worker_address": "w1:1", "repetition": 0, "max_splits": 3})))
+                .clone(),
+        ),
     );
     if let Some(task) = reply.new_tasks.first() {
-        let _ = d.worker_update(
-            t,
-            &req!(WorkerUpdate, json!({
+        let _ = d.call(t, req!(WorkerUpdate, json!({
                 "worker_address": "w1:1", "updates": [{"task_id": task.task_id, "completed": true}]
-            })),
-        );
+            })));
     }
-    let _ = d.release_client(t, lease.client_id);
+    let _ = d.call(t, ReleaseClient { client_id: lease.client_id });
     d.handle_timeout(Millis(10_000_000));
-    let mut updates: Vec<Update> = std::iter::from_fn(|| d.poll_journal()).collect();
-    updates.push(d.snapshot());
+    let mut updates: Vec<Update> = std::mem::take(&mut d.sink_mut().records);
+    updates.push(d.dispatcher().snapshot());
     assert!(updates.len() > 10, "a session journals its changes: {updates:?}");
     updates
 }

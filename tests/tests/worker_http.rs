@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
-use shardwise_core::dispatch::dispatcher::{NamedMode, ProcessingMode};
+use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{ClientError, DistributeOptions, distribute};
 use shardwise_tests::{Dispatcher, TempDir, Worker, counts, http, ints, ok, poll_until};
 

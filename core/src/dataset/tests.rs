@@ -490,24 +490,25 @@ fn buffer_sizes_are_bounded_at_validation() {
 /// HTTP), while a journal holding one (written before the bounds) still replays.
 #[test]
 fn registration_refuses_unbounded_buffers_and_old_records_replay() {
-    use crate::dispatch::dispatcher::RegisterDataset;
     use crate::dispatch::framing::segment_header;
     use crate::dispatch::journal::{decode_updates, encode_update};
     use crate::dispatch::state::Update;
     use crate::dispatch::types::Millis;
-    use crate::dispatch::{Dispatcher, DispatcherConfig};
+    use crate::dispatch::{Dispatcher, DispatcherConfig, Driver, RegisterDataset, VecSink};
     let issue = json!({"dataset": {"source": {"range": {"stop": 10}}, "transforms": [
         {"repeat": null}, {"shuffle": {"buffer": u64::MAX, "seed": 1}}]}});
     let req: RegisterDataset = serde_json::from_value(issue.clone()).unwrap();
-    let mut d = Dispatcher::new(DispatcherConfig::default(), "t".into(), Millis(0)).unwrap();
-    while d.poll_journal().is_some() {}
-    let err = d.register_dataset(&req).unwrap_err();
+    let d = Dispatcher::new(DispatcherConfig::default(), "t".into(), Millis(0)).unwrap();
+    let mut d = Driver::new(d, VecSink::default());
+    d.flush();
+    let journaled = d.sink().records.len();
+    let err = d.call(Millis(0), req.clone()).unwrap_err();
     assert_eq!(err.code(), "INVALID_ARGUMENT");
     assert!(
         err.to_string().contains("transforms[1].shuffle.buffer is 18446744073709551615"),
         "{err}"
     );
-    assert!(d.poll_journal().is_none(), "nothing was journaled");
+    assert_eq!(d.sink().records.len(), journaled, "nothing was journaled");
 
     let old = Update::RegisterDataset {
         dataset_id: "1000".into(),

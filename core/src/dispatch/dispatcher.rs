@@ -1,611 +1,27 @@
-//! The dispatcher state machine: requests in, replies and journal records out.
+//! The dispatcher state machine: requests and timer ticks in, journal records and replies out.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::address::check_plausible;
+use super::config::DispatcherConfig;
 use super::error::DispatchError;
+use super::protocol::{Output, Reply, Request, Response, Seq, Ticket};
 use super::state::{Iteration, Job, SplitRef, State, Task, Update, apply, footprint};
-use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId};
-use crate::dataset::{DatasetDef, Sharding, chunk_at, num_splits, split_at, validate_sharding};
+use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TaskId};
+use super::wire::{
+    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetInfo,
+    DatasetRegistered, GetSplits, IterationInfo, IterationLease, JobCreated, JobInfo,
+    MAX_JOB_NAME_LEN, MAX_SPLITS_PER_CALL, MAX_UID_LEN, MaybeRemove, MetricsFigures,
+    PROTOCOL_VERSION, ProcessingMode, RegisterDataset, Released, Removed, Split, SplitId,
+    SplitsReply, TaskDef, TaskInfo, VersionInfo, WorkerHeartbeat, WorkerHeartbeatReply, WorkerInfo,
+    WorkerUpdate, WorkerUpdateReply, WorkersList,
+};
+use crate::dataset::{
+    DEFAULT_SPLIT_SIZE, Sharding, chunk_at, num_splits, split_at, validate_sharding,
+};
 use crate::echo::{bare, echo};
-
-/// The protocol version `GET /v1/version` reports.
-pub const PROTOCOL_VERSION: u32 = 1;
-/// Default elements per split of range and list sources.
-pub const DEFAULT_SPLIT_SIZE: u64 = 1024;
-/// The most splits one get-split call may ask for.
-pub const MAX_SPLITS_PER_CALL: u32 = 1024;
-
-/// The longest job name.
-pub const MAX_JOB_NAME_LEN: usize = 256;
-/// The longest `worker_uid` a worker may register with (a UUID is 36 bytes).
-pub const MAX_UID_LEN: usize = 255;
-
-const MINUTE: u64 = 60_000;
-
-/// Dispatcher settings; defaults are TensorFlow's.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DispatcherConfig {
-    /// Journal records must be durable before replies (the gateway's side of the contract).
-    pub fault_tolerant: bool,
-    /// Static sharding's fixed worker list.
-    pub worker_addresses: Vec<String>,
-    /// A worker silent this long is lost: its tasks stop blocking and its splits are handed
-    /// out again. Default 10 min.
-    pub worker_timeout: Millis,
-    /// A client silent this long is released. Default 5 min.
-    pub client_timeout: Millis,
-    /// How long a new client may take to send its first heartbeat. Default 30 min
-    /// (TensorFlow: forever).
-    pub client_first_heartbeat_grace: Millis,
-    /// How often timeouts and garbage collection are checked. Default 10 min; checks also
-    /// run at a quarter of the worker and client timeouts so that they act in time.
-    pub job_gc_check_interval: Millis,
-    /// How long an iteration without clients is kept; `None`: forever. Default 5 min.
-    pub job_gc_timeout: Option<Millis>,
-    /// Also collect DYNAMIC iterations (re-creating one revisits data). Default false.
-    pub gc_dynamic_sharding_jobs: bool,
-    /// The most bytes registered datasets may hold: their definitions and metadata, encoded
-    /// as JSON, summed. A registration past it is refused (RESOURCE_EXHAUSTED); replay never
-    /// is. Default [`DEFAULT_MAX_DATASET_BYTES`].
-    #[serde(default = "default_max_dataset_bytes")]
-    pub max_dataset_bytes: u64,
-}
-
-/// The default bound on what datasets hold: 32 MiB of encoded JSON, twice the default request
-/// body limit. In memory a dataset takes more than its encoding, most for a `list` of tiny
-/// values: measured as the dispatcher's RSS growth per encoded byte, about 36 for one-digit
-/// numbers (`[0,0,...]`, every element a 72-byte JSON value), 9 for 7-digit numbers, under 2
-/// for long strings. So the default holds at most about 1.2 GB, and about 300 MB of a list of
-/// numbers like the issue's 12 MB one; raise it where datasets are big on purpose.
-pub const DEFAULT_MAX_DATASET_BYTES: u64 = 32 << 20;
-
-fn default_max_dataset_bytes() -> u64 {
-    DEFAULT_MAX_DATASET_BYTES
-}
-
-impl Default for DispatcherConfig {
-    fn default() -> Self {
-        DispatcherConfig {
-            fault_tolerant: false,
-            worker_addresses: Vec::new(),
-            worker_timeout: Millis(10 * MINUTE),
-            client_timeout: Millis(5 * MINUTE),
-            client_first_heartbeat_grace: Millis(30 * MINUTE),
-            job_gc_check_interval: Millis(10 * MINUTE),
-            job_gc_timeout: Some(Millis(5 * MINUTE)),
-            gc_dynamic_sharding_jobs: false,
-            max_dataset_bytes: DEFAULT_MAX_DATASET_BYTES,
-        }
-    }
-}
-
-impl DispatcherConfig {
-    /// Checks the settings: every duration must be positive.
-    pub fn validate(&self) -> Result<(), DispatchError> {
-        for (name, d) in [
-            ("worker_timeout", self.worker_timeout),
-            ("client_timeout", self.client_timeout),
-            ("client_first_heartbeat_grace", self.client_first_heartbeat_grace),
-            ("job_gc_check_interval", self.job_gc_check_interval),
-        ] {
-            if d.0 == 0 {
-                return Err(DispatchError::InvalidArgument(format!("{name} must be positive")));
-            }
-        }
-        if self.job_gc_timeout == Some(Millis(0)) {
-            return Err(DispatchError::InvalidArgument(
-                "job_gc_timeout must be positive (leave it unset to never collect)".into(),
-            ));
-        }
-        if self.worker_addresses.iter().any(|a| a.trim().is_empty()) {
-            return Err(DispatchError::InvalidArgument(
-                "worker_addresses must not contain empty entries".into(),
-            ));
-        }
-        for a in &self.worker_addresses {
-            check_plausible(a)
-                .map_err(|e| DispatchError::InvalidArgument(format!("worker_addresses: {e}")))?;
-        }
-        if self.max_dataset_bytes == 0 {
-            return Err(DispatchError::InvalidArgument(
-                "max_dataset_bytes must be positive".into(),
-            ));
-        }
-        Ok(())
-    }
-
-    fn check_interval(&self) -> Millis {
-        let quarter = |m: Millis| Millis((m.0 / 4).max(1));
-        Millis(
-            self.job_gc_check_interval
-                .0
-                .min(quarter(self.worker_timeout).0)
-                .min(quarter(self.client_timeout).0)
-                .max(1),
-        )
-    }
-}
-
-/// How a job divides data, as clients spell it: `"parallel_epochs"`,
-/// `"distributed_epoch"` or `{"sharding_policy": "OFF" | ...}`. Anything else is refused with
-/// a text naming these forms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(untagged)]
-pub enum ProcessingMode {
-    /// `parallel_epochs` / `distributed_epoch`.
-    Named(NamedMode),
-    /// An explicit sharding policy.
-    Policy {
-        /// The policy.
-        sharding_policy: ShardingPolicy,
-    },
-}
-
-/// TensorFlow's legacy processing-mode names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum NamedMode {
-    /// OFF.
-    ParallelEpochs,
-    /// DYNAMIC.
-    DistributedEpoch,
-}
-
-/// The forms of a processing mode, for error texts.
-const PROCESSING_MODES: &str = "\"parallel_epochs\", \"distributed_epoch\" or \
-    {\"sharding_policy\": P} with P one of OFF, DYNAMIC, FILE, DATA, FILE_OR_DATA, HINT";
-
-/// By hand rather than serde's untagged decoding, whose error ("data did not match any
-/// variant of untagged enum") names neither the value nor the valid ones.
-impl<'de> Deserialize<'de> for ProcessingMode {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = ProcessingMode;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, "a processing mode: {PROCESSING_MODES}")
-            }
-            fn visit_str<E: Error>(self, v: &str) -> Result<ProcessingMode, E> {
-                match v {
-                    "parallel_epochs" => Ok(ProcessingMode::Named(NamedMode::ParallelEpochs)),
-                    "distributed_epoch" => Ok(ProcessingMode::Named(NamedMode::DistributedEpoch)),
-                    _ => Err(E::custom(format!(
-                        "processing_mode {} is not one of {PROCESSING_MODES}",
-                        echo(v)
-                    ))),
-                }
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<ProcessingMode, A::Error> {
-                let mut policy = None;
-                while let Some(key) = map.next_key::<String>()? {
-                    if key != "sharding_policy" {
-                        return Err(A::Error::custom(format!(
-                            "processing_mode has an unknown field {}: it is one of \
-                             {PROCESSING_MODES}",
-                            echo(&key)
-                        )));
-                    }
-                    if policy.is_some() {
-                        return Err(A::Error::duplicate_field("sharding_policy"));
-                    }
-                    policy = Some(map.next_value::<ShardingPolicy>()?);
-                }
-                match policy {
-                    Some(sharding_policy) => Ok(ProcessingMode::Policy { sharding_policy }),
-                    None => Err(A::Error::custom(format!(
-                        "processing_mode {{}} lacks sharding_policy: it is one of \
-                         {PROCESSING_MODES}"
-                    ))),
-                }
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl ProcessingMode {
-    /// The sharding policy.
-    pub fn policy(self) -> ShardingPolicy {
-        match self {
-            ProcessingMode::Named(NamedMode::ParallelEpochs) => ShardingPolicy::Off,
-            ProcessingMode::Named(NamedMode::DistributedEpoch) => ShardingPolicy::Dynamic,
-            ProcessingMode::Policy { sharding_policy } => sharding_policy,
-        }
-    }
-}
-
-/// `POST /v1/workers/heartbeat`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct WorkerHeartbeat {
-    /// The worker's address.
-    pub worker_address: String,
-    /// Tasks the worker is running.
-    #[serde(default)]
-    pub current_tasks: Vec<TaskId>,
-    /// Tags, e.g. `COLOCATED` (kept from the first registration).
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// The worker process's id (new on every start). A new id at a known address tells the
-    /// dispatcher the process restarted, so the splits the old process held are handed out
-    /// again at once instead of after the worker timeout.
-    #[serde(default)]
-    pub worker_uid: Option<String>,
-    /// The dispatcher incarnation the worker's `current_tasks` came from. When it is not this
-    /// dispatcher's (a restart without a journal, where ids start over), every current task
-    /// is to be deleted and every assigned task is new, even where ids coincide: the worker
-    /// applies `tasks_to_delete` before `new_tasks`.
-    #[serde(default)]
-    pub incarnation: Option<String>,
-}
-
-/// A task as a worker needs it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct TaskDef {
-    /// Task.
-    pub task_id: TaskId,
-    /// Iteration.
-    pub iteration_id: IterationId,
-    /// Job.
-    pub job_id: JobId,
-    /// Dataset.
-    pub dataset_id: String,
-    /// The dataset definition.
-    pub dataset: DatasetDef,
-    /// The sharding policy.
-    pub processing_mode: ShardingPolicy,
-    /// Static sharding: number of shards.
-    pub num_workers: Option<u64>,
-    /// Static sharding: this worker's shard.
-    pub worker_index: Option<u64>,
-    /// DYNAMIC: split providers (always 1 for declarative datasets), else 0.
-    pub num_split_providers: u32,
-    /// Elements per split (DYNAMIC range/list sources).
-    pub split_size: u64,
-    /// Coordinated reads.
-    pub num_consumers: Option<u64>,
-    /// Coordinated reads: first round.
-    pub starting_round: u64,
-    /// TensorFlow's cross-trainer cache flag.
-    pub cross_trainer_cache: bool,
-}
-
-/// Reply to a worker heartbeat.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct WorkerHeartbeatReply {
-    /// Tasks to start.
-    pub new_tasks: Vec<TaskDef>,
-    /// Tasks to stop (finished, collected or unknown).
-    pub tasks_to_delete: Vec<TaskId>,
-    /// The dispatcher's incarnation id.
-    pub incarnation: String,
-}
-
-/// One entry of a worker update.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct TaskProgress {
-    /// Task.
-    pub task_id: TaskId,
-    /// The task produced its last element.
-    pub completed: bool,
-}
-
-/// `POST /v1/workers/update`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct WorkerUpdate {
-    /// The worker.
-    pub worker_address: String,
-    /// The `worker_uid` the worker registered with. Required when it registered with one:
-    /// only the worker holding a task may change it.
-    #[serde(default)]
-    pub worker_uid: Option<String>,
-    /// Per-task progress.
-    pub updates: Vec<TaskProgress>,
-}
-
-/// Reply to a worker update. Unknown task ids are reported, not fatal (a stale id never
-/// wedges a worker, unlike TensorFlow's #52252); a task held by another worker refuses the
-/// whole update.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct WorkerUpdateReply {
-    /// Task ids the dispatcher does not know.
-    pub unknown_tasks: Vec<TaskId>,
-    /// Incarnation.
-    pub incarnation: String,
-}
-
-/// `POST /v1/datasets`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct RegisterDataset {
-    /// The definition.
-    pub dataset: DatasetDef,
-    /// An explicit id (get-or-register).
-    #[serde(default)]
-    pub dataset_id: Option<String>,
-    /// Opaque client metadata.
-    #[serde(default)]
-    pub metadata: Option<Value>,
-}
-
-/// `POST /v1/jobs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct CreateJob {
-    /// The dataset.
-    pub dataset_id: String,
-    /// How data is divided.
-    pub processing_mode: ProcessingMode,
-    /// Share the job by name.
-    #[serde(default)]
-    pub job_name: Option<String>,
-    /// Coordinated reads.
-    #[serde(default)]
-    pub num_consumers: Option<u64>,
-    /// Which workers clients read.
-    #[serde(default)]
-    pub target_workers: TargetWorkers,
-    /// TensorFlow's cross-trainer cache flag.
-    #[serde(default)]
-    pub cross_trainer_cache: bool,
-    /// Elements per split of range/list sources (default 1,024).
-    #[serde(default)]
-    pub split_size: Option<u64>,
-}
-
-/// `POST /v1/jobs/{job_id}/iterations`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct CreateIteration {
-    /// Which pass over the job (default 0).
-    #[serde(default)]
-    pub repetition: u64,
-    /// Coordinated reads: this consumer's index.
-    #[serde(default)]
-    pub consumer_index: Option<u64>,
-}
-
-/// Reply to get-or-create iteration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct IterationLease {
-    /// Iteration.
-    pub iteration_id: IterationId,
-    /// This consumer's lease.
-    pub client_id: ClientId,
-    /// Incarnation.
-    pub incarnation: String,
-}
-
-/// `POST /v1/clients/{client_id}/heartbeat`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct ClientHeartbeat {
-    /// Coordinated reads: the round the client is in.
-    #[serde(default)]
-    pub current_round: Option<u64>,
-    /// Coordinated reads: the round the client agreed to stop before.
-    #[serde(default)]
-    pub blocked_round: Option<u64>,
-    /// The `tasks_version` of the last reply whose `tasks` the client kept. When the tasks
-    /// have not changed since, the reply leaves them out (`tasks_unchanged`): with thousands
-    /// of workers the list is megabytes. Valid within one incarnation.
-    #[serde(default)]
-    pub known_tasks_version: Option<u64>,
-}
-
-/// A task as a client sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct TaskInfo {
-    /// Task.
-    pub task_id: TaskId,
-    /// Where to read it.
-    pub worker_address: String,
-    /// The worker's tags.
-    pub worker_tags: Vec<String>,
-    /// Coordinated reads: first round.
-    pub starting_round: u64,
-    /// The worker reported the task complete.
-    pub finished: bool,
-    /// The worker was lost: reading it will fail; skip it.
-    pub worker_lost: bool,
-}
-
-/// Reply to a client heartbeat.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ClientHeartbeatReply {
-    /// Tasks of the iteration, in creation order (empty when `tasks_unchanged`).
-    pub tasks: Vec<TaskInfo>,
-    /// The version of the dispatcher state these tasks are from: send it back as
-    /// `known_tasks_version`.
-    #[serde(default)]
-    pub tasks_version: u64,
-    /// The tasks are those of the `known_tasks_version` the client sent, so `tasks` is empty:
-    /// keep the list from that reply.
-    #[serde(default)]
-    pub tasks_unchanged: bool,
-    /// Every task is done.
-    pub iteration_finished: bool,
-    /// Coordinated reads: do not start this round yet.
-    pub block_round: Option<u64>,
-    /// Incarnation.
-    pub incarnation: String,
-}
-
-/// `POST /v1/iterations/{iteration_id}/splits`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct GetSplits {
-    /// The asking worker (its earlier splits of this iteration are acknowledged).
-    pub worker_address: String,
-    /// The `worker_uid` the worker registered with. Required when it registered with one:
-    /// only the worker holding a task may take or acknowledge its splits.
-    #[serde(default)]
-    pub worker_uid: Option<String>,
-    /// The worker's pass over the source.
-    pub repetition: u64,
-    /// Always 0 for declarative datasets.
-    #[serde(default)]
-    pub split_provider_index: u32,
-    /// How many splits at most (default 1).
-    #[serde(default)]
-    pub max_splits: Option<u32>,
-    /// Ids of leased splits this worker has finished. Splits it holds and does not
-    /// acknowledge are sent again instead of new ones, so a retried request whose reply was
-    /// lost is safe. Absent: every split the worker holds counts as finished (the simple
-    /// protocol for workers that only ask when they are done).
-    #[serde(default)]
-    pub acknowledge: Option<Vec<SplitId>>,
-}
-
-/// A split's id on the wire: `"<repetition>:<index>"`.
-pub fn split_id(s: &SplitRef) -> String {
-    format!("{}:{}", s.repetition, s.index)
-}
-
-fn parse_split_id(id: &str) -> Result<SplitRef, DispatchError> {
-    let bad = || {
-        DispatchError::InvalidArgument(format!(
-            "{} is not a split id (\"<repetition>:<index>\")",
-            echo(id)
-        ))
-    };
-    let (r, i) = id.split_once(':').ok_or_else(bad)?;
-    Ok(SplitRef { repetition: r.parse().map_err(|_| bad())?, index: i.parse().map_err(|_| bad())? })
-}
-
-/// One split of a get-split reply, serialized exactly like the JSON value it stands for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Split {
-    /// A chunk of element positions.
-    Chunk {
-        /// First position.
-        start: u64,
-        /// End (exclusive).
-        stop: u64,
-    },
-    /// A path or item.
-    Item(Value),
-}
-
-impl From<Split> for Value {
-    fn from(s: Split) -> Value {
-        match s {
-            Split::Chunk { start, stop } => serde_json::json!({"start": start, "stop": stop}),
-            Split::Item(v) => v,
-        }
-    }
-}
-
-/// A split equals the JSON value it serializes to.
-impl PartialEq<Value> for Split {
-    fn eq(&self, other: &Value) -> bool {
-        match (self, other) {
-            (Split::Chunk { start, stop }, Value::Object(o)) => {
-                o.len() == 2
-                    && o.get("start").and_then(Value::as_u64) == Some(*start)
-                    && o.get("stop").and_then(Value::as_u64) == Some(*stop)
-            }
-            (Split::Chunk { .. }, _) => false,
-            (Split::Item(v), other) => v == other,
-        }
-    }
-}
-
-/// A split id, `"<repetition>:<index>"` on the wire, a pair of integers in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SplitId(pub SplitRef);
-
-impl Serialize for SplitId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&format_args!("{}:{}", self.0.repetition, self.0.index))
-    }
-}
-
-impl<'de> Deserialize<'de> for SplitId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        parse_split_id(&s).map(SplitId).map_err(|e| serde::de::Error::custom(e.detail()))
-    }
-}
-
-#[cfg(feature = "openapi")]
-impl utoipa::PartialSchema for SplitId {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
-            .pattern(Some("^[0-9]+:[0-9]+$"))
-            .description(Some("A split id, `\"<repetition>:<index>\"`."))
-            .examples([Value::String("0:0".into())])
-            .into()
-    }
-}
-
-#[cfg(feature = "openapi")]
-impl utoipa::ToSchema for SplitId {}
-
-#[cfg(feature = "openapi")]
-impl utoipa::PartialSchema for Split {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        // Any JSON value: a chunk object, a path string or a list item.
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::SchemaType::AnyValue)
-            .description(Some(
-                "A split. For a `range` or `list` source, a chunk `{\"start\": a, \"stop\": b}` \
-                 of element positions in the source (0-based, `stop` exclusive), not element \
-                 values: `range(-5, 5)` split by 4 gives `{\"start\": 0, \"stop\": 4}` for the \
-                 elements -5, -4, -3 and -2. For `files`, a path; for `splits`, the item itself.",
-            ))
-            .into()
-    }
-}
-
-#[cfg(feature = "openapi")]
-impl utoipa::ToSchema for Split {}
-
-/// Reply to get-split.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct SplitsReply {
-    /// The splits: chunks `{"start", "stop"}` of element positions in the source (not
-    /// element values), paths, or items.
-    pub splits: Vec<Split>,
-    /// Their ids (`"<repetition>:<index>"`), to acknowledge them in the next request.
-    pub split_ids: Vec<SplitId>,
-    /// The repetition is over for this worker.
-    pub end_of_splits: bool,
-    /// No split now but the repetition is not over (splits are in flight elsewhere): ask
-    /// again after this many milliseconds.
-    pub retry_after_ms: Option<u64>,
-    /// Incarnation.
-    pub incarnation: String,
-}
 
 /// What the gateway may want to know about, besides replies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -623,7 +39,21 @@ pub enum Event {
     },
 }
 
-/// The dispatcher: a deterministic state machine. See the module docs for the drive rule.
+/// A computed reply waiting for the batch it depends on to be persisted.
+#[derive(Debug)]
+struct Held {
+    /// The last batch emitted when the reply was computed.
+    seq: Seq,
+    ticket: Ticket,
+    reply: Reply,
+}
+
+/// The dispatcher: a deterministic state machine. See the module docs for the run loop.
+///
+/// Methods come in groups: `handle_*` take inputs (a [`Request`], a timer tick, a report that
+/// records are durable), `poll_*` give outputs ([`Output`]s, [`Event`]s, the next deadline).
+/// A reply leaves [`Dispatcher::poll_output`] only once every record emitted before it was
+/// computed is reported durable: there is no other way to get one.
 #[derive(Debug)]
 pub struct Dispatcher {
     config: DispatcherConfig,
@@ -632,7 +62,17 @@ pub struct Dispatcher {
     /// heartbeat checks, in the state's heartbeat index (not durable, not part of equality).
     state: State,
     client_deadline: BTreeMap<ClientId, Millis>,
-    journal: VecDeque<Update>,
+    /// Records of the handler running now, emitted as one batch when it returns.
+    journal: Vec<Update>,
+    /// Batches emitted and not yet taken by [`Dispatcher::poll_output`].
+    persist: VecDeque<(Seq, Vec<Update>)>,
+    /// The last batch emitted.
+    emitted: Seq,
+    /// The last batch reported durable.
+    persisted: Seq,
+    /// Replies in ticket order (their `seq` never decreases along the queue).
+    replies: VecDeque<Held>,
+    next_ticket: u64,
     events: VecDeque<Event>,
     next_check: Millis,
     /// Coordinated reads: per iteration, the latest round each consumer reported.
@@ -691,10 +131,7 @@ impl Dispatcher {
         journal: impl IntoIterator<Item = &'a Update>,
     ) -> Result<Self, DispatchError> {
         config.validate()?;
-        let mut state = State::new(config.worker_addresses.clone());
-        for u in journal {
-            apply(&mut state, u);
-        }
+        let state = State::replay(config.worker_addresses.clone(), journal);
         Ok(Self::with_state(config, incarnation, state, now))
     }
 
@@ -715,7 +152,12 @@ impl Dispatcher {
             incarnation,
             state,
             client_deadline,
-            journal: VecDeque::new(),
+            journal: Vec::new(),
+            persist: VecDeque::new(),
+            emitted: Seq(0),
+            persisted: Seq(0),
+            replies: VecDeque::new(),
+            next_ticket: 0,
             events: VecDeque::new(),
             next_check,
             rounds: BTreeMap::new(),
@@ -724,13 +166,69 @@ impl Dispatcher {
         if d.state.incarnation.is_empty() {
             let incarnation = d.incarnation.clone();
             d.commit(Update::Started { incarnation });
+            d.seal();
         } else {
             d.incarnation = d.state.incarnation.clone();
         }
         d
     }
 
-    /// The durable state.
+    // --- inputs -------------------------------------------------------------------------------
+
+    /// Takes a request: decides it at `now` (records it causes are applied at once and emitted
+    /// as one [`Output::Persist`] batch) and queues its reply, which [`Dispatcher::poll_output`]
+    /// gives back, under the returned ticket, once the records emitted so far are persisted.
+    pub fn handle_request(&mut self, now: Millis, request: Request) -> Ticket {
+        let reply = self.decide(now, request);
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        self.seal();
+        self.replies.push_back(Held { seq: self.emitted, ticket, reply });
+        ticket
+    }
+
+    /// Runs the timers: releases silent clients, collects idle iterations, and declares
+    /// silent workers lost. Call at or after [`Dispatcher::poll_timeout`]; earlier does nothing.
+    pub fn handle_timeout(&mut self, now: Millis) {
+        self.run_timers(now);
+        self.seal();
+    }
+
+    /// The caller made every batch up to `seq` durable: the replies waiting for them can go.
+    /// A `seq` never emitted counts as the last one emitted.
+    pub fn handle_persisted(&mut self, seq: Seq) {
+        self.persisted = self.persisted.max(seq.min(self.emitted));
+    }
+
+    // --- outputs ------------------------------------------------------------------------------
+
+    /// The next thing to do: batches to persist first, in order, then the replies whose
+    /// records are persisted, in ticket order. `None`: wait for a persisted report or for a
+    /// new input.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        if let Some((seq, records)) = self.persist.pop_front() {
+            return Some(Output::Persist { seq, records });
+        }
+        if self.replies.front().is_some_and(|h| h.seq <= self.persisted) {
+            let h = self.replies.pop_front()?;
+            return Some(Output::Reply { ticket: h.ticket, reply: h.reply });
+        }
+        None
+    }
+
+    /// The next event (informational: a worker lost, an iteration finished).
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`Dispatcher::handle_timeout`] should be called next.
+    pub fn poll_timeout(&self) -> Millis {
+        self.next_check
+    }
+
+    // --- views --------------------------------------------------------------------------------
+
+    /// The state (read-only; for tests and tools: fronts ask with a [`Request`]).
     pub fn state(&self) -> &State {
         &self.state
     }
@@ -742,23 +240,71 @@ impl Dispatcher {
     pub fn incarnation(&self) -> &str {
         &self.incarnation
     }
-
-    /// The next journal record that must be durable before the replies of the handlers
-    /// called so far are sent.
-    pub fn poll_journal(&mut self) -> Option<Update> {
-        self.journal.pop_front()
+    /// The last batch emitted (every reply computed now waits for it).
+    pub fn emitted(&self) -> Seq {
+        self.emitted
     }
-    /// The next event.
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
-    }
-    /// When [`Dispatcher::handle_timeout`] should be called next.
-    pub fn poll_timeout(&self) -> Millis {
-        self.next_check
-    }
-    /// A snapshot record of the whole state (for compaction).
+    /// A snapshot record of the whole state (for compaction). It covers every batch up to
+    /// [`Dispatcher::emitted`].
     pub fn snapshot(&self) -> Update {
         Update::Snapshot { state: Box::new(self.state.clone()) }
+    }
+
+    /// Emits the records of the handler that just ran as one batch.
+    fn seal(&mut self) {
+        if !self.journal.is_empty() {
+            self.emitted = Seq(self.emitted.0 + 1);
+            self.persist.push_back((self.emitted, std::mem::take(&mut self.journal)));
+        }
+    }
+
+    /// The one place a request meets its handler.
+    fn decide(&mut self, now: Millis, request: Request) -> Reply {
+        Ok(match request {
+            Request::WorkerHeartbeat(r) => {
+                Response::WorkerHeartbeat(self.worker_heartbeat(now, &r)?)
+            }
+            Request::WorkerUpdate(r) => Response::WorkerUpdate(self.worker_update(now, &r)?),
+            Request::RegisterDataset(r) => Response::DatasetRegistered(DatasetRegistered {
+                dataset_id: self.register_dataset(&r)?,
+                incarnation: self.incarnation.clone(),
+            }),
+            Request::CreateJob(r) => Response::JobCreated(JobCreated {
+                job_id: self.create_job(&r)?,
+                incarnation: self.incarnation.clone(),
+            }),
+            Request::CreateIteration(job_id, r) => {
+                Response::IterationLease(self.create_iteration(now, job_id, &r)?)
+            }
+            Request::ClientHeartbeat(client_id, r) => {
+                Response::ClientHeartbeat(self.client_heartbeat(now, client_id, &r)?)
+            }
+            Request::ReleaseClient(r) => {
+                self.release_client(now, r.client_id)?;
+                Response::Released(Released {
+                    released: true,
+                    incarnation: self.incarnation.clone(),
+                })
+            }
+            Request::GetSplits(iteration_id, r) => {
+                Response::Splits(self.get_splits(now, iteration_id, &r)?)
+            }
+            Request::MaybeRemoveTask(task_id, MaybeRemove { consumer_index, round }) => {
+                Response::Removed(Removed {
+                    removed: self.maybe_remove_task(task_id, consumer_index, round)?,
+                    incarnation: self.incarnation.clone(),
+                })
+            }
+            Request::Version(_) => Response::Version(VersionInfo {
+                version: PROTOCOL_VERSION,
+                incarnation: self.incarnation.clone(),
+                fault_tolerant: self.config.fault_tolerant,
+            }),
+            Request::Workers(_) => Response::Workers(self.workers()),
+            Request::Dataset(r) => Response::Dataset(self.dataset(&r.dataset_id)?),
+            Request::Job(r) => Response::Job(self.job_info(r.job_id)?),
+            Request::Metrics(_) => Response::Metrics(self.metrics()),
+        })
     }
 
     fn commit(&mut self, update: Update) {
@@ -785,12 +331,7 @@ impl Dispatcher {
                 self.events.push_back(Event::IterationFinished { iteration_id: id });
             }
         }
-        self.journal.push_back(update);
-    }
-
-    /// `GET /v1/version`.
-    pub fn version(&self) -> (u32, &str, bool) {
-        (PROTOCOL_VERSION, &self.incarnation, self.config.fault_tolerant)
+        self.journal.push(update);
     }
 
     fn task_def(&self, task: &Task) -> Result<TaskDef, DispatchError> {
@@ -878,7 +419,7 @@ impl Dispatcher {
 
     /// Worker heartbeat: registers a new worker (giving it a task in every unfinished
     /// iteration), revives a lost one, and answers the tasks to start and to stop.
-    pub fn worker_heartbeat(
+    fn worker_heartbeat(
         &mut self,
         now: Millis,
         req: &WorkerHeartbeat,
@@ -1028,7 +569,7 @@ impl Dispatcher {
     /// registered with a `worker_uid`, the same uid. Every entry is checked before any is
     /// applied: a task held by another worker refuses the whole update (PERMISSION_DENIED) and
     /// changes nothing. Unknown ids are reported back.
-    pub fn worker_update(
+    fn worker_update(
         &mut self,
         now: Millis,
         req: &WorkerUpdate,
@@ -1081,7 +622,7 @@ impl Dispatcher {
     /// Get-or-register a dataset. With an explicit id that exists, the definitions and
     /// metadata must match. Without an id, a dataset equal to a registered one (definition
     /// and metadata) gets that one's id. A new dataset must fit in `max_dataset_bytes`.
-    pub fn register_dataset(&mut self, req: &RegisterDataset) -> Result<String, DispatchError> {
+    fn register_dataset(&mut self, req: &RegisterDataset) -> Result<String, DispatchError> {
         // Bounds no definition may exceed (shuffle buffers, batch sizes): refused here rather
         // than failing every task of the dataset on its workers.
         req.dataset
@@ -1150,7 +691,7 @@ impl Dispatcher {
     }
 
     /// Get-or-create a job. Reusing a name requires the same dataset and parameters.
-    pub fn create_job(&mut self, req: &CreateJob) -> Result<JobId, DispatchError> {
+    fn create_job(&mut self, req: &CreateJob) -> Result<JobId, DispatchError> {
         if !self.state.datasets.contains_key(&req.dataset_id) {
             return Err(not_found_dataset(&req.dataset_id));
         }
@@ -1270,26 +811,83 @@ impl Dispatcher {
         Ok(id)
     }
 
-    /// A dataset.
-    pub fn dataset(&self, dataset_id: &str) -> Result<&super::state::Dataset, DispatchError> {
-        self.state.datasets.get(dataset_id).ok_or_else(|| not_found_dataset(dataset_id))
+    fn dataset(&self, dataset_id: &str) -> Result<DatasetInfo, DispatchError> {
+        let ds =
+            self.state.datasets.get(dataset_id).ok_or_else(|| not_found_dataset(dataset_id))?;
+        Ok(DatasetInfo {
+            dataset_id: ds.id.clone(),
+            dataset: ds.def.clone(),
+            metadata: ds.metadata.clone(),
+        })
     }
 
-    /// Every registered worker, by address.
-    pub fn workers(&self) -> impl Iterator<Item = &super::state::Worker> + '_ {
-        self.state.workers.values()
+    fn workers(&self) -> WorkersList {
+        let workers = self
+            .state
+            .workers
+            .values()
+            .map(|w| WorkerInfo {
+                worker_address: w.address.clone(),
+                tags: w.tags.clone(),
+                tasks: w.tasks.iter().copied().collect(),
+                alive: w.alive,
+            })
+            .collect();
+        WorkersList { workers }
     }
 
-    /// A job.
-    pub fn job(&self, job_id: JobId) -> Result<&Job, DispatchError> {
+    fn job(&self, job_id: JobId) -> Result<&Job, DispatchError> {
         self.state
             .jobs
             .get(&job_id)
             .ok_or_else(|| DispatchError::NotFound(format!("Job with id {job_id} not found")))
     }
 
+    fn job_info(&self, job_id: JobId) -> Result<JobInfo, DispatchError> {
+        let job = self.job(job_id)?;
+        let iterations = self
+            .state
+            .iterations
+            .values()
+            .filter(|i| i.job_id == job_id)
+            .map(|i| IterationInfo {
+                iteration_id: i.id,
+                repetition: i.repetition,
+                finished: i.finished,
+                garbage_collected: i.garbage_collected,
+                num_clients: i.num_clients,
+                tasks: i.tasks.clone(),
+            })
+            .collect();
+        Ok(JobInfo {
+            job_id: job.id,
+            job_name: job.name.clone(),
+            dataset_id: job.dataset_id.clone(),
+            processing_mode: ProcessingMode::Policy { sharding_policy: job.policy },
+            num_consumers: job.num_consumers,
+            target_workers: job.target_workers,
+            cross_trainer_cache: job.cross_trainer_cache,
+            split_size: job.split_size,
+            iterations,
+        })
+    }
+
+    fn metrics(&self) -> MetricsFigures {
+        let st = &self.state;
+        MetricsFigures {
+            workers_alive: st.workers.values().filter(|w| w.alive).count() as u64,
+            iterations_open: st.iterations.values().filter(|i| !i.finished).count() as u64,
+            splits_handed_out: st
+                .iterations
+                .values()
+                .filter_map(|i| i.splits.as_ref())
+                .map(|x| x.handed_out)
+                .sum(),
+        }
+    }
+
     /// Get-or-create the iteration `(job, repetition)` and take a client lease on it.
-    pub fn create_iteration(
+    fn create_iteration(
         &mut self,
         now: Millis,
         job_id: JobId,
@@ -1386,7 +984,7 @@ impl Dispatcher {
     /// reads it also negotiates the round a late task starts in (TensorFlow's pending-task
     /// protocol, with consumers identified by `consumer_index` rather than client id, so a
     /// restarted consumer replaces its predecessor instead of being counted twice).
-    pub fn client_heartbeat(
+    fn client_heartbeat(
         &mut self,
         now: Millis,
         client_id: ClientId,
@@ -1469,7 +1067,7 @@ impl Dispatcher {
     /// when every consumer voted for the same round the task is removed (journaled) and the
     /// answer is `true`. Votes for another round start a new vote. Unknown tasks count as
     /// removed. (TensorFlow blocks the callers up to 10 s; here each caller asks again.)
-    pub fn maybe_remove_task(
+    fn maybe_remove_task(
         &mut self,
         task_id: TaskId,
         consumer_index: u64,
@@ -1501,11 +1099,7 @@ impl Dispatcher {
     }
 
     /// Releases a client lease.
-    pub fn release_client(
-        &mut self,
-        now: Millis,
-        client_id: ClientId,
-    ) -> Result<(), DispatchError> {
+    fn release_client(&mut self, now: Millis, client_id: ClientId) -> Result<(), DispatchError> {
         if !self.state.clients.contains_key(&client_id) {
             return Err(DispatchError::NotFound(format!(
                 "Iteration client id not found: {client_id}"
@@ -1521,7 +1115,7 @@ impl Dispatcher {
     /// `max_splits` more: splits of lost workers first, then fresh ones.
     /// The repetition ends for a worker only when none of its splits is in flight anywhere,
     /// so a worker lost later cannot take splits with it.
-    pub fn get_splits(
+    fn get_splits(
         &mut self,
         now: Millis,
         iteration_id: IterationId,
@@ -1685,9 +1279,7 @@ impl Dispatcher {
         })
     }
 
-    /// Runs the timers: releases silent clients, collects idle iterations, and declares
-    /// silent workers lost. Call at or after [`Dispatcher::poll_timeout`].
-    pub fn handle_timeout(&mut self, now: Millis) {
+    fn run_timers(&mut self, now: Millis) {
         if now < self.next_check {
             return;
         }

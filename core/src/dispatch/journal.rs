@@ -124,8 +124,7 @@ mod tests {
     /// `MAX_NESTING` levels, and values at the cap replay, in their records and in a snapshot.
     #[test]
     fn deeply_nested_dataset_values_replay_or_are_refused() {
-        use crate::dispatch::dispatcher::RegisterDataset;
-        use crate::dispatch::{Dispatcher, DispatcherConfig};
+        use crate::dispatch::{Dispatcher, DispatcherConfig, Driver, RegisterDataset, VecSink};
         use crate::json::MAX_NESTING;
         let request = |elements: serde_json::Value, metadata: serde_json::Value| {
             serde_json::from_value::<RegisterDataset>(serde_json::json!({
@@ -133,13 +132,14 @@ mod tests {
                 "metadata": metadata,
             }))
         };
-        let mut d = Dispatcher::new(DispatcherConfig::default(), "t".into(), Millis(0)).unwrap();
+        let d = Dispatcher::new(DispatcherConfig::default(), "t".into(), Millis(0)).unwrap();
+        let mut d = Driver::new(d, VecSink::default());
         let deepest = request(nested(MAX_NESTING), nested(MAX_NESTING)).unwrap();
-        d.register_dataset(&deepest).unwrap();
+        d.call(Millis(0), deepest).unwrap();
         let splits = serde_json::json!({"dataset": {"source": {"splits": {"items": [nested(MAX_NESTING)]}}}});
-        d.register_dataset(&serde_json::from_value(splits).unwrap()).unwrap();
-        let mut updates: Vec<Update> = std::iter::from_fn(|| d.poll_journal()).collect();
-        updates.push(d.snapshot());
+        d.call(Millis(0), serde_json::from_value::<RegisterDataset>(splits).unwrap()).unwrap();
+        let mut updates: Vec<Update> = d.sink().records.clone();
+        updates.push(d.dispatcher().snapshot());
         let mut seg = segment_header().to_vec();
         for u in &updates {
             encode_update(u, &mut seg).unwrap();
@@ -149,7 +149,7 @@ mod tests {
         let too_deep = request(nested(MAX_NESTING + 1), serde_json::Value::Null).unwrap_err();
         assert!(too_deep.to_string().contains("more than 64 levels deep"), "{too_deep}");
         let e =
-            d.register_dataset(&request(nested(1), nested(MAX_NESTING + 1)).unwrap()).unwrap_err();
+            d.call(Millis(0), request(nested(1), nested(MAX_NESTING + 1)).unwrap()).unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
     }
 

@@ -1,23 +1,62 @@
 //! The tf.data service dispatcher as a sans-IO state machine.
 //!
-//! # The drive rule
+//! # The promise
 //!
-//! ```text
-//! loop {
-//!     let reply = dispatcher.handle_*(now, request);   // decide (pure)
-//!     while let Some(record) = dispatcher.poll_journal() {
-//!         journal.append(record);                       // make durable ...
+//! The dispatcher is deterministic and does no IO: no sockets, no files, no clocks, no threads.
+//! Time comes in as a value ([`Millis`]) and so does every request ([`Request`]); what it asks
+//! of its caller comes out as values ([`Output`]): batches of journal records to make durable,
+//! and replies to send. The same inputs give the same outputs, which is what the simulation
+//! and the model test rely on.
+//!
+//! # The durability barrier
+//!
+//! A reply is released by [`Dispatcher::poll_output`] only after the caller reported, with
+//! [`Dispatcher::handle_persisted`], every batch emitted before the reply was computed: its
+//! own records and those of every earlier request. A read waits too, so no reply reveals state
+//! a crash could lose. With nothing outstanding a reply is released at once. There is no other
+//! way to get a reply.
+//!
+//! # The run loop
+//!
+//! [`Driver`] is this loop, written once, over a [`JournalSink`]; here it is by hand:
+//!
+//! ```
+//! use shardwise_core::dispatch::{
+//!     Dispatcher, DispatcherConfig, Millis, Output, Request, Response, WorkerHeartbeat,
+//! };
+//!
+//! let mut dispatcher = Dispatcher::new(DispatcherConfig::default(), "inc-1".into(), Millis(0))?;
+//! let mut journal = Vec::new(); // stands for a file: append, then fsync
+//! let now = Millis(1_000);
+//! let heartbeat = WorkerHeartbeat { worker_address: "w0:5000".into(), ..Default::default() };
+//! let ticket = dispatcher.handle_request(now, Request::WorkerHeartbeat(heartbeat));
+//! let mut answered = false;
+//! while let Some(output) = dispatcher.poll_output() {
+//!     match output {
+//!         Output::Persist { seq, records } => {
+//!             journal.extend(records); // write and fsync ...
+//!             dispatcher.handle_persisted(seq); // ... then say so
+//!         }
+//!         Output::Reply { ticket: t, reply } => {
+//!             assert_eq!(t, ticket);
+//!             assert!(matches!(reply, Ok(Response::WorkerHeartbeat(_)))); // send it
+//!             answered = true;
+//!         }
 //!     }
-//!     journal.sync()?;                                  // ... before any reply leaves
-//!     send(reply);
-//!     sleep_until(dispatcher.poll_timeout());           // then: dispatcher.handle_timeout(now)
 //! }
+//! assert!(answered);
+//! assert_eq!(journal.len(), 2); // the dispatcher's start and the worker's registration
+//! // Sleep until the next deadline (or the next request), then run the timers.
+//! let deadline = dispatcher.poll_timeout();
+//! dispatcher.handle_timeout(deadline);
+//! # Ok::<(), shardwise_core::dispatch::DispatchError>(())
 //! ```
 //!
 //! Every state change is an [`Update`]; [`apply`] is the one function that performs it, on
-//! the live path and in [`recover`], so replaying the journal rebuilds exactly the state the
-//! replies were computed from. If making a record durable fails, the replies must not be
-//! sent and the process must stop accepting requests: its memory is ahead of its journal.
+//! the live path and in [`State::replay`], so replaying the journal rebuilds exactly the state
+//! the replies were computed from. If making a record durable fails, the replies must not be
+//! sent and the process must stop accepting requests: its memory is ahead of its journal
+//! ([`Driver`] does this).
 
 //! # Where Shardwise differs from TensorFlow's dispatcher, on purpose
 //!
@@ -92,15 +131,33 @@
 //!   (DYNAMIC with tags, remote workers added mid-job: expressible, not yet written).
 
 pub mod address;
-pub mod dispatcher;
+mod config;
+mod dispatcher;
+mod driver;
 pub mod error;
 pub mod framing;
 mod heartbeat_index;
 pub mod journal;
+mod protocol;
 pub mod state;
 pub mod types;
+pub mod wire;
 
-pub use dispatcher::{Dispatcher, DispatcherConfig, Event};
+pub use config::{DEFAULT_MAX_DATASET_BYTES, DispatcherConfig};
+pub use dispatcher::{Dispatcher, Event};
+pub use driver::{
+    Driver, Durability, JOURNAL_BROKEN, JournalSink, MemorySink, Submitted, SyncSink, VecSink,
+};
 pub use error::DispatchError;
-pub use state::{State, Update, apply, recover};
+pub use protocol::{
+    Call, GetDataset, GetJob, GetMetrics, GetVersion, ListWorkers, Output, ReleaseClient, Reply,
+    Request, Response, Seq, Ticket,
+};
+pub use state::{State, Update, apply};
 pub use types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId};
+pub use wire::{
+    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetInfo,
+    DatasetRegistered, GetSplits, IterationLease, JobCreated, JobInfo, MaybeRemove, MetricsFigures,
+    RegisterDataset, Released, Removed, SplitsReply, TaskProgress, VersionInfo, WorkerHeartbeat,
+    WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply, WorkersList,
+};

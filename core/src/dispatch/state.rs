@@ -271,67 +271,69 @@ impl WorkerList {
     }
 }
 
-/// The durable state of a dispatcher.
+/// The durable state of a dispatcher. Read-only from outside the crate: every change is an
+/// [`Update`] through [`apply`]. The lookup indexes beside the durable fields are derived
+/// (rebuilt by [`State::reindex`], neither serialized nor compared).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct State {
     /// Next generated dataset id.
-    pub next_dataset_id: u64,
+    pub(crate) next_dataset_id: u64,
     /// Next job id.
-    pub next_job_id: u64,
+    pub(crate) next_job_id: u64,
     /// Next iteration id.
-    pub next_iteration_id: u64,
+    pub(crate) next_iteration_id: u64,
     /// Next client id.
-    pub next_client_id: u64,
+    pub(crate) next_client_id: u64,
     /// Next task id.
-    pub next_task_id: u64,
+    pub(crate) next_task_id: u64,
     /// Datasets by id.
-    pub datasets: BTreeMap<String, Dataset>,
+    pub(crate) datasets: BTreeMap<String, Dataset>,
     /// Workers by address.
-    pub workers: BTreeMap<String, Worker>,
+    pub(crate) workers: BTreeMap<String, Worker>,
     /// Static sharding's worker list (bound as workers register).
-    pub worker_list: WorkerList,
+    pub(crate) worker_list: WorkerList,
     /// Jobs by id.
     #[serde(with = "pairs")]
-    pub jobs: BTreeMap<JobId, Job>,
+    pub(crate) jobs: BTreeMap<JobId, Job>,
     /// Iterations by id.
     #[serde(with = "pairs")]
-    pub iterations: BTreeMap<IterationId, Iteration>,
+    pub(crate) iterations: BTreeMap<IterationId, Iteration>,
     /// Iteration clients by id.
     #[serde(with = "pairs")]
-    pub clients: BTreeMap<ClientId, Client>,
+    pub(crate) clients: BTreeMap<ClientId, Client>,
     /// Tasks by id.
     #[serde(with = "pairs")]
-    pub tasks: BTreeMap<TaskId, Task>,
+    pub(crate) tasks: BTreeMap<TaskId, Task>,
     /// The incarnation id of this state: chosen when a dispatcher starts without a journal
     /// to recover, kept by every recovery from the journal. A change tells workers and
     /// clients that the state they knew is gone (ids may start over).
     #[serde(default)]
-    pub incarnation: String,
+    pub(crate) incarnation: String,
     /// Updates applied since the state began (a snapshot carries it). Within one incarnation,
     /// equal versions mean equal states, so a reader that saw version `v` can be told
     /// "nothing changed" instead of being sent the same data again.
     #[serde(default)]
-    pub version: u64,
+    pub(crate) version: u64,
     /// Job id by name.
     #[serde(skip)]
-    pub jobs_by_name: HashMap<String, JobId>,
+    pub(crate) jobs_by_name: HashMap<String, JobId>,
     /// Current iteration by `(job name, repetition)`.
     #[serde(skip)]
-    pub iterations_by_key: HashMap<(String, u64), IterationId>,
+    pub(crate) iterations_by_key: HashMap<(String, u64), IterationId>,
     /// Coordinated-read iterations that are not finished.
     #[serde(skip)]
-    pub open_round_robin: BTreeSet<IterationId>,
+    pub(crate) open_round_robin: BTreeSet<IterationId>,
     /// Workers by address, with what a steady-state heartbeat reads inline: one hash probe.
     #[serde(skip)]
     pub(crate) heartbeat_index: HeartbeatIndex,
     /// Dataset ids by the fingerprint of their definition and metadata ([`footprint`]), so
     /// that registering the same dataset again without an id finds it.
     #[serde(skip)]
-    pub datasets_by_fingerprint: HashMap<u64, BTreeSet<String>>,
+    pub(crate) datasets_by_fingerprint: HashMap<u64, BTreeSet<String>>,
     /// What the datasets hold: the encoded JSON bytes of every definition and metadata,
     /// summed ([`footprint`]). Bounded by `max_dataset_bytes` for new registrations.
     #[serde(skip)]
-    pub dataset_bytes: u64,
+    pub(crate) dataset_bytes: u64,
 }
 
 /// A dataset's fingerprint and size: a hash of its definition and metadata encoded as JSON,
@@ -503,21 +505,120 @@ pub enum Update {
 }
 
 impl PartialEq for State {
-    /// Equality of the durable fields (the lookup indexes are derived from them).
+    /// Equality of the durable fields. The destructuring names every field, so a new one does
+    /// not compile until it is compared here or set aside with the reason.
     fn eq(&self, o: &Self) -> bool {
-        self.next_dataset_id == o.next_dataset_id
-            && self.next_job_id == o.next_job_id
-            && self.next_iteration_id == o.next_iteration_id
-            && self.next_client_id == o.next_client_id
-            && self.next_task_id == o.next_task_id
-            && self.datasets == o.datasets
-            && self.workers == o.workers
-            && self.worker_list == o.worker_list
-            && self.jobs == o.jobs
-            && self.iterations == o.iterations
-            && self.clients == o.clients
-            && self.tasks == o.tasks
-            && self.incarnation == o.incarnation
+        let State {
+            next_dataset_id,
+            next_job_id,
+            next_iteration_id,
+            next_client_id,
+            next_task_id,
+            datasets,
+            workers,
+            worker_list,
+            jobs,
+            iterations,
+            clients,
+            tasks,
+            incarnation,
+            // A count of the updates applied, not state: compared by the tests that need it.
+            version: _,
+            // Derived from the fields above (`State::check_heartbeat_index` checks them).
+            jobs_by_name: _,
+            iterations_by_key: _,
+            open_round_robin: _,
+            heartbeat_index: _,
+            datasets_by_fingerprint: _,
+            dataset_bytes: _,
+        } = self;
+        *next_dataset_id == o.next_dataset_id
+            && *next_job_id == o.next_job_id
+            && *next_iteration_id == o.next_iteration_id
+            && *next_client_id == o.next_client_id
+            && *next_task_id == o.next_task_id
+            && *datasets == o.datasets
+            && *workers == o.workers
+            && *worker_list == o.worker_list
+            && *jobs == o.jobs
+            && *iterations == o.iterations
+            && *clients == o.clients
+            && *tasks == o.tasks
+            && *incarnation == o.incarnation
+    }
+}
+
+/// Read-only views.
+impl State {
+    /// The next generated dataset id (before skipping taken ones: see
+    /// [`State::peek_dataset_id`]).
+    pub fn next_dataset_id(&self) -> u64 {
+        self.next_dataset_id
+    }
+    /// The next job id.
+    pub fn next_job_id(&self) -> u64 {
+        self.next_job_id
+    }
+    /// The next iteration id.
+    pub fn next_iteration_id(&self) -> u64 {
+        self.next_iteration_id
+    }
+    /// The next client id.
+    pub fn next_client_id(&self) -> u64 {
+        self.next_client_id
+    }
+    /// The next task id.
+    pub fn next_task_id(&self) -> u64 {
+        self.next_task_id
+    }
+    /// Datasets by id.
+    pub fn datasets(&self) -> &BTreeMap<String, Dataset> {
+        &self.datasets
+    }
+    /// Workers by address.
+    pub fn workers(&self) -> &BTreeMap<String, Worker> {
+        &self.workers
+    }
+    /// Static sharding's worker list (bound as workers register).
+    pub fn worker_list(&self) -> &WorkerList {
+        &self.worker_list
+    }
+    /// Jobs by id.
+    pub fn jobs(&self) -> &BTreeMap<JobId, Job> {
+        &self.jobs
+    }
+    /// Iterations by id.
+    pub fn iterations(&self) -> &BTreeMap<IterationId, Iteration> {
+        &self.iterations
+    }
+    /// Iteration clients by id.
+    pub fn clients(&self) -> &BTreeMap<ClientId, Client> {
+        &self.clients
+    }
+    /// Tasks by id.
+    pub fn tasks(&self) -> &BTreeMap<TaskId, Task> {
+        &self.tasks
+    }
+    /// The incarnation id of this state (see [`Update::Started`]).
+    pub fn incarnation(&self) -> &str {
+        &self.incarnation
+    }
+    /// Updates applied since the state began: within one incarnation, equal versions mean
+    /// equal states.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+    /// Job id by name (derived).
+    pub fn jobs_by_name(&self) -> &HashMap<String, JobId> {
+        &self.jobs_by_name
+    }
+    /// Dataset ids by fingerprint (derived).
+    pub fn datasets_by_fingerprint(&self) -> &HashMap<u64, BTreeSet<String>> {
+        &self.datasets_by_fingerprint
+    }
+    /// The encoded bytes the datasets hold (derived; bounded by `max_dataset_bytes`).
+    pub fn dataset_bytes(&self) -> u64 {
+        self.dataset_bytes
     }
 }
 
@@ -940,14 +1041,17 @@ pub fn apply(state: &mut State, update: &Update) {
     }
 }
 
-/// Replays `updates` onto a fresh state (configured with `worker_addresses`).
-pub fn recover<'a>(
-    worker_addresses: Vec<String>,
-    updates: impl IntoIterator<Item = &'a Update>,
-) -> State {
-    let mut state = State::new(worker_addresses);
-    for u in updates {
-        apply(&mut state, u);
+impl State {
+    /// Replays `updates` onto a fresh state (configured with `worker_addresses`): the state
+    /// a journal stands for.
+    pub fn replay<'a>(
+        worker_addresses: Vec<String>,
+        updates: impl IntoIterator<Item = &'a Update>,
+    ) -> State {
+        let mut state = State::new(worker_addresses);
+        for u in updates {
+            apply(&mut state, u);
+        }
+        state
     }
-    state
 }

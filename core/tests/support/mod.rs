@@ -25,50 +25,23 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::framing::{Tail, segment_header};
+use shardwise_core::dispatch::journal::{decode_updates, encode_update};
+use shardwise_core::dispatch::wire::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, IterationLease, NamedMode,
     ProcessingMode, RegisterDataset, SplitId, SplitsReply, TaskDef, TaskInfo, TaskProgress,
     WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply,
 };
-use shardwise_core::dispatch::framing::{Tail, segment_header};
-use shardwise_core::dispatch::journal::{decode_updates, encode_update};
 use shardwise_core::dispatch::{
-    DispatchError, Dispatcher, DispatcherConfig, Event, IterationId, JobId, Millis, ShardingPolicy,
-    State, TargetWorkers, TaskId, Update, apply, recover,
+    Call, DispatchError, Dispatcher, DispatcherConfig, Driver, Event, IterationId, JobId, Millis,
+    ReleaseClient, ShardingPolicy, State, TargetWorkers, TaskId, Update, VecSink, apply,
 };
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers
 // ---------------------------------------------------------------------------------------------
 
-/// SplitMix64: a tiny, seedable, well-mixed PRNG (no `rand` crate).
-#[derive(Debug, Clone)]
-pub(crate) struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub(crate) fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (0 when `n` is 0).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next_u64() % n }
-    }
-    /// Uniform in `lo..=hi`.
-    pub(crate) fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi.saturating_sub(lo) + 1)
-    }
-    /// True with probability `per_million / 1e6`.
-    pub(crate) fn chance(&mut self, per_million: u64) -> bool {
-        self.below(1_000_000) < per_million
-    }
-}
+pub(crate) use shardwise_core::rng::SplitMix64;
 
 /// A dataset definition from JSON (panics on an invalid one).
 pub(crate) fn def(v: Value) -> DatasetDef {
@@ -532,8 +505,8 @@ pub(crate) struct Sim {
     pub(crate) cfg: SimConfig,
     pub(crate) now: Millis,
     pub(crate) rng: SplitMix64,
-    /// The dispatcher (`None` while it is down).
-    pub(crate) d: Option<Dispatcher>,
+    /// The dispatcher and its sink (`None` while it is down).
+    pub(crate) d: Option<Driver<VecSink>>,
     pub(crate) incarnations: u64,
     /// The durable journal (records made durable so far, across incarnations).
     pub(crate) journal: Vec<Update>,
@@ -620,13 +593,13 @@ impl Sim {
         )
         .expect("valid dispatcher config");
         self.segments.push(segment_header().to_vec());
-        self.d = Some(d);
+        self.d = Some(Driver::new(d, VecSink::default()));
         self.note("dispatcher started".into());
     }
 
     /// The dispatcher (panics while it is down).
     pub(crate) fn dispatcher(&self) -> &Dispatcher {
-        self.d.as_ref().expect("the dispatcher is up")
+        self.d.as_ref().expect("the dispatcher is up").dispatcher()
     }
 
     /// Its state.
@@ -634,25 +607,34 @@ impl Sim {
         self.dispatcher().state()
     }
 
-    /// Calls the dispatcher (if it is up) and drains its journal before the reply counts as
-    /// sent. `None` while it is down.
-    pub(crate) fn call<R>(&mut self, f: impl FnOnce(&mut Dispatcher, Millis) -> R) -> Option<R> {
+    /// Calls the dispatcher (if it is up) through its driver, whose sink keeps the records the
+    /// reply waited for; they join the journal before the reply counts as sent. `None` while
+    /// it is down.
+    pub(crate) fn call<C: Call>(&mut self, request: C) -> Option<Result<C::Output, DispatchError>> {
         let now = self.now;
-        let d = self.d.as_mut()?;
-        let r = f(d, now);
+        let r = self.d.as_mut()?.call(now, request);
         self.drain();
         Some(r)
     }
 
     /// [`Sim::call`] that requires the dispatcher to be up.
-    pub(crate) fn dispatch<R>(&mut self, f: impl FnOnce(&mut Dispatcher, Millis) -> R) -> R {
-        self.call(f).expect("the dispatcher is up")
+    pub(crate) fn dispatch<C: Call>(&mut self, request: C) -> Result<C::Output, DispatchError> {
+        self.call(request).expect("the dispatcher is up")
+    }
+
+    /// Runs the dispatcher's timers (if it is up).
+    pub(crate) fn tick(&mut self) {
+        let now = self.now;
+        if let Some(d) = self.d.as_mut() {
+            d.handle_timeout(now);
+            self.drain();
+        }
     }
 
     fn drain(&mut self) {
         let Some(d) = self.d.as_mut() else { return };
         let segment = self.segments.last_mut().expect("an open segment");
-        while let Some(u) = d.poll_journal() {
+        for u in std::mem::take(&mut d.sink_mut().records) {
             encode_update(&u, segment).expect("every update encodes");
             apply(&mut self.shadow, &u);
             self.journal.push(u);
@@ -663,23 +645,22 @@ impl Sim {
         self.calls += 1;
         if self.cfg.check_every > 0 && self.calls.is_multiple_of(self.cfg.check_every) {
             assert!(
-                &self.shadow == d.state(),
+                &self.shadow == d.dispatcher().state(),
                 "replay of the journal differs from the live state at t={} (seed {})\nreplay: \
                  {:?}\nlive: {:?}",
                 self.now.0,
                 self.cfg.seed,
                 self.shadow,
-                d.state()
+                d.dispatcher().state()
             );
         }
     }
 
     /// Registers a dataset.
     pub(crate) fn register(&mut self, dataset: DatasetDef) -> String {
-        self.dispatch(|d, _| {
-            d.register_dataset(&RegisterDataset { dataset, dataset_id: None, metadata: None })
-        })
-        .expect("register")
+        self.dispatch(RegisterDataset { dataset, dataset_id: None, metadata: None })
+            .expect("register")
+            .dataset_id
     }
 
     /// The records of all segments, decoded (checks that they equal the in-memory journal).
@@ -703,7 +684,7 @@ impl Sim {
     /// The dispatcher process dies; the records drained so far are durable, nothing else.
     pub(crate) fn crash_dispatcher(&mut self) {
         let d = self.d.take().expect("the dispatcher is up");
-        self.crashed_state = Some(d.state().clone());
+        self.crashed_state = Some(d.dispatcher().state().clone());
         self.note("dispatcher crashed".into());
     }
 
@@ -732,7 +713,7 @@ impl Sim {
         }
         d.state().check_heartbeat_index().expect("heartbeat index after recovery");
         self.segments.push(segment_header().to_vec());
-        self.d = Some(d);
+        self.d = Some(Driver::new(d, VecSink::default()));
         self.note("dispatcher recovered".into());
     }
 
@@ -763,7 +744,7 @@ impl Sim {
         self.segments = vec![seg];
         // Replaying the snapshot alone gives the live state.
         let replayed =
-            recover(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
+            State::replay(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
         assert!(&replayed == self.state(), "a snapshot replays to the live state");
         replayed.check_heartbeat_index().expect("heartbeat index after a snapshot");
         self.note("journal compacted".into());
@@ -772,7 +753,7 @@ impl Sim {
     /// Full replay of the durable journal equals the live state.
     pub(crate) fn check_replay(&self) {
         let replayed =
-            recover(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
+            State::replay(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
         assert!(&replayed == self.state(), "replay equals the live state (seed {})", self.cfg.seed);
         self.state().check_heartbeat_index().expect("live heartbeat index");
         replayed.check_heartbeat_index().expect("replayed heartbeat index");
@@ -864,9 +845,9 @@ impl Sim {
     /// Runs until every worker process that is up is registered and alive.
     pub(crate) fn settle(&mut self) {
         let ok = self.run_until(5_000, |s| {
-            s.d.as_ref().is_some_and(|d| {
+            s.d.as_ref().map(Driver::dispatcher).is_some_and(|d| {
                 s.workers.values().filter(|w| w.up).all(|w| {
-                    d.state().workers.get(&w.addr).is_some_and(|x| x.alive)
+                    d.state().workers().get(&w.addr).is_some_and(|x| x.alive)
                         && w.incarnation_seen.as_deref() == Some(d.incarnation())
                 })
             })
@@ -876,7 +857,7 @@ impl Sim {
 
     /// Task ids the dispatcher assigns to `addr` (unfinished, not collected).
     pub(crate) fn dispatcher_tasks_of(&self, addr: &str) -> usize {
-        self.state().workers.get(addr).map_or(0, |w| w.tasks.len())
+        self.state().workers().get(addr).map_or(0, |w| w.tasks.len())
     }
 
     /// Tasks the worker process currently runs.
@@ -998,7 +979,7 @@ impl Sim {
         c.session += 1;
         if let Some(lease) = c.lease.take() {
             let id = lease.client_id;
-            if self.call(|d, now| d.release_client(now, id)).is_none() {
+            if self.call(ReleaseClient { client_id: id }).is_none() {
                 self.clients[i].pending_release.push(id);
             }
         }
@@ -1084,7 +1065,7 @@ impl Sim {
         self.deliver_due();
         let due = self.d.as_ref().is_some_and(|d| self.now >= d.poll_timeout());
         if due {
-            self.call(|d, now| d.handle_timeout(now));
+            self.tick();
         }
         let addrs: Vec<String> = self.workers.keys().cloned().collect();
         for a in &addrs {
@@ -1156,9 +1137,7 @@ impl Sim {
                     worker_uid,
                     incarnation,
                 };
-                let mut r = self
-                    .call(|d, now| d.worker_heartbeat(now, &hb))
-                    .unwrap_or_else(|| Err(unavailable()));
+                let mut r = self.call(hb.clone()).unwrap_or_else(|| Err(unavailable()));
                 if self.reply_lost() {
                     r = Err(unavailable());
                 }
@@ -1173,9 +1152,7 @@ impl Sim {
                         .map(|t| TaskProgress { task_id: *t, completed: true })
                         .collect(),
                 };
-                let mut r = self
-                    .call(|d, now| d.worker_update(now, &req))
-                    .unwrap_or_else(|| Err(unavailable()));
+                let mut r = self.call(req.clone()).unwrap_or_else(|| Err(unavailable()));
                 if self.reply_lost() {
                     r = Err(unavailable());
                 }
@@ -1186,11 +1163,10 @@ impl Sim {
                 let was_lost = self
                     .d
                     .as_ref()
-                    .and_then(|d| d.state().workers.get(&addr))
+                    .and_then(|d| d.dispatcher().state().workers().get(&addr))
                     .is_some_and(|w| !w.alive);
-                let mut r = self
-                    .call(|d, now| d.get_splits(now, iteration, &req))
-                    .unwrap_or_else(|| Err(unavailable()));
+                let mut r =
+                    self.call((iteration, req.clone())).unwrap_or_else(|| Err(unavailable()));
                 if self.reply_lost() {
                     r = Err(unavailable());
                 }
@@ -1198,7 +1174,7 @@ impl Sim {
             }
             Req::ClientHeartbeat { client, session, client_id } => {
                 let mut r = self
-                    .call(|d, now| d.client_heartbeat(now, client_id, &ClientHeartbeat::default()))
+                    .call((client_id, ClientHeartbeat::default()))
                     .unwrap_or_else(|| Err(unavailable()));
                 if self.reply_lost() {
                     r = Err(unavailable());
@@ -1337,7 +1313,7 @@ impl Sim {
         &mut self,
         i: usize,
         session: u64,
-        r: Result<shardwise_core::dispatch::dispatcher::ClientHeartbeatReply, DispatchError>,
+        r: Result<shardwise_core::dispatch::wire::ClientHeartbeatReply, DispatchError>,
     ) {
         let c = &mut self.clients[i];
         if c.session != session {
@@ -1421,7 +1397,7 @@ impl Sim {
         if self.d.is_some() && !self.clients[i].pending_release.is_empty() {
             let ids = std::mem::take(&mut self.clients[i].pending_release);
             for id in ids {
-                let _ = self.call(|d, now| d.release_client(now, id));
+                let _ = self.call(ReleaseClient { client_id: id });
             }
         }
         {
@@ -1432,7 +1408,7 @@ impl Sim {
         }
         if self.clients[i].job_id.is_none() {
             let req = self.clients[i].spec.create_job();
-            match self.call(|d, _| d.create_job(&req)) {
+            match self.call(req.clone()) {
                 None | Some(Err(DispatchError::Unavailable(_))) => return,
                 Some(Err(e)) => {
                     let c = &mut self.clients[i];
@@ -1440,7 +1416,7 @@ impl Sim {
                     c.failed = true;
                     return;
                 }
-                Some(Ok(id)) => self.clients[i].job_id = Some(id),
+                Some(Ok(created)) => self.clients[i].job_id = Some(created.job_id),
             }
         }
         if self.clients[i].lease.is_none() {
@@ -1450,7 +1426,7 @@ impl Sim {
                 repetition: c.spec.first_repetition + c.epoch,
                 ..CreateIteration::default()
             };
-            match self.call(|d, now| d.create_iteration(now, job, &req)) {
+            match self.call((job, req)) {
                 None | Some(Err(DispatchError::Unavailable(_))) => return,
                 Some(Err(e)) => {
                     let c = &mut self.clients[i];
@@ -1556,7 +1532,7 @@ impl Sim {
             }
             if c.release_at_end {
                 let id = lease.client_id;
-                if self.call(|d, now| d.release_client(now, id)).is_none() {
+                if self.call(ReleaseClient { client_id: id }).is_none() {
                     self.clients[i].pending_release.push(id);
                 }
             }

@@ -1,16 +1,19 @@
 //! The dispatcher core and its journal: calls run inline, durability is pipelined.
 //!
-//! The core [`Dispatcher`] sits behind one mutex. A request handler takes it, runs its
-//! closure against the state machine (microseconds), moves the journal records the closure
-//! produced onto the syncer's queue, and lets go. Without a journal the reply is sent at once:
-//! no thread hand-off, no wake-up. With a journal the handler then waits until the syncer
-//! thread reports its records written (and, in fault-tolerant mode, fsynced). The syncer takes
-//! everything queued while the previous commit was on disk as one batch: one fsync for many
-//! requests (group commit), and the state machine never waits for the disk.
+//! The core's [`Driver`] sits behind one mutex. A request handler takes it, submits its
+//! request (the state machine decides in microseconds), and lets go. The driver hands the
+//! request's journal records to this module's sink, which queues them for the syncer thread
+//! and answers [`Durability::Later`]; the reply then waits inside the driver, and the handler
+//! waits on a oneshot channel for it. The syncer takes everything queued while the previous
+//! commit was on disk as one batch: one fsync for many requests (group commit), and the state
+//! machine never waits for the disk. When the batch is durable the syncer reports it to the
+//! driver ([`Driver::handle_persisted`]), which releases the replies that waited for it; the
+//! syncer hands each to its handler. Without a journal the sink answers [`Durability::Now`]
+//! and the reply comes back from the submit itself: no thread hand-off, no wake-up.
 //!
 //! Ordering: records are queued under the core mutex, so the journal holds them in the order
-//! they were applied. A call that only reads still waits for the records applied before it, so
-//! no reply reveals state that a crash could lose.
+//! they were applied. The core stamps every reply, reads included, with the last batch emitted
+//! before it, so no reply reveals state that a crash could lose.
 //!
 //! Failure: if the journal cannot be written, no request waiting on that batch or any later
 //! one is acknowledged, every later call is `UNAVAILABLE`, and a restart replays the journal.
@@ -20,12 +23,16 @@
 //! Timers: a task sleeps until the state machine's `poll_timeout` (woken early when a call
 //! brings the deadline forward) and runs `handle_timeout` the same way a call runs.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use shardwise_core::dispatch::{Dispatcher, Event, Millis, Update};
-use tokio::sync::{Notify, watch};
+use shardwise_core::dispatch::{
+    Call, Dispatcher, Driver, Durability, Event, JOURNAL_BROKEN, JournalSink, Millis, Reply, Seq,
+    Submitted, Ticket, Update,
+};
+use tokio::sync::{Notify, oneshot};
 
 use crate::journal::{Journal, Storage};
 use crate::problem::Problem;
@@ -51,10 +58,10 @@ pub struct Stats {
 
 /// How the actor starts: a dispatcher built now, or one recovered from a journal.
 pub type Startup =
-    Box<dyn FnOnce() -> Result<(Dispatcher, Option<Box<dyn JournalSink>>), String> + Send>;
+    Box<dyn FnOnce() -> Result<(Dispatcher, Option<Box<dyn JournalWriter>>), String> + Send>;
 
 /// The journal as the syncer uses it (object-safe over the storage type).
-pub trait JournalSink: Send {
+pub trait JournalWriter: Send {
     /// Appends records.
     fn append(&mut self, updates: &[Update]) -> std::io::Result<()>;
     /// Makes them durable.
@@ -65,7 +72,7 @@ pub trait JournalSink: Send {
     fn compact(&mut self, snapshot: &Update) -> std::io::Result<()>;
 }
 
-impl<S: Storage> JournalSink for Journal<S> {
+impl<S: Storage> JournalWriter for Journal<S> {
     fn append(&mut self, updates: &[Update]) -> std::io::Result<()> {
         Journal::append(self, updates)
     }
@@ -85,29 +92,94 @@ pub const COMPACT_AT_BYTES: u64 = 64 << 20;
 /// Records waiting for the syncer beyond which calls are refused (the disk cannot keep up).
 const QUEUE_MAX_RECORDS: usize = 1 << 20;
 
-struct Core {
-    d: Dispatcher,
-    /// Sequence number of the last batch of records queued for the syncer.
-    queued: u64,
-}
-
+/// Records on their way to the syncer.
 #[derive(Default)]
 struct Queue {
     records: Vec<Update>,
-    /// Sequence number of the last records in `records`.
-    last: u64,
+    /// The batch the last of `records` belongs to.
+    last: Seq,
+}
+
+/// The syncer's queue and its wake-up.
+#[derive(Default)]
+struct Pipe {
+    queue: Mutex<Queue>,
+    queued: Condvar,
+}
+
+/// The driver's sink: nothing (in-memory mode, durable at once) or the syncer's queue.
+enum Sink {
+    Memory,
+    Syncer(Arc<Pipe>),
+}
+
+impl JournalSink for Sink {
+    type Error = String;
+    fn persist(&mut self, seq: Seq, mut records: Vec<Update>) -> Result<Durability, String> {
+        let Sink::Syncer(inner) = self else { return Ok(Durability::Now) };
+        let mut q = lock(&inner.queue);
+        if q.records.len() > QUEUE_MAX_RECORDS {
+            // The state already changed: the disk cannot keep up, and acknowledging nothing
+            // more is the only safe answer.
+            return Err(format!("{QUEUE_MAX_RECORDS} journal records wait for the disk"));
+        }
+        q.records.append(&mut records);
+        q.last = seq;
+        inner.queued.notify_one();
+        Ok(Durability::Later)
+    }
+}
+
+/// What the core mutex guards: the driver, and the handlers waiting for their replies.
+struct Core {
+    driver: Driver<Sink>,
+    waiters: HashMap<Ticket, oneshot::Sender<Reply>>,
+}
+
+impl Core {
+    /// Logs the driver's events; stops everything if its sink failed.
+    fn after(&mut self, inner: &Inner) {
+        while let Some(e) = self.driver.poll_event() {
+            match e {
+                Event::WorkerLost { address } => tracing::warn!(%address, "worker lost"),
+                Event::IterationFinished { iteration_id } => {
+                    tracing::info!(%iteration_id, "iteration finished");
+                }
+                other => tracing::debug!(?other, "event"),
+            }
+        }
+        if let Some(e) = self.driver.failure()
+            && !inner.broken.swap(true, Ordering::SeqCst)
+        {
+            tracing::error!(error = %e, "journal failed; refusing further requests");
+        }
+        if inner.broken.load(Ordering::SeqCst) {
+            // Dropping the senders answers every waiter: none of them is acknowledged.
+            self.waiters.clear();
+        }
+        let deadline = self.driver.poll_timeout().0;
+        if deadline < inner.next_deadline.load(Ordering::Relaxed) {
+            inner.next_deadline.store(deadline, Ordering::Relaxed);
+            inner.timer.notify_one();
+        }
+    }
+
+    /// Hands released replies to their handlers.
+    fn deliver(&mut self, released: Vec<(Ticket, Reply)>) {
+        for (ticket, reply) in released {
+            if let Some(tx) = self.waiters.remove(&ticket) {
+                let _ = tx.send(reply);
+            }
+        }
+    }
 }
 
 struct Inner {
     core: Mutex<Option<Core>>,
     ready: AtomicBool,
     broken: AtomicBool,
-    journaled: AtomicBool,
     incarnation: OnceLock<String>,
-    queue: Mutex<Queue>,
-    queued: Condvar,
-    /// The last sequence number on disk.
-    durable: watch::Sender<u64>,
+    pipe: Arc<Pipe>,
     /// Wakes the timer task when a call brings the next deadline forward.
     timer: Notify,
     next_deadline: AtomicU64,
@@ -156,11 +228,8 @@ impl Actor {
             core: Mutex::new(None),
             ready: AtomicBool::new(false),
             broken: AtomicBool::new(false),
-            journaled: AtomicBool::new(false),
             incarnation: OnceLock::new(),
-            queue: Mutex::new(Queue::default()),
-            queued: Condvar::new(),
-            durable: watch::Sender::new(0),
+            pipe: Arc::default(),
             timer: Notify::new(),
             next_deadline: AtomicU64::new(u64::MAX),
             stats: stats.clone(),
@@ -174,15 +243,20 @@ impl Actor {
                 Err(e) => on_started(Some(e)),
                 Ok((d, journal)) => {
                     let _ = inner.incarnation.set(d.incarnation().to_owned());
-                    *lock(&inner.core) = Some(Core { d, queued: 0 });
-                    if let Some(journal) = journal {
-                        inner.journaled.store(true, Ordering::SeqCst);
-                        let syncer = inner.clone();
-                        std::thread::Builder::new()
-                            .name("shardwise-journal".into())
-                            .spawn(move || sync(&syncer, journal))
-                            .expect("spawn the journal thread");
-                    }
+                    let sink = match journal {
+                        None => Sink::Memory,
+                        Some(journal) => {
+                            let syncer = inner.clone();
+                            std::thread::Builder::new()
+                                .name("shardwise-journal".into())
+                                .spawn(move || sync(&syncer, journal))
+                                .expect("spawn the journal thread");
+                            Sink::Syncer(inner.pipe.clone())
+                        }
+                    };
+                    // (A fresh dispatcher's start record goes with the first call's records.)
+                    let driver = Driver::new(d, sink);
+                    *lock(&inner.core) = Some(Core { driver, waiters: HashMap::new() });
                     inner.ready.store(true, Ordering::SeqCst);
                     runtime.spawn(timers(inner));
                     on_started(None);
@@ -202,13 +276,9 @@ impl Actor {
         self.inner.ready.load(Ordering::SeqCst)
     }
 
-    /// Runs `f` on the dispatcher; resolves once its journal records (and every record
-    /// before them) are durable.
-    pub async fn call<R, F>(&self, f: F) -> Result<R, Problem>
-    where
-        F: FnOnce(&mut Dispatcher, Millis) -> R + Send + 'static,
-        R: Send + 'static,
-    {
+    /// Submits `request` to the dispatcher; resolves with its reply, which the core releases
+    /// once its journal records (and every record before them) are durable.
+    pub async fn call<C: Call>(&self, request: C) -> Result<C::Output, Problem> {
         let inner = &self.inner;
         if !self.is_ready() {
             return Err(Problem::new(
@@ -219,17 +289,42 @@ impl Actor {
         if inner.broken.load(Ordering::SeqCst) {
             return Err(journal_broken());
         }
-        let (value, seq) = inner.apply(f)?;
+        let submitted = {
+            let mut guard = inner.core.lock().map_err(|_| {
+                Problem::new(
+                    "UNAVAILABLE",
+                    "the dispatcher stopped after an internal error; restart it (a restart \
+                     replays the journal)",
+                )
+            })?;
+            let core = guard.as_mut().ok_or_else(|| Problem::new("UNAVAILABLE", "not started"))?;
+            let submitted = match core.driver.submit(now(), request) {
+                Submitted::Ready(reply) => Ok(reply),
+                Submitted::Pending(ticket) => {
+                    let (tx, rx) = oneshot::channel();
+                    core.waiters.insert(ticket, tx);
+                    Err(rx)
+                }
+            };
+            core.after(inner);
+            submitted
+        };
         inner.stats.requests.fetch_add(1, Ordering::Relaxed);
-        if inner.journaled.load(Ordering::Relaxed) && *inner.durable.borrow() < seq {
-            let mut rx = inner.durable.subscribe();
-            let broken = &inner.broken;
-            let _ = rx.wait_for(|d| *d >= seq || broken.load(Ordering::SeqCst)).await;
-            if *rx.borrow() < seq {
-                return Err(journal_broken());
-            }
-        }
-        Ok(value)
+        let reply = match submitted {
+            Ok(reply) => reply,
+            Err(rx) => rx.await.map_err(|_| journal_broken())?,
+        };
+        C::output(reply).map_err(|e| super::api::problem_of(&e))
+    }
+}
+
+impl Actor {
+    /// For tests and diagnostics: reads the dispatcher as it is now, records not yet durable
+    /// included (this bypasses the durability barrier; replies never come from here).
+    pub fn inspect<R>(&self, f: impl FnOnce(&Dispatcher) -> R) -> Result<R, Problem> {
+        let guard = self.inner.core.lock().map_err(|_| Problem::new("UNAVAILABLE", "stopped"))?;
+        let core = guard.as_ref().ok_or_else(|| Problem::new("UNAVAILABLE", "not started"))?;
+        Ok(f(core.driver.dispatcher()))
     }
 }
 
@@ -237,83 +332,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Inner {
-    /// Runs `f` under the core mutex; returns its value and the sequence number the reply
-    /// must wait for.
-    fn apply<R>(&self, f: impl FnOnce(&mut Dispatcher, Millis) -> R) -> Result<(R, u64), Problem> {
-        let mut guard = self.core.lock().map_err(|_| {
-            Problem::new(
-                "UNAVAILABLE",
-                "the dispatcher stopped after an internal error; restart it (a restart \
-                 replays the journal)",
-            )
-        })?;
-        let core = guard.as_mut().ok_or_else(|| Problem::new("UNAVAILABLE", "not started"))?;
-        let value = f(&mut core.d, now());
-        let seq = self.drain(core)?;
-        let deadline = core.d.poll_timeout().0;
-        if deadline < self.next_deadline.load(Ordering::Relaxed) {
-            self.next_deadline.store(deadline, Ordering::Relaxed);
-            self.timer.notify_one();
-        }
-        Ok((value, seq))
-    }
-
-    /// Moves the core's journal records to the syncer and logs its events; returns the
-    /// sequence number to wait for.
-    fn drain(&self, core: &mut Core) -> Result<u64, Problem> {
-        let journaled = self.journaled.load(Ordering::Relaxed);
-        let mut records = Vec::new();
-        while let Some(u) = core.d.poll_journal() {
-            if journaled {
-                records.push(u);
-            }
-        }
-        while let Some(e) = core.d.poll_event() {
-            match e {
-                Event::WorkerLost { address } => tracing::warn!(%address, "worker lost"),
-                Event::IterationFinished { iteration_id } => {
-                    tracing::info!(%iteration_id, "iteration finished");
-                }
-                other => tracing::debug!(?other, "event"),
-            }
-        }
-        if !records.is_empty() {
-            let mut q = lock(&self.queue);
-            if q.records.len() > QUEUE_MAX_RECORDS {
-                // The state already changed: the disk cannot keep up, and acknowledging
-                // nothing more is the only safe answer.
-                self.broken.store(true, Ordering::SeqCst);
-                drop(q);
-                self.durable.send_modify(|_| {});
-                return Err(journal_broken());
-            }
-            core.queued += 1;
-            q.records.append(&mut records);
-            q.last = core.queued;
-            self.queued.notify_one();
-        }
-        Ok(core.queued)
-    }
-}
-
 fn journal_broken() -> Problem {
-    Problem::new(
-        "UNAVAILABLE",
-        "the journal could not be written; the dispatcher acknowledges nothing more until it is \
-         restarted (restart replays the journal)",
-    )
+    Problem::new("UNAVAILABLE", JOURNAL_BROKEN)
 }
 
-/// The syncer: writes and commits whatever is queued, one batch per commit.
-fn sync(inner: &Inner, mut journal: Box<dyn JournalSink>) {
+/// The syncer: writes and commits whatever is queued, one batch per commit, then releases the
+/// replies that waited for it.
+fn sync(inner: &Inner, mut journal: Box<dyn JournalWriter>) {
     let stats = &inner.stats;
     let mut batch = Vec::new();
     loop {
         let last = {
-            let mut q = lock(&inner.queue);
+            let mut q = lock(&inner.pipe.queue);
             while q.records.is_empty() {
-                q = inner.queued.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner);
+                q = inner.pipe.queued.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner);
             }
             std::mem::swap(&mut batch, &mut q.records);
             q.last
@@ -328,7 +360,9 @@ fn sync(inner: &Inner, mut journal: Box<dyn JournalSink>) {
             fail(inner, &e, "journal write failed");
             return;
         }
-        inner.durable.send_replace(last);
+        if !persisted(inner, last) {
+            return;
+        }
         if journal.segment_bytes() > inner.compact_at_bytes
             && let Err(e) = compact(inner, journal.as_mut())
         {
@@ -338,28 +372,42 @@ fn sync(inner: &Inner, mut journal: Box<dyn JournalSink>) {
     }
 }
 
+/// Reports batches up to `seq` durable and hands out the replies they release; false when the
+/// core is gone (a panic poisoned it).
+fn persisted(inner: &Inner, seq: Seq) -> bool {
+    let Ok(mut guard) = inner.core.lock() else { return false };
+    let Some(core) = guard.as_mut() else { return false };
+    let released = core.driver.handle_persisted(seq);
+    core.deliver(released);
+    true
+}
+
 fn fail(inner: &Inner, e: &std::io::Error, what: &str) {
     tracing::error!(error = %e, "{what}; refusing further requests");
     inner.broken.store(true, Ordering::SeqCst);
-    // Wake every waiter: none of them is acknowledged.
-    inner.durable.send_modify(|_| {});
+    if let Some(core) = lock(&inner.core).as_mut() {
+        core.driver.handle_sink_failure(format!("{what}: {e}"));
+        // Dropping the senders answers every waiter: none of them is acknowledged.
+        core.waiters.clear();
+    }
 }
 
 /// Snapshots the state and compacts, with the core held so that the snapshot covers exactly
 /// the records written.
-fn compact(inner: &Inner, journal: &mut dyn JournalSink) -> std::io::Result<()> {
+fn compact(inner: &Inner, journal: &mut dyn JournalWriter) -> std::io::Result<()> {
     let mut guard = lock(&inner.core);
     let Some(core) = guard.as_mut() else { return Ok(()) };
     let (rest, last) = {
-        let mut q = lock(&inner.queue);
+        let mut q = lock(&inner.pipe.queue);
         (std::mem::take(&mut q.records), q.last)
     };
     if !rest.is_empty() {
         journal.append(&rest)?;
         journal.commit()?;
     }
-    journal.compact(&core.d.snapshot())?;
-    inner.durable.send_replace(last);
+    journal.compact(&core.driver.dispatcher().snapshot())?;
+    let released = core.driver.handle_persisted(last);
+    core.deliver(released);
     tracing::info!("journal compacted");
     Ok(())
 }
@@ -370,7 +418,7 @@ async fn timers(inner: Arc<Inner>) {
         let deadline = {
             let guard = lock(&inner.core);
             let Some(core) = guard.as_ref() else { return };
-            core.d.poll_timeout().0
+            core.driver.poll_timeout().0
         };
         inner.next_deadline.store(deadline, Ordering::Relaxed);
         let wait = Duration::from_millis(deadline.saturating_sub(now().0));
@@ -381,14 +429,13 @@ async fn timers(inner: Arc<Inner>) {
         if inner.broken.load(Ordering::SeqCst) {
             return;
         }
-        let r = inner.apply(|d, t| {
-            if t >= d.poll_timeout() {
-                d.handle_timeout(t);
-            }
-        });
-        if r.is_err() {
-            return;
+        let Ok(mut guard) = inner.core.lock() else { return };
+        let Some(core) = guard.as_mut() else { return };
+        let t = now();
+        if t >= core.driver.poll_timeout() {
+            core.driver.handle_timeout(t);
         }
+        core.after(&inner);
     }
 }
 
@@ -396,8 +443,8 @@ async fn timers(inner: Arc<Inner>) {
 mod tests {
     use std::sync::atomic::AtomicUsize;
 
-    use shardwise_core::dispatch::DispatcherConfig;
-    use shardwise_core::dispatch::dispatcher::WorkerHeartbeat;
+    use shardwise_core::dispatch::wire::WorkerHeartbeat;
+    use shardwise_core::dispatch::{DispatcherConfig, ListWorkers};
 
     use super::*;
 
@@ -408,7 +455,7 @@ mod tests {
         fail_from: usize,
     }
 
-    impl JournalSink for Flaky {
+    impl JournalWriter for Flaky {
         fn append(&mut self, updates: &[Update]) -> std::io::Result<()> {
             self.records.fetch_add(updates.len(), Ordering::SeqCst);
             Ok(())
@@ -433,7 +480,7 @@ mod tests {
             .expect("heartbeat")
     }
 
-    async fn started(journal: Option<Box<dyn JournalSink>>) -> Actor {
+    async fn started(journal: Option<Box<dyn JournalWriter>>) -> Actor {
         let config = DispatcherConfig { fault_tolerant: journal.is_some(), ..Default::default() };
         let d = Dispatcher::new(config, "test".into(), now()).expect("dispatcher");
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -451,18 +498,18 @@ mod tests {
         let journal = Flaky { commits: commits.clone(), records: records.clone(), fail_from: 2 };
         let actor = started(Some(Box::new(journal))).await;
         // The first registration is committed before its reply.
-        let r = actor.call(|d, t| d.worker_heartbeat(t, &heartbeat("w1:1"))).await;
-        assert!(r.expect("acknowledged").is_ok());
+        let r = actor.call(heartbeat("w1:1")).await;
+        r.expect("acknowledged");
         // (The dispatcher's `Started` record and the registration, in one commit.)
         assert_eq!(records.load(Ordering::SeqCst), 2);
         assert_eq!(commits.load(Ordering::SeqCst), 1);
         // The second commit fails: that registration is not acknowledged...
-        let r = actor.call(|d, t| d.worker_heartbeat(t, &heartbeat("w2:1"))).await;
+        let r = actor.call(heartbeat("w2:1")).await;
         let p = r.expect_err("not acknowledged");
         assert_eq!(p.code, "UNAVAILABLE");
         assert!(p.detail.contains("journal"), "{}", p.detail);
         // ...and nothing after it, even a read.
-        let r = actor.call(|d, _| d.workers().count()).await;
+        let r = actor.call(ListWorkers).await;
         assert_eq!(r.expect_err("refused").code, "UNAVAILABLE");
     }
 
@@ -472,7 +519,7 @@ mod tests {
         compactions: Arc<AtomicUsize>,
     }
 
-    impl JournalSink for Growing {
+    impl JournalWriter for Growing {
         fn append(&mut self, updates: &[Update]) -> std::io::Result<()> {
             self.bytes += 1_000 * updates.len() as u64;
             Ok(())
@@ -494,7 +541,7 @@ mod tests {
     async fn the_journal_compacts_past_the_threshold_only() {
         for (threshold, want) in [(1_500, true), (COMPACT_AT_BYTES, false)] {
             let compactions = Arc::new(AtomicUsize::new(0));
-            let journal: Box<dyn JournalSink> =
+            let journal: Box<dyn JournalWriter> =
                 Box::new(Growing { bytes: 0, compactions: compactions.clone() });
             let config = DispatcherConfig { fault_tolerant: true, ..Default::default() };
             let d = Dispatcher::new(config, "test".into(), now()).expect("dispatcher");
@@ -507,12 +554,11 @@ mod tests {
             assert_eq!(rx.await.expect("started"), None);
             for i in 0..3 {
                 let a = format!("w{i}:1");
-                let r = actor.call(move |d, t| d.worker_heartbeat(t, &heartbeat(&a))).await;
-                assert!(r.expect("acknowledged").is_ok());
+                actor.call(heartbeat(&a)).await.expect("acknowledged");
             }
             // The syncer compacts right after the commit that crossed the threshold, before
             // it takes the next batch: one more acknowledged call has seen it happen.
-            let _ = actor.call(|d, t| d.worker_heartbeat(t, &heartbeat("w9:1"))).await;
+            let _ = actor.call(heartbeat("w9:1")).await;
             let n = compactions.load(Ordering::SeqCst);
             assert_eq!(n > 0, want, "threshold {threshold}: {n} compactions");
         }
@@ -523,21 +569,34 @@ mod tests {
         let actor = started(None).await;
         for i in 0..100 {
             let a = format!("w{i}:1");
-            let r = actor.call(move |d, t| d.worker_heartbeat(t, &heartbeat(&a))).await;
-            assert!(r.expect("answered").is_ok());
+            actor.call(heartbeat(&a)).await.expect("answered");
         }
-        assert_eq!(actor.call(|d, _| d.workers().count()).await.expect("read"), 100);
+        assert_eq!(actor.call(ListWorkers).await.expect("read").workers.len(), 100);
         assert_eq!(actor.stats.requests.load(Ordering::Relaxed), 101);
         assert_eq!(actor.stats.commits.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test]
     async fn a_panic_in_the_state_machine_stops_the_dispatcher() {
+        /// A request whose conversion panics: it runs inside the driver, under the core lock,
+        /// as a bug in the state machine would.
+        struct Bug;
+        impl From<Bug> for shardwise_core::dispatch::Request {
+            fn from(_: Bug) -> Self {
+                panic!("a bug")
+            }
+        }
+        impl Call for Bug {
+            type Output = ();
+            fn from_response(_: shardwise_core::dispatch::Response) -> Option<()> {
+                None
+            }
+        }
         let actor = started(None).await;
         let a = actor.clone();
-        let joined = tokio::spawn(async move { a.call(|_, _| panic!("a bug")).await }).await;
+        let joined = tokio::spawn(async move { a.call(Bug).await }).await;
         assert!(joined.is_err(), "the panic propagates to the caller's task");
-        let r = actor.call(|d, _| d.workers().count()).await;
+        let r = actor.call(ListWorkers).await;
         assert_eq!(r.expect_err("refused").code, "UNAVAILABLE");
     }
 }

@@ -7,16 +7,20 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use shardwise_core::dispatch::address::check_worker_address;
-use shardwise_core::dispatch::dispatcher::{
-    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, GetSplits, IterationLease,
-    RegisterDataset, SplitsReply, WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate,
-    WorkerUpdateReply,
+use shardwise_core::dispatch::wire::{
+    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetInfo,
+    DatasetRegistered, GetSplits, IterationLease, JobCreated, JobInfo, MaybeRemove,
+    RegisterDataset, Released, Removed, SplitsReply, VersionInfo, WorkerHeartbeat,
+    WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply, WorkersList,
 };
-use shardwise_core::dispatch::{ClientId, DispatchError, IterationId, JobId, TaskId};
+use shardwise_core::dispatch::{
+    ClientId, DispatchError, GetDataset, GetJob, GetMetrics, GetVersion, IterationId, JobId,
+    ListWorkers, ReleaseClient, TaskId,
+};
 use shardwise_core::echo::{MAX_MESSAGE_BYTES, cap_quotes, echo};
 use utoipa::ToSchema;
 
@@ -183,124 +187,6 @@ fn worker_address(addr: &str) -> Result<(), Problem> {
 
 type ApiResult = Result<Response, Problem>;
 
-/// `GET /v1/version`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct VersionInfo {
-    /// Protocol version.
-    pub version: u32,
-    /// The state's incarnation id (changes when a dispatcher without a journal restarts).
-    pub incarnation: String,
-    /// Journal records are fsynced before replies.
-    pub fault_tolerant: bool,
-}
-
-/// A registered worker.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct WorkerInfo {
-    /// Its address.
-    pub worker_address: String,
-    /// Its tags.
-    pub tags: Vec<String>,
-    /// Tasks assigned to it.
-    pub tasks: Vec<TaskId>,
-    /// False once it missed heartbeats for the worker timeout.
-    pub alive: bool,
-}
-
-/// `GET /v1/workers`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct WorkersList {
-    /// Every registered worker.
-    pub workers: Vec<WorkerInfo>,
-}
-
-/// `POST /v1/datasets`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DatasetRegistered {
-    /// The dataset's id.
-    pub dataset_id: String,
-    /// Incarnation.
-    pub incarnation: String,
-}
-
-/// `GET /v1/datasets/{dataset_id}`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DatasetInfo {
-    /// Id.
-    pub dataset_id: String,
-    /// Definition.
-    pub dataset: shardwise_core::dataset::DatasetDef,
-    /// Client metadata.
-    pub metadata: Value,
-}
-
-/// `POST /v1/jobs`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct JobCreated {
-    /// The job's id.
-    pub job_id: JobId,
-    /// Incarnation.
-    pub incarnation: String,
-}
-
-/// An iteration as `GET /v1/jobs/{job_id}` shows it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct IterationInfo {
-    /// Id.
-    pub iteration_id: IterationId,
-    /// Client-side repetition.
-    pub repetition: u64,
-    /// All tasks done.
-    pub finished: bool,
-    /// Collected after its clients left.
-    pub garbage_collected: bool,
-    /// Clients holding a lease.
-    pub num_clients: u64,
-    /// Visible tasks.
-    pub tasks: Vec<TaskId>,
-}
-
-/// `GET /v1/jobs/{job_id}`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct JobInfo {
-    /// Id.
-    pub job_id: JobId,
-    /// Name.
-    pub job_name: String,
-    /// Dataset.
-    pub dataset_id: String,
-    /// Sharding policy.
-    pub processing_mode: shardwise_core::dispatch::dispatcher::ProcessingMode,
-    /// Coordinated reads.
-    pub num_consumers: Option<u64>,
-    /// Which workers clients read.
-    pub target_workers: shardwise_core::dispatch::TargetWorkers,
-    /// TensorFlow's cross-trainer cache flag.
-    pub cross_trainer_cache: bool,
-    /// Elements per split.
-    pub split_size: u64,
-    /// Its iterations.
-    pub iterations: Vec<IterationInfo>,
-}
-
-/// `DELETE /v1/clients/{client_id}`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Released {
-    /// Always true.
-    pub released: bool,
-    /// Incarnation.
-    pub incarnation: String,
-}
-
-/// `POST /v1/tasks/{task_id}/maybe-remove`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Removed {
-    /// The task is removed (every consumer agreed, or it was already gone).
-    pub removed: bool,
-    /// Incarnation.
-    pub incarnation: String,
-}
-
 /// `/healthz` and `/readyz`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
@@ -315,19 +201,6 @@ fn ok<T: Serialize>(v: &T) -> ApiResult {
         .into_response())
 }
 
-async fn run<R, F>(s: &AppState, f: F) -> Result<R, Problem>
-where
-    F: FnOnce(
-            &mut shardwise_core::dispatch::Dispatcher,
-            shardwise_core::dispatch::Millis,
-        ) -> Result<R, DispatchError>
-        + Send
-        + 'static,
-    R: Send + 'static,
-{
-    s.actor.call(f).await?.map_err(|e| problem_of(&e))
-}
-
 /// `GET /v1/version`.
 #[utoipa::path(
     get,
@@ -338,11 +211,7 @@ where
     responses((status = 200, description = "Version information.", body = VersionInfo))
 )]
 pub async fn version(State(s): State<AppState>) -> ApiResult {
-    ok(&VersionInfo {
-        version: shardwise_core::dispatch::dispatcher::PROTOCOL_VERSION,
-        incarnation: s.actor.incarnation().to_owned(),
-        fault_tolerant: s.fault_tolerant,
-    })
+    ok(&s.actor.call(GetVersion).await?)
 }
 
 /// `POST /v1/workers/heartbeat`.
@@ -364,7 +233,7 @@ pub async fn worker_heartbeat(
     req.current_tasks.sort_unstable();
     req.current_tasks.dedup();
     worker_address(&req.worker_address)?;
-    ok(&run(&s, move |d, now| d.worker_heartbeat(now, &req)).await?)
+    ok(&s.actor.call(req).await?)
 }
 
 /// `POST /v1/workers/update`.
@@ -379,7 +248,7 @@ pub async fn worker_heartbeat(
 )]
 pub async fn worker_update(State(s): State<AppState>, Body(req): Body<WorkerUpdate>) -> ApiResult {
     worker_address(&req.worker_address)?;
-    ok(&run(&s, move |d, now| d.worker_update(now, &req)).await?)
+    ok(&s.actor.call(req).await?)
 }
 
 /// `GET /v1/workers`.
@@ -392,18 +261,7 @@ pub async fn worker_update(State(s): State<AppState>, Body(req): Body<WorkerUpda
     responses((status = 200, description = "The workers.", body = WorkersList))
 )]
 pub async fn workers(State(s): State<AppState>) -> ApiResult {
-    let workers = run(&s, |d, _| {
-        Ok(d.workers()
-            .map(|w| WorkerInfo {
-                worker_address: w.address.clone(),
-                tags: w.tags.clone(),
-                tasks: w.tasks.iter().copied().collect(),
-                alive: w.alive,
-            })
-            .collect::<Vec<_>>())
-    })
-    .await?;
-    ok(&WorkersList { workers })
+    ok(&s.actor.call(ListWorkers).await?)
 }
 
 /// `POST /v1/datasets`.
@@ -420,8 +278,7 @@ pub async fn register_dataset(
     State(s): State<AppState>,
     Body(req): Body<RegisterDataset>,
 ) -> ApiResult {
-    let id = run(&s, move |d, _| d.register_dataset(&req)).await?;
-    ok(&DatasetRegistered { dataset_id: id, incarnation: s.actor.incarnation().to_owned() })
+    ok(&s.actor.call(req).await?)
 }
 
 /// `GET /v1/datasets/{dataset_id}`.
@@ -447,16 +304,7 @@ pub async fn get_dataset(State(s): State<AppState>, Path(id): Path<String>) -> A
             ),
         ));
     }
-    let v = run(&s, move |d, _| {
-        let ds = d.dataset(&id)?;
-        Ok(DatasetInfo {
-            dataset_id: ds.id.clone(),
-            dataset: ds.def.clone(),
-            metadata: ds.metadata.clone(),
-        })
-    })
-    .await?;
-    ok(&v)
+    ok(&s.actor.call(GetDataset { dataset_id: id }).await?)
 }
 
 /// `POST /v1/jobs`.
@@ -470,8 +318,7 @@ pub async fn get_dataset(State(s): State<AppState>, Path(id): Path<String>) -> A
     responses((status = 200, description = "The job id.", body = JobCreated))
 )]
 pub async fn create_job(State(s): State<AppState>, Body(req): Body<CreateJob>) -> ApiResult {
-    let id = run(&s, move |d, _| d.create_job(&req)).await?;
-    ok(&JobCreated { job_id: id, incarnation: s.actor.incarnation().to_owned() })
+    ok(&s.actor.call(req).await?)
 }
 
 /// `GET /v1/jobs/{job_id}`.
@@ -486,38 +333,7 @@ pub async fn create_job(State(s): State<AppState>, Body(req): Body<CreateJob>) -
 )]
 pub async fn get_job(State(s): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let id: JobId = parse_id("job_id", &raw)?;
-    let v = run(&s, move |d, _| {
-        let job = d.job(id)?;
-        let iterations = d
-            .state()
-            .iterations
-            .values()
-            .filter(|i| i.job_id == id)
-            .map(|i| IterationInfo {
-                iteration_id: i.id,
-                repetition: i.repetition,
-                finished: i.finished,
-                garbage_collected: i.garbage_collected,
-                num_clients: i.num_clients,
-                tasks: i.tasks.clone(),
-            })
-            .collect();
-        Ok(JobInfo {
-            job_id: job.id,
-            job_name: job.name.clone(),
-            dataset_id: job.dataset_id.clone(),
-            processing_mode: shardwise_core::dispatch::dispatcher::ProcessingMode::Policy {
-                sharding_policy: job.policy,
-            },
-            num_consumers: job.num_consumers,
-            target_workers: job.target_workers,
-            cross_trainer_cache: job.cross_trainer_cache,
-            split_size: job.split_size,
-            iterations,
-        })
-    })
-    .await?;
-    ok(&v)
+    ok(&s.actor.call(GetJob { job_id: id }).await?)
 }
 
 /// `POST /v1/jobs/{job_id}/iterations`.
@@ -537,7 +353,7 @@ pub async fn create_iteration(
     Body(req): Body<CreateIteration>,
 ) -> ApiResult {
     let id: JobId = parse_id("job_id", &raw)?;
-    ok(&run(&s, move |d, now| d.create_iteration(now, id, &req)).await?)
+    ok(&s.actor.call((id, req)).await?)
 }
 
 /// `POST /v1/clients/{client_id}/heartbeat`.
@@ -557,7 +373,7 @@ pub async fn client_heartbeat(
     Body(req): Body<ClientHeartbeat>,
 ) -> ApiResult {
     let id: ClientId = parse_id("client_id", &raw)?;
-    ok(&run(&s, move |d, now| d.client_heartbeat(now, id, &req)).await?)
+    ok(&s.actor.call((id, req)).await?)
 }
 
 /// `DELETE /v1/clients/{client_id}`.
@@ -572,8 +388,7 @@ pub async fn client_heartbeat(
 )]
 pub async fn release_client(State(s): State<AppState>, Path(raw): Path<String>) -> ApiResult {
     let id: ClientId = parse_id("client_id", &raw)?;
-    run(&s, move |d, now| d.release_client(now, id)).await?;
-    ok(&Released { released: true, incarnation: s.actor.incarnation().to_owned() })
+    ok(&s.actor.call(ReleaseClient { client_id: id }).await?)
 }
 
 /// `POST /v1/iterations/{iteration_id}/splits`.
@@ -594,17 +409,7 @@ pub async fn get_splits(
 ) -> ApiResult {
     let id: IterationId = parse_id("iteration_id", &raw)?;
     worker_address(&req.worker_address)?;
-    ok(&run(&s, move |d, now| d.get_splits(now, id, &req)).await?)
-}
-
-/// Body of maybe-remove.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MaybeRemove {
-    /// The voting consumer.
-    consumer_index: u64,
-    /// The round it cannot read the task in.
-    round: u64,
+    ok(&s.actor.call((id, req)).await?)
 }
 
 /// `POST /v1/tasks/{task_id}/maybe-remove`.
@@ -624,9 +429,7 @@ pub async fn maybe_remove(
     Body(req): Body<MaybeRemove>,
 ) -> ApiResult {
     let id: TaskId = parse_id("task_id", &raw)?;
-    let removed =
-        run(&s, move |d, _| d.maybe_remove_task(id, req.consumer_index, req.round)).await?;
-    ok(&Removed { removed, incarnation: s.actor.incarnation().to_owned() })
+    ok(&s.actor.call((id, req)).await?)
 }
 
 /// `POST /v1/cluster/resolve`.
@@ -755,27 +558,7 @@ pub async fn readyz(State(s): State<AppState>) -> ApiResult {
 )]
 pub async fn metrics(State(s): State<AppState>) -> Response {
     let st = &s.actor.stats;
-    let gauges = if s.actor.is_ready() {
-        s.actor
-            .call(|d, _| {
-                let st = d.state();
-                let splits: u64 = st
-                    .iterations
-                    .values()
-                    .filter_map(|i| i.splits.as_ref())
-                    .map(|x| x.handed_out)
-                    .sum();
-                (
-                    st.workers.values().filter(|w| w.alive).count(),
-                    st.iterations.values().filter(|i| !i.finished).count(),
-                    splits,
-                )
-            })
-            .await
-            .ok()
-    } else {
-        None
-    };
+    let gauges = if s.actor.is_ready() { s.actor.call(GetMetrics).await.ok() } else { None };
     let mut out = String::new();
     let line = |out: &mut String, name: &str, help: &str, kind: &str, v: u64| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
@@ -807,27 +590,27 @@ pub async fn metrics(State(s): State<AppState>) -> Response {
          histogram\n",
     );
     st.commit_latency.render(&mut out, "shardwise_journal_commit_duration_seconds", "");
-    if let Some((workers, iterations, splits)) = gauges {
+    if let Some(figures) = gauges {
         line(
             &mut out,
             "shardwise_workers_alive",
             "Registered workers that are not lost.",
             "gauge",
-            workers as u64,
+            figures.workers_alive,
         );
         line(
             &mut out,
             "shardwise_iterations_open",
             "Iterations that are not finished.",
             "gauge",
-            iterations as u64,
+            figures.iterations_open,
         );
         line(
             &mut out,
             "shardwise_splits_handed_out_total",
             "DYNAMIC splits handed out.",
             "counter",
-            splits,
+            figures.splits_handed_out,
         );
     }
     s.routes.render(&mut out);

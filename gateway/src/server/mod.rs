@@ -17,7 +17,7 @@ use std::time::Duration;
 use axum::Router;
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis};
 
-use self::actor::{Actor, JournalSink, Startup, now};
+use self::actor::{Actor, JournalWriter, Startup, now};
 use self::api::AppState;
 use crate::journal::{DirStorage, Journal};
 use crate::problem::Problem;
@@ -133,7 +133,7 @@ pub struct DispatcherArgs {
     /// The most bytes registered datasets may hold (definitions and metadata, encoded as
     /// JSON, summed); a registration past it is refused with RESOURCE_EXHAUSTED. In memory a
     /// dataset takes up to about 36 times its encoded size (a `list` of one-digit numbers).
-    #[arg(long, env = "SHARDWISE_MAX_DATASET_BYTES", default_value_t = shardwise_core::dispatch::dispatcher::DEFAULT_MAX_DATASET_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "SHARDWISE_MAX_DATASET_BYTES", default_value_t = shardwise_core::dispatch::DEFAULT_MAX_DATASET_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_dataset_bytes: u64,
 }
 
@@ -172,7 +172,7 @@ impl Default for DispatcherArgs {
             rate_limit_burst: 0,
             max_in_flight: 0,
             compact_at_bytes: actor::COMPACT_AT_BYTES,
-            max_dataset_bytes: shardwise_core::dispatch::dispatcher::DEFAULT_MAX_DATASET_BYTES,
+            max_dataset_bytes: shardwise_core::dispatch::DEFAULT_MAX_DATASET_BYTES,
         }
     }
 }
@@ -457,7 +457,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
             replay.segments,
             dir.display()
         );
-        let sink: Box<dyn JournalSink> = Box::new(journal);
+        let sink: Box<dyn JournalWriter> = Box::new(journal);
         Ok((d, Some(sink)))
     });
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Option<String>>();

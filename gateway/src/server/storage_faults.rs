@@ -7,10 +7,10 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use shardwise_core::dispatch::dispatcher::WorkerHeartbeat;
-use shardwise_core::dispatch::{Dispatcher, DispatcherConfig};
+use shardwise_core::dispatch::wire::WorkerHeartbeat;
+use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, ListWorkers};
 
-use super::actor::{Actor, JournalSink, now};
+use super::actor::{Actor, JournalWriter, now};
 use crate::journal::{DirStorage, Journal, Storage};
 
 /// A real directory whose disk can fill up and whose fsync can fail.
@@ -73,7 +73,7 @@ async fn start(storage: Faulty) -> Actor {
     let (journal, replay) = Journal::open(storage, true).expect("journal opens");
     let d = Dispatcher::recover(config(), "test".into(), now(), &replay.updates).expect("recover");
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let sink: Box<dyn JournalSink> = Box::new(journal);
+    let sink: Box<dyn JournalWriter> = Box::new(journal);
     let actor = Actor::spawn(Box::new(move || Ok((d, Some(sink)))), move |e| {
         let _ = tx.send(e);
     });
@@ -88,16 +88,13 @@ async fn register_until_refused(actor: &Actor, prefix: &str, fault: impl Fn(usiz
         fault(i);
         let address = format!("{prefix}-{i}:1");
         let hb = heartbeat(&address);
-        match actor.call(move |d, t| d.worker_heartbeat(t, &hb)).await {
-            Ok(r) => {
-                r.expect("registered");
-                acked.push(address);
-            }
+        match actor.call(hb).await {
+            Ok(_) => acked.push(address),
             Err(p) => {
                 assert_eq!(p.code, "UNAVAILABLE", "{p:?}");
                 assert!(p.detail.contains("journal"), "{}", p.detail);
                 // Nothing is acknowledged after the fault, not even a read.
-                let r = actor.call(|d, _| d.workers().count()).await;
+                let r = actor.call(ListWorkers).await;
                 assert_eq!(r.expect_err("refused").code, "UNAVAILABLE");
                 return acked;
             }
@@ -114,8 +111,8 @@ async fn assert_replayed(dir: &std::path::Path, acked: &[String]) {
         fail_sync: Arc::new(AtomicBool::new(false)),
     };
     let actor = start(storage).await;
-    let addresses: Vec<String> =
-        actor.call(|d, _| d.workers().map(|w| w.address.clone()).collect()).await.expect("read");
+    let listed = actor.call(ListWorkers).await.expect("read");
+    let addresses: Vec<String> = listed.workers.into_iter().map(|w| w.worker_address).collect();
     for a in acked {
         assert!(addresses.contains(a), "acknowledged worker {a} lost after restart");
     }

@@ -38,7 +38,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use shardwise_core::dataset::{DEFAULT_MAX_BUFFERED_BYTES, Limits};
 use shardwise_core::dispatch::TaskId;
-use shardwise_core::dispatch::dispatcher::{
+use shardwise_core::dispatch::wire::{
     TaskProgress, WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply,
 };
 use tokio::sync::{Notify, watch};

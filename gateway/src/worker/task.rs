@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde_json::Value;
 use shardwise_core::dataset::{Pipeline, Sharding, SourceDef, Step, approx_bytes};
 use shardwise_core::dispatch::ShardingPolicy;
-use shardwise_core::dispatch::dispatcher::{GetSplits, Split, SplitId, SplitsReply, TaskDef};
+use shardwise_core::dispatch::wire::{GetSplits, Split, SplitId, SplitsReply, TaskDef};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
