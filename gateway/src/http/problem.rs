@@ -3,8 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+pub use shardwise_core::Code;
 use shardwise_core::cluster::ClusterError;
+use shardwise_core::dispatch::DispatchError;
+use shardwise_core::echo::{MAX_MESSAGE_BYTES, cap_quotes};
 
 /// The media type of a problem body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -23,7 +28,8 @@ pub struct Problem {
     /// What went wrong this time (TensorFlow's text where TensorFlow has one).
     pub detail: String,
     /// The status class, e.g. `NOT_FOUND`.
-    pub code: String,
+    #[schema(value_type = String)]
+    pub code: Code,
     /// The Python exception TensorFlow raises for the same input, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tf_exception: Option<String>,
@@ -32,38 +38,67 @@ pub struct Problem {
     pub missing: Option<BTreeMap<String, usize>>,
 }
 
-/// The one table from status class to HTTP status and title.
-pub fn status_of(code: &str) -> (u16, &'static str) {
+/// The one table from status class to HTTP status and title. Some answers override the
+/// status within their class (405, 408, 413, 415, 429 above): see [`Problem::with_status`].
+pub fn status_of(code: Code) -> (u16, &'static str) {
     match code {
-        "INVALID_ARGUMENT" => (400, "Invalid argument"),
-        "UNAUTHENTICATED" => (401, "Unauthenticated"),
-        "PERMISSION_DENIED" => (403, "Permission denied"),
-        "NOT_FOUND" => (404, "Not found"),
-        "FAILED_PRECONDITION" => (409, "Failed precondition"),
-        "ALREADY_EXISTS" => (409, "Already exists"),
-        "RESOURCE_EXHAUSTED" => (429, "Resource exhausted"),
-        "UNAVAILABLE" => (503, "Unavailable"),
-        "DATA_LOSS" => (500, "Data loss"),
-        _ => (500, "Internal error"),
+        Code::InvalidArgument => (400, "Invalid argument"),
+        Code::Unauthenticated => (401, "Unauthenticated"),
+        Code::PermissionDenied => (403, "Permission denied"),
+        Code::NotFound => (404, "Not found"),
+        Code::FailedPrecondition => (409, "Failed precondition"),
+        Code::AlreadyExists => (409, "Already exists"),
+        Code::ResourceExhausted => (429, "Resource exhausted"),
+        Code::Unavailable => (503, "Unavailable"),
+        Code::Internal => (500, "Internal error"),
+    }
+}
+
+/// The status class of an HTTP error status that came without a problem body (a middleware's
+/// answer, or a proxy's): the reverse of [`status_of`], with the statuses it overrides.
+pub fn code_of_status(status: u16) -> Code {
+    match status {
+        400 | 405 | 415 => Code::InvalidArgument,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::NotFound,
+        409 => Code::FailedPrecondition,
+        413 | 429 => Code::ResourceExhausted,
+        408 | 502..=504 => Code::Unavailable,
+        _ => Code::Internal,
     }
 }
 
 impl Problem {
     /// A problem of status class `code` with `detail`.
-    pub fn new(code: &str, detail: impl Into<String>) -> Self {
+    pub fn new(code: Code, detail: impl Into<String>) -> Self {
         let (status, title) = status_of(code);
         Problem {
             type_uri: format!(
                 "urn:shardwise:problem:{}",
-                code.to_ascii_lowercase().replace('_', "-")
+                code.as_str().to_ascii_lowercase().replace('_', "-")
             ),
             title: title.to_owned(),
             status,
             detail: detail.into(),
-            code: code.to_owned(),
+            code,
             tf_exception: None,
             missing: None,
         }
+    }
+
+    /// The same problem with a more precise HTTP status of its class (e.g. 413 for a
+    /// `RESOURCE_EXHAUSTED` body size) and that status's title.
+    pub fn with_status(mut self, status: u16, title: &str) -> Self {
+        self.status = status;
+        title.clone_into(&mut self.title);
+        self
+    }
+}
+
+impl From<&DispatchError> for Problem {
+    fn from(e: &DispatchError) -> Self {
+        Problem::new(e.code(), e.detail())
     }
 }
 
@@ -75,6 +110,24 @@ impl From<&ClusterError> for Problem {
             p.missing = Some(missing.clone());
         }
         p
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        let mut problem = self;
+        if problem.detail.len() > MAX_MESSAGE_BYTES {
+            // The last line of defence: no answer grows with what it was sent.
+            problem.detail = cap_quotes(&problem.detail);
+        }
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        (status, headers, body).into_response()
     }
 }
 
