@@ -21,7 +21,7 @@ pub mod seed {
     use shardwise_core::dataset::DatasetDef;
     use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
     use shardwise_gateway::client::{DistributeOptions, distribute};
-    use shardwise_gateway::server::{self, DispatcherArgs};
+    use shardwise_gateway::dispatcher::{self, DispatcherArgs};
     use shardwise_gateway::worker::{self, WorkerArgs};
 
     type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -39,7 +39,7 @@ pub mod seed {
     /// ```
     pub async fn run(out: &mut (dyn std::io::Write + Send)) -> Result<(), Error> {
         // dispatcher = tf.data.experimental.service.DispatchServer()
-        let dispatcher = server::start(DispatcherArgs { port: 0, ..DispatcherArgs::default() })
+        let dispatcher = dispatcher::start(DispatcherArgs { port: 0, ..DispatcherArgs::default() })
             .await
             .map_err(|(_, e)| e)?;
         let url = dispatcher.url();

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{DistributeOptions, distribute};
-use shardwise_gateway::server::{self, DispatcherArgs};
+use shardwise_gateway::dispatcher::{self, DispatcherArgs};
 use shardwise_gateway::worker::{self, WorkerArgs};
 
 async fn read(url: &str, n: u64, mode: NamedMode) -> (u64, f64) {
@@ -39,7 +39,7 @@ async fn read(url: &str, n: u64, mode: NamedMode) -> (u64, f64) {
 #[tokio::main]
 async fn main() {
     let n: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(2_000_000);
-    let dispatcher = server::start(DispatcherArgs { port: 0, ..DispatcherArgs::default() })
+    let dispatcher = dispatcher::start(DispatcherArgs { port: 0, ..DispatcherArgs::default() })
         .await
         .expect("dispatcher");
     let url = dispatcher.url();

@@ -49,6 +49,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod code;
 pub mod dataset;
 pub mod dispatch;
 pub mod echo;
@@ -56,6 +57,7 @@ pub mod json;
 pub mod pyrepr;
 pub mod rng;
 
+pub use code::Code;
 pub use dispatch::{
     Call, DispatchError, Dispatcher, DispatcherConfig, Driver, Durability, Event, JournalSink,
     MemorySink, Millis, Output, Reply, Request, Response, Seq, State, Submitted, SyncSink, Ticket,

@@ -1104,7 +1104,7 @@ struct Sut {
 }
 
 fn code(r: &Result<impl std::fmt::Debug, DispatchError>) -> Option<&'static str> {
-    r.as_ref().err().map(DispatchError::code)
+    r.as_ref().err().map(|e| e.code().as_str())
 }
 
 fn expect_err<T: std::fmt::Debug>(r: &Result<T, DispatchError>, class: &'static str) {

@@ -565,7 +565,8 @@ fn decode_and_resolve(text: &str) -> Result<(), TestCaseError> {
 /// Every error has a status class and a message.
 fn check_error(e: &ClusterError) -> Result<(), TestCaseError> {
     prop_assert!(
-        ["INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "UNAVAILABLE"].contains(&e.code())
+        ["INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "UNAVAILABLE"]
+            .contains(&e.code().as_str())
     );
     prop_assert!(!e.detail().is_empty(), "{:?}", e);
     Ok(())

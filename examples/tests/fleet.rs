@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use shardwise_examples::fleet::{self, Options};
-use shardwise_gateway::server::{self, DispatcherArgs};
+use shardwise_gateway::dispatcher::{self, DispatcherArgs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tiny_fleet_heartbeats_without_errors() {
-    let dispatcher = server::start(DispatcherArgs { port: 0, ..DispatcherArgs::default() })
+    let dispatcher = dispatcher::start(DispatcherArgs { port: 0, ..DispatcherArgs::default() })
         .await
         .expect("the dispatcher starts");
     let opts = Options {

@@ -57,8 +57,9 @@ use shardwise_core::dispatch::{ClientId, JobId, TargetWorkers, TaskId};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::problem::Problem;
-use crate::rest::{Backoff, CallError, Rest};
+use crate::http::client::{Backoff, CallError, Rest};
+use crate::http::elements::{Elements, MAX_ELEMENTS};
+use crate::http::{Code, Problem};
 
 /// How [`distribute`] reads.
 #[derive(Debug, Clone)]
@@ -162,13 +163,13 @@ pub enum ClientError {
 impl ClientError {
     /// The status class: the problem's `code`, `UNAVAILABLE`, `FAILED_PRECONDITION` for a
     /// restarted dispatcher, `INVALID_ARGUMENT` for bad options, `INTERNAL` for bad answers.
-    pub fn code(&self) -> &str {
+    pub fn code(&self) -> Code {
         match self {
-            ClientError::InvalidArgument(_) => "INVALID_ARGUMENT",
-            ClientError::Problem { problem, .. } => &problem.code,
-            ClientError::Unavailable(_) => "UNAVAILABLE",
-            ClientError::DispatcherRestarted { .. } => "FAILED_PRECONDITION",
-            ClientError::Protocol { .. } => "INTERNAL",
+            ClientError::InvalidArgument(_) => Code::InvalidArgument,
+            ClientError::Problem { problem, .. } => problem.code,
+            ClientError::Unavailable(_) => Code::Unavailable,
+            ClientError::DispatcherRestarted { .. } => Code::FailedPrecondition,
+            ClientError::Protocol { .. } => Code::Internal,
         }
     }
 
@@ -274,12 +275,6 @@ struct VersionReply {
     version: u32,
 }
 
-#[derive(Debug, Deserialize)]
-struct ElementsReply {
-    elements: Vec<Value>,
-    end_of_sequence: bool,
-}
-
 /// What the heartbeat task publishes.
 #[derive(Debug, Clone, Default)]
 struct View {
@@ -353,12 +348,10 @@ fn validate(options: &DistributeOptions) -> Result<(), ClientError> {
     if options.max_outstanding_requests == 0 {
         return invalid("max_outstanding_requests must be positive");
     }
-    if options.elements_per_request == 0
-        || options.elements_per_request > crate::worker::api::MAX_ELEMENTS
-    {
+    if options.elements_per_request == 0 || options.elements_per_request > MAX_ELEMENTS {
         return Err(ClientError::InvalidArgument(format!(
             "elements_per_request must be in 1..={}",
-            crate::worker::api::MAX_ELEMENTS
+            MAX_ELEMENTS
         )));
     }
     if options.heartbeat_interval.is_zero() {
@@ -396,7 +389,7 @@ struct TaskRead {
 /// The shortest gap between heartbeats the reader asks for at the end of an epoch.
 const NUDGE_GAP: Duration = Duration::from_millis(20);
 
-type Fetch = Pin<Box<dyn Future<Output = (TaskId, Result<ElementsReply, CallError>)> + Send>>;
+type Fetch = Pin<Box<dyn Future<Output = (TaskId, Result<Elements, CallError>)> + Send>>;
 
 struct Reader {
     options: DistributeOptions,
@@ -415,8 +408,8 @@ impl Reader {
         options: DistributeOptions,
     ) -> Result<Reader, ClientError> {
         validate(&options)?;
-        let base = crate::rest::base_url(url).map_err(ClientError::InvalidArgument)?;
-        let http = crate::rest::http_client(Duration::from_secs(60));
+        let base = crate::http::client::base_url(url).map_err(ClientError::InvalidArgument)?;
+        let http = crate::http::client::http_client(Duration::from_secs(60));
         let rest = Rest::new(http, base, options.token.clone());
         let timeout = options.unavailable_timeout;
         let version: VersionReply =
@@ -426,7 +419,7 @@ impl Reader {
             return Err(ClientError::Problem {
                 context: "GET /v1/version".into(),
                 problem: Box::new(Problem::new(
-                    "FAILED_PRECONDITION",
+                    Code::FailedPrecondition,
                     format!(
                         "Version mismatch with the dispatcher: it speaks protocol version {}, \
                          this client {ours}",
@@ -652,7 +645,7 @@ impl Reader {
         if t.done {
             return Ok(()); // its worker was declared lost meanwhile
         }
-        if matches!(&e, CallError::Problem(p) if p.code == "NOT_FOUND") {
+        if matches!(&e, CallError::Problem(p) if p.code == Code::NotFound) {
             let since = *t.unknown_since.get_or_insert(now);
             if now.duration_since(since) >= self.options.unknown_task_timeout {
                 return Err(ClientError::of_call(context(), e));
@@ -724,7 +717,7 @@ impl Reader {
                 };
                 loop {
                     let result = tokio::select! {
-                        r = rest.get::<ElementsReply>(&path, &query) => r,
+                        r = rest.get::<Elements>(&path, &query) => r,
                         () = tx.closed() => return Ok(()),
                     };
                     match result {

@@ -4,19 +4,44 @@
 //! plain HTTP/1.1 over reqwest without a TLS stack: the servers only speak plain HTTP, and
 //! leaving TLS out keeps one tokio and one hyper in the tree and no crypto provider to pick.
 //! A TLS-terminating proxy in front of the servers is the way to encrypt today.
+//!
+//! # Modules by role, and which may use which
+//!
+//! * [`http`]: the HTTP kit every server and client shares (problem+json, the front services,
+//!   the accept loop, auth, limits, metrics, the strict body extractor, the served OpenAPI
+//!   document, the REST client). Uses nothing else in this crate.
+//! * [`journal`]: the durable journal of the dispatcher. Uses nothing else in this crate.
+//! * [`kubernetes`]: the Kubernetes API client, the live cluster of `--cluster-config` and the
+//!   `shardwise resolve` plumbing. Uses [`http`] (problems).
+//! * [`dispatcher`]: the dispatcher process: its arguments, start and run, the driver handle
+//!   around the core, and the REST front (each resource's routes in one file, merged once).
+//!   Uses [`http`], [`journal`], [`kubernetes`].
+//! * [`worker`]: the worker process and its data plane. Uses [`http`].
+//! * [`client`]: the Rust client ([`client::distribute`]). Uses [`http`].
+//! * [`openapi`]: the one document, assembled from the routes [`dispatcher`] and [`worker`]
+//!   export. Uses [`http`], [`dispatcher`], [`worker`]; nothing uses it but the command (the
+//!   servers serve the checked-in copy, which a test keeps equal to it).
+//!
+//! The direction is one way (a test, `modules_have_no_import_cycle`, checks it from the
+//! sources): `http`, `journal` <- `kubernetes` <- `dispatcher`; `http` <- `worker`, `client`;
+//! `dispatcher`, `worker` <- `openapi`.
 #![forbid(unsafe_code)]
 // Handlers return `Result<_, Problem>`; a problem is built at most once per request, on the
 // error path, so its size (an RFC 9457 object with optional members) costs nothing that matters.
 #![allow(clippy::result_large_err)]
 
 pub mod client;
-pub mod host;
+pub mod dispatcher;
+pub mod http;
 pub mod journal;
 pub mod kubernetes;
-pub mod live_cluster;
 pub mod openapi;
-pub mod problem;
-pub mod resolve;
-pub mod rest;
-pub mod server;
 pub mod worker;
+
+/// Problem details, the one error answer of every surface.
+pub use crate::http::Problem;
+/// The status classes of every error (defined in core, where the state machines use them).
+pub use shardwise_core::Code;
+
+#[cfg(test)]
+mod layering;

@@ -1,8 +1,8 @@
 //! `shardwise`: the command-line entry point.
 
 use clap::{Parser, Subcommand};
-use shardwise_gateway::resolve::{self, ResolveArgs};
-use shardwise_gateway::server::{self, DispatcherArgs};
+use shardwise_gateway::dispatcher::{self, DispatcherArgs};
+use shardwise_gateway::kubernetes::resolve::{self, ResolveArgs};
 use shardwise_gateway::worker::{self, WorkerArgs};
 
 /// Coordinate distributed training input: run a dispatcher that hands out data splits
@@ -46,7 +46,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Resolve(args) => resolve::run(&args),
-        Command::Dispatcher(args) => server::run(args),
+        Command::Dispatcher(args) => dispatcher::run(args),
         Command::Worker(args) => worker::run(args),
         Command::Openapi => {
             print!("{}", shardwise_gateway::openapi::document_json());

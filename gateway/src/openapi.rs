@@ -5,8 +5,8 @@ use utoipa::OpenApi;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 
-use crate::problem::{PROBLEM_JSON, Problem};
-use crate::server::auth::Access;
+use crate::http::auth::Access;
+use crate::http::problem::{PROBLEM_JSON, Problem};
 
 /// The document's fixed parts; the paths come from the router.
 #[derive(Debug, OpenApi)]
@@ -116,25 +116,20 @@ pub fn complete(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
             (&mut item.put, Method::PUT, true),
         ] {
             if let Some(op) = op {
-                add_problems(op, body, crate::server::auth::access(&method, path));
+                add_problems(op, body, crate::http::auth::access(&method, path));
             }
         }
     }
     doc
 }
 
-/// Adds the worker's routes (tag `worker-data-plane`) to the dispatcher's document: one
-/// document describes both servers.
-pub fn with_worker_paths(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
-    let (_, worker) = crate::worker::api::api_router();
-    doc.merge(worker);
-    complete(doc)
-}
-
-/// The whole document (dispatcher and worker routes).
+/// The whole document: the fixed parts, the dispatcher's routes, then the worker's (tag
+/// `worker-data-plane`), each operation completed with its problem answers.
 pub fn document() -> utoipa::openapi::OpenApi {
-    let (_, doc) = crate::server::api_router();
-    with_worker_paths(doc)
+    let mut doc = ApiDoc::openapi();
+    doc.merge(crate::dispatcher::api_router().1);
+    doc.merge(crate::worker::routes::api_router().1);
+    complete(doc)
 }
 
 /// The whole document as pretty JSON (what `openapi/openapi.json` holds).

@@ -90,7 +90,7 @@ impl Flags {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
         // The actor's info lines tell when compactions happen; timestamps without colour.
         let env =
-            [("SHARDWISE_LOG", "warn,shardwise_gateway::server::actor=info"), ("NO_COLOR", "1")];
+            [("SHARDWISE_LOG", "warn,shardwise_gateway::dispatcher::core=info"), ("NO_COLOR", "1")];
         Dispatcher::try_start_env(&args, &env)
             .unwrap_or_else(|e| panic!("the dispatcher did not (re)start: {e}"))
     }

@@ -1,4 +1,4 @@
-//! Hostile requests against the dispatcher's real axum router (`shardwise_gateway::server::
+//! Hostile requests against the dispatcher's real axum router (`shardwise_gateway::dispatcher::
 //! router`), driven in process with `tower::ServiceExt::oneshot`: every route, with mutated
 //! valid bodies (`tests/fuzz/requests.jsonl`, filled with the ids of a live session), arbitrary
 //! JSON and broken JSON, hostile path parameters and query strings, other methods and content
@@ -20,11 +20,10 @@ use serde_json::{Value, json};
 use shardwise_core::dispatch::framing::{Tail, segment_header};
 use shardwise_core::dispatch::journal::{decode_updates, encode_update};
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Update};
-use shardwise_gateway::server::actor::{Actor, JournalWriter, Startup, now};
-use shardwise_gateway::server::api::AppState;
-use shardwise_gateway::server::limit::LimitConfig;
-use shardwise_gateway::server::metrics::RouteMetrics;
-use shardwise_gateway::server::{api_router, router};
+use shardwise_gateway::dispatcher::core::{DriverHandle, JournalWriter, Startup, now};
+use shardwise_gateway::dispatcher::{AppState, api_router, router};
+use shardwise_gateway::http::limit::LimitConfig;
+use shardwise_gateway::http::metrics::RouteMetrics;
 use shardwise_tests::fuzz::{
     Budget, Rng, Verdict, corpus, hostile_value, keys_of, mutate_json, mutate_text, run, show_bytes,
 };
@@ -349,7 +348,7 @@ async fn session(app: &axum::Router, worker: &str) -> Ids {
 }
 
 /// A runtime and a dispatcher router on it, journaling into memory.
-fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, Actor, MemoryJournal) {
+fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, DriverHandle, MemoryJournal) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -364,12 +363,12 @@ fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, Actor, MemoryJournal)
         Ok((d, Some(sink)))
     });
     let (started_tx, started_rx) = std::sync::mpsc::channel();
-    let actor = Actor::spawn(startup, move |e| {
+    let actor = DriverHandle::spawn(startup, move |e| {
         let _ = started_tx.send(e);
     });
     assert_eq!(started_rx.recv().expect("the actor starts"), None);
     let state = AppState {
-        actor: actor.clone(),
+        driver: actor.clone(),
         fault_tolerant: true,
         cluster: None,
         kube: Default::default(),

@@ -24,7 +24,8 @@ use shardwise_tests::fuzz::{
 /// Every cluster error has a status class and a message.
 fn check_cluster_error(e: &ClusterError, input: &str) {
     assert!(
-        ["INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "UNAVAILABLE"].contains(&e.code()),
+        ["INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "UNAVAILABLE"]
+            .contains(&e.code().as_str()),
         "untyped error {e:?} for {input:?}"
     );
     assert!(!e.detail().is_empty(), "empty message {e:?} for {input:?}");

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::code::Code;
+
 /// The Python exception class TensorFlow raises for the same condition.
 ///
 /// Kept so that callers (and the TensorFlow parity tests) can tell a TF `TypeError` from a
@@ -92,12 +94,12 @@ impl ClusterError {
     }
 
     /// The machine-readable status class, e.g. `INVALID_ARGUMENT`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            ClusterError::InvalidArgument { .. } => "INVALID_ARGUMENT",
-            ClusterError::NotFound { .. } => "NOT_FOUND",
-            ClusterError::FailedPrecondition { .. } => "FAILED_PRECONDITION",
-            ClusterError::Unavailable { .. } => "UNAVAILABLE",
+            ClusterError::InvalidArgument { .. } => Code::InvalidArgument,
+            ClusterError::NotFound { .. } => Code::NotFound,
+            ClusterError::FailedPrecondition { .. } => Code::FailedPrecondition,
+            ClusterError::Unavailable { .. } => Code::Unavailable,
         }
     }
 

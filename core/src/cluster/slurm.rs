@@ -1134,9 +1134,9 @@ mod tests {
         let err = resolve(&vars(""), json!({})).unwrap_err();
         assert_eq!(err.detail(), "invalid literal for int() with base 10: ''");
         let err = resolve(&vars("-1"), json!({})).unwrap_err();
-        assert_eq!((err.code(), err.tf_exception()), ("INVALID_ARGUMENT", None));
+        assert_eq!((err.code().as_str(), err.tf_exception()), ("INVALID_ARGUMENT", None));
         let err = resolve(&vars("99999999999999999999"), json!({})).unwrap_err();
-        assert_eq!((err.code(), err.tf_exception()), ("INVALID_ARGUMENT", None));
+        assert_eq!((err.code().as_str(), err.tf_exception()), ("INVALID_ARGUMENT", None));
         let err = resolve(&[("SLURM_PROCID", "0"), ("SLURM_STEP_NUM_TASKS", "3.0")], json!({}))
             .unwrap_err();
         assert_eq!(err.detail(), "invalid literal for int() with base 10: '3.0'");
@@ -1242,18 +1242,18 @@ mod tests {
         // An empty configuration is refused (TensorFlow: max() of an empty sequence).
         let err = resolve(&[("SLURM_PROCID", "0")], json!({"tasks_per_node": {}, "jobs": {}}))
             .unwrap_err();
-        assert_eq!((err.code(), err.tf_exception()), ("INVALID_ARGUMENT", None));
+        assert_eq!((err.code().as_str(), err.tf_exception()), ("INVALID_ARGUMENT", None));
         let err = resolve(
             &[("SLURM_PROCID", "0"), ("SLURM_STEP_NODELIST", "")],
             json!({"tasks_per_node": 1, "jobs": {}}),
         )
         .unwrap_err();
-        assert_eq!((err.code(), err.tf_exception()), ("INVALID_ARGUMENT", None));
+        assert_eq!((err.code().as_str(), err.tf_exception()), ("INVALID_ARGUMENT", None));
         // No host with a task: gpus_per_task cannot be derived (TensorFlow divides by zero) ...
         let err =
             resolve(&[("SLURM_PROCID", "0")], json!({"tasks_per_node": {"a": 0}, "jobs": {}}))
                 .unwrap_err();
-        assert_eq!((err.code(), err.tf_exception()), ("INVALID_ARGUMENT", None));
+        assert_eq!((err.code().as_str(), err.tf_exception()), ("INVALID_ARGUMENT", None));
         // ... but given, an empty step resolves (as in TensorFlow).
         let r = resolve(
             &[("SLURM_PROCID", "0")],
@@ -1278,7 +1278,7 @@ mod tests {
         assert_eq!(r.task_id().unwrap(), None);
         for err in [r.cluster_spec().unwrap_err(), r.environment_updates().unwrap_err()] {
             assert_eq!(err.detail(), "SLURM_PROCID 7 is outside the 2 tasks of this step");
-            assert_eq!((err.code(), err.tf_exception()), ("INVALID_ARGUMENT", None));
+            assert_eq!((err.code().as_str(), err.tf_exception()), ("INVALID_ARGUMENT", None));
         }
         assert_eq!(r.master(None, None, None).unwrap(), "");
         assert!(r.master(Some("worker"), Some(0), None).is_err());
@@ -1317,7 +1317,7 @@ mod tests {
         let err =
             resolve(&vars, json!({"jobs": {"w": 3}, "tasks_per_node": 3, "port_base": 65534}))
                 .unwrap_err();
-        assert_eq!((err.code(), err.tf_exception()), ("INVALID_ARGUMENT", None));
+        assert_eq!((err.code().as_str(), err.tf_exception()), ("INVALID_ARGUMENT", None));
         assert!(err.detail().contains("65536"), "{}", err.detail());
         let err = resolve(
             &vars,

@@ -1,5 +1,7 @@
 //! The error type of the dataset module.
 
+use crate::code::Code;
+
 /// Why a dataset definition, a split or a pipeline step was refused.
 ///
 /// The variants keep TensorFlow's status classes so that the gateway can map them onto its
@@ -28,12 +30,12 @@ pub enum DatasetError {
 impl DatasetError {
     /// The machine-readable status class: `INVALID_ARGUMENT`, `NOT_FOUND`,
     /// `FAILED_PRECONDITION` or `RESOURCE_EXHAUSTED`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            DatasetError::InvalidArgument(_) => "INVALID_ARGUMENT",
-            DatasetError::NotFound(_) => "NOT_FOUND",
-            DatasetError::FailedPrecondition(_) => "FAILED_PRECONDITION",
-            DatasetError::ResourceExhausted(_) => "RESOURCE_EXHAUSTED",
+            DatasetError::InvalidArgument(_) => Code::InvalidArgument,
+            DatasetError::NotFound(_) => Code::NotFound,
+            DatasetError::FailedPrecondition(_) => Code::FailedPrecondition,
+            DatasetError::ResourceExhausted(_) => Code::ResourceExhausted,
         }
     }
 

@@ -18,6 +18,7 @@ use super::wire::{
     SplitsReply, TaskDef, TaskInfo, VersionInfo, WorkerHeartbeat, WorkerHeartbeatReply, WorkerInfo,
     WorkerUpdate, WorkerUpdateReply, WorkersList,
 };
+use crate::code::Code;
 use crate::dataset::{
     DEFAULT_SPLIT_SIZE, Sharding, chunk_at, num_splits, split_at, validate_sharding,
 };
@@ -736,8 +737,8 @@ impl Dispatcher {
             ShardingPolicy::Hint => Sharding::Hint { num_workers: n.max(1), worker_index: 0 },
         };
         validate_sharding(dataset, sharding).map_err(|e| match e.code() {
-            "NOT_FOUND" => DispatchError::NotFound(e.message().to_owned()),
-            "FAILED_PRECONDITION" => DispatchError::FailedPrecondition(e.message().to_owned()),
+            Code::NotFound => DispatchError::NotFound(e.message().to_owned()),
+            Code::FailedPrecondition => DispatchError::FailedPrecondition(e.message().to_owned()),
             _ => DispatchError::InvalidArgument(e.message().to_owned()),
         })?;
         if policy.is_static() && self.state.worker_list.is_empty() {

@@ -344,7 +344,7 @@ mod tests {
         driver.handle_sink_failure("fsync failed");
         assert!(driver.handle_persisted(Seq(4)).is_empty());
         let Submitted::Ready(Err(e)) = driver.submit(Millis(4), ListWorkers) else { panic!() };
-        assert_eq!((e.code(), e.detail()), ("UNAVAILABLE", JOURNAL_BROKEN));
+        assert_eq!((e.code().as_str(), e.detail()), ("UNAVAILABLE", JOURNAL_BROKEN));
         assert_eq!(driver.failure(), Some(&"fsync failed"));
     }
 

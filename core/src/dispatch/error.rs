@@ -1,5 +1,7 @@
 //! The dispatcher's error type, by status class.
 
+use crate::code::Code;
+
 /// Why a dispatcher request was refused. The variant is the status class TensorFlow's
 /// dispatcher uses for the same condition; the message is TensorFlow's text where it has one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,15 +32,15 @@ pub enum DispatchError {
 
 impl DispatchError {
     /// The machine-readable status class, e.g. `NOT_FOUND`.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            Self::InvalidArgument(_) => "INVALID_ARGUMENT",
-            Self::NotFound(_) => "NOT_FOUND",
-            Self::FailedPrecondition(_) => "FAILED_PRECONDITION",
-            Self::AlreadyExists(_) => "ALREADY_EXISTS",
-            Self::Unavailable(_) => "UNAVAILABLE",
-            Self::PermissionDenied(_) => "PERMISSION_DENIED",
-            Self::ResourceExhausted(_) => "RESOURCE_EXHAUSTED",
+            Self::InvalidArgument(_) => Code::InvalidArgument,
+            Self::NotFound(_) => Code::NotFound,
+            Self::FailedPrecondition(_) => Code::FailedPrecondition,
+            Self::AlreadyExists(_) => Code::AlreadyExists,
+            Self::Unavailable(_) => Code::Unavailable,
+            Self::PermissionDenied(_) => Code::PermissionDenied,
+            Self::ResourceExhausted(_) => Code::ResourceExhausted,
         }
     }
 

@@ -17,7 +17,7 @@
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use crate::problem::Problem;
+use crate::http::{Code, Problem};
 
 /// Filesystems a worker never reads from, even under a root.
 const PSEUDO: &[&str] = &["/proc", "/sys", "/dev"];
@@ -53,14 +53,14 @@ impl DataRoots {
         let this = self.clone();
         let path = path.to_owned();
         tokio::task::spawn_blocking(move || this.read_blocking(&path)).await.unwrap_or_else(|e| {
-            Err(Problem::new("INTERNAL", format!("the file reader stopped: {e}")))
+            Err(Problem::new(Code::Internal, format!("the file reader stopped: {e}")))
         })
     }
 
     fn read_blocking(&self, path: &str) -> Result<Vec<u8>, Problem> {
         if self.roots.is_empty() {
             return Err(Problem::new(
-                "FAILED_PRECONDITION",
+                Code::FailedPrecondition,
                 "this worker allows no data roots, so it reads no files: its operator must \
                  start it with --data-root DIR (or SHARDWISE_WORKER_DATA_ROOT) to serve files \
                  datasets",
@@ -68,7 +68,7 @@ impl DataRoots {
         }
         let refused = || {
             Problem::new(
-                "FAILED_PRECONDITION",
+                Code::FailedPrecondition,
                 format!(
                     "path {} is not a readable file under this worker's data roots",
                     shown(path)
@@ -79,7 +79,7 @@ impl DataRoots {
         let meta = std::fs::metadata(&canonical).map_err(|_| refused())?;
         if meta.is_dir() {
             return Err(Problem::new(
-                "FAILED_PRECONDITION",
+                Code::FailedPrecondition,
                 format!("path {} is a directory, not a file", shown(path)),
             ));
         }
@@ -123,7 +123,7 @@ impl DataRoots {
     fn check_size(&self, path: &str, len: u64) -> Result<(), Problem> {
         if len > self.max_file_bytes {
             return Err(Problem::new(
-                "RESOURCE_EXHAUSTED",
+                Code::ResourceExhausted,
                 format!(
                     "path {} is larger than this worker's --max-file-bytes ({} bytes)",
                     shown(path),
@@ -137,7 +137,7 @@ impl DataRoots {
 
 fn not_regular(path: &str) -> Problem {
     Problem::new(
-        "FAILED_PRECONDITION",
+        Code::FailedPrecondition,
         format!("path {} is not a regular file (a FIFO, socket or device)", shown(path)),
     )
 }

@@ -25,8 +25,8 @@
 //!   one OpenAPI document at `/openapi.json`; `--auth-tokens` requires a client token on the
 //!   element route, `--token-file` is the token presented to the dispatcher.
 
-pub mod api;
 mod files;
+pub mod routes;
 pub mod task;
 
 use std::collections::{HashMap, VecDeque};
@@ -45,8 +45,8 @@ use tokio::sync::{Notify, watch};
 
 use self::files::DataRoots;
 use self::task::{Gone, Task};
-use crate::rest::{Backoff, CallError, Rest};
-use crate::server::{Running, auth, parse_duration};
+use crate::http::client::{Backoff, CallError, Rest};
+use crate::http::{Running, auth, parse_duration};
 
 /// How many gone task ids a worker remembers (to answer their reads).
 const TOMBSTONES: usize = 100_000;
@@ -134,7 +134,7 @@ impl WorkerArgs {
             buffer: 1024,
             token_file: None,
             auth_tokens: None,
-            read_timeout: crate::server::conn::DEFAULT_READ_TIMEOUT,
+            read_timeout: crate::http::conn::DEFAULT_READ_TIMEOUT,
             data_roots: Vec::new(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_buffer_bytes: DEFAULT_MAX_BUFFERED_BYTES,
@@ -424,8 +424,8 @@ fn advertised(args: &WorkerArgs, local: SocketAddr) -> Result<String, String> {
 /// registers with the dispatcher (retrying while it is unavailable; a refusal is an error).
 /// Errors carry the exit status (2 for bad arguments, 1 otherwise).
 pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
-    let base =
-        crate::rest::base_url(&args.dispatcher).map_err(|e| (2, format!("--dispatcher: {e}")))?;
+    let base = crate::http::client::base_url(&args.dispatcher)
+        .map_err(|e| (2, format!("--dispatcher: {e}")))?;
     let tags: Vec<String> = args.tags.iter().map(|t| t.trim().to_owned()).collect();
     if tags.iter().any(String::is_empty) {
         return Err((2, format!("Worker tags cannot be empty. Got tags {{{}}}", tags.join(", "))));
@@ -453,7 +453,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
         .map_err(|e| (1, format!("cannot listen on {addr}: {e}")))?;
     let local = listener.local_addr().map_err(|e| (1, e.to_string()))?;
     let address = advertised(&args, local).map_err(|e| (2, e))?;
-    let rest = Rest::new(crate::rest::http_client(Duration::from_secs(30)), base, token);
+    let rest = Rest::new(crate::http::client::http_client(Duration::from_secs(30)), base, token);
     let shared = Arc::new(Shared {
         rest,
         address: address.clone(),
@@ -466,14 +466,14 @@ pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
         heartbeat_now: Notify::new(),
         report_now: Notify::new(),
     });
-    let app = api::router(Arc::clone(&shared), tokens, args.read_timeout);
+    let app = routes::router(Arc::clone(&shared), tokens, args.read_timeout);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (loops_tx, loops_rx) = watch::channel(false);
     let server_shared = Arc::clone(&shared);
     let read_timeout = args.read_timeout;
     let task = tokio::spawn(async move {
         // Bounded header and body reads, TCP_NODELAY, graceful shutdown: as on the dispatcher.
-        crate::server::conn::serve(listener, app, read_timeout, async move {
+        crate::http::conn::serve(listener, app, read_timeout, async move {
             let _ = stop_rx.await;
         })
         .await;
@@ -510,7 +510,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
 
 /// Runs the worker until SIGINT/SIGTERM; returns the process exit status.
 pub fn run(args: WorkerArgs) -> i32 {
-    crate::server::init_logging();
+    crate::http::init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -521,7 +521,7 @@ pub fn run(args: WorkerArgs) -> i32 {
     runtime.block_on(async move {
         // Polled first, so the handlers are installed before the listening line is printed
         // (a signal that arrives before a handler exists would be lost).
-        let signal = crate::server::shutdown_signal();
+        let signal = crate::http::shutdown_signal();
         tokio::pin!(signal);
         let started = tokio::select! {
             biased;
@@ -598,8 +598,9 @@ mod tests {
                 .collect()
         }
         let worker = envs(&WorkerArgs::augment_args(clap::Command::new("worker")));
-        let dispatcher =
-            envs(&crate::server::DispatcherArgs::augment_args(clap::Command::new("dispatcher")));
+        let dispatcher = envs(&crate::dispatcher::DispatcherArgs::augment_args(
+            clap::Command::new("dispatcher"),
+        ));
         assert!(worker.contains(&"SHARDWISE_WORKER_PORT".to_owned()), "{worker:?}");
         for e in &worker {
             assert!(e.starts_with("SHARDWISE_WORKER_"), "{e}");

@@ -25,8 +25,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Shared;
-use crate::problem::Problem;
-use crate::rest::{Backoff, CallError};
+use crate::http::client::{Backoff, CallError};
+use crate::http::{Code, Problem};
 
 /// Elements produced per step of the producer before it looks at the buffer again.
 const PRODUCE_CHUNK: usize = 256;
@@ -126,14 +126,14 @@ impl Gone {
         match self {
             Gone::Completed => Ok(ReadResult { elements: Vec::new(), end_of_sequence: true }),
             Gone::Deleted => Err(Problem::new(
-                "FAILED_PRECONDITION",
+                Code::FailedPrecondition,
                 format!(
                     "task {task_id} was deleted by the dispatcher before it completed (its \
                      iteration finished, was released or was garbage collected)"
                 ),
             )),
             Gone::Lost => Err(Problem::new(
-                "FAILED_PRECONDITION",
+                Code::FailedPrecondition,
                 format!(
                     "task {task_id} was lost: the dispatcher restarted without its state (a new \
                      incarnation); start the iteration again"
@@ -148,7 +148,7 @@ fn sharding_of(def: &TaskDef) -> Result<Sharding, Problem> {
     let shard = || match (def.num_workers, def.worker_index) {
         (Some(num_workers), Some(worker_index)) => Ok((num_workers, worker_index)),
         _ => Err(Problem::new(
-            "FAILED_PRECONDITION",
+            Code::FailedPrecondition,
             format!(
                 "task {} has the static sharding policy {} but no worker index",
                 def.task_id,
@@ -178,10 +178,10 @@ fn sharding_of(def: &TaskDef) -> Result<Sharding, Problem> {
     })
 }
 
-fn task_failed(task_id: impl std::fmt::Display, code: &str, detail: &str) -> Problem {
+fn task_failed(task_id: impl std::fmt::Display, code: Code, detail: &str) -> Problem {
     // A failed task is never `NOT_FOUND`: clients retry that code for tasks the worker does
     // not know yet.
-    let code = if code == "NOT_FOUND" { "FAILED_PRECONDITION" } else { code };
+    let code = if code == Code::NotFound { Code::FailedPrecondition } else { code };
     Problem::new(code, format!("task {task_id} failed: {detail}"))
 }
 
@@ -337,7 +337,7 @@ impl Task {
         let n = self.def.num_consumers.unwrap_or(1).max(1);
         if n > MAX_CONSUMERS {
             return Err(Problem::new(
-                "RESOURCE_EXHAUSTED",
+                Code::ResourceExhausted,
                 format!(
                     "this worker serves coordinated reads of at most {MAX_CONSUMERS} consumers; \
                      the job has num_consumers {n}"
@@ -345,7 +345,7 @@ impl Task {
             ));
         }
         let (Ok(n_us), Ok(i)) = (usize::try_from(n), usize::try_from(consumer)) else {
-            return Err(Problem::new("INVALID_ARGUMENT", "consumer_index is out of range"));
+            return Err(Problem::new(Code::InvalidArgument, "consumer_index is out of range"));
         };
         self.await_readable(wait, |st| {
             // The first request names the first round: a task that joined late is promoted at
@@ -358,7 +358,7 @@ impl Task {
             });
             if round < rr.round {
                 return Some(Err(Problem::new(
-                    "FAILED_PRECONDITION",
+                    Code::FailedPrecondition,
                     format!(
                         "Consumer {consumer} requested data for round {round}, but the current \
                          round has already reached {}. This may indicate that the consumer was \
@@ -378,7 +378,7 @@ impl Task {
                     return Some(Err(p.clone()));
                 } else if st.ended {
                     return Some(Err(Problem::new(
-                        "FAILED_PRECONDITION",
+                        Code::FailedPrecondition,
                         "Encountered end of sequence on a round-robin read iterator. Please \
                          ensure that the dataset used for round-robin reading has infinite \
                          cardinality, e.g. by adding a .repeat() transformation at the end.",
@@ -466,7 +466,7 @@ impl Task {
                 // The round still needs elements but the buffer is full: it would never start.
                 return Some(Err(Some(task_failed(
                     self.def.task_id,
-                    "RESOURCE_EXHAUSTED",
+                    Code::ResourceExhausted,
                     &format!(
                         "a round of {} coordinated reads weighs more than this worker's \
                          --max-buffer-bytes ({} bytes)",
@@ -540,7 +540,7 @@ impl Task {
                 Some(Step::Error(e)) => return self.fail(task_failed(id, e.code(), e.message())),
                 Some(Step::NeedFile { path }) => match shared.files.read(&path).await {
                     Ok(bytes) => pipeline.provide_file(&path, &bytes),
-                    Err(p) => return self.fail(task_failed(id, &p.code, &p.detail)),
+                    Err(p) => return self.fail(task_failed(id, p.code, &p.detail)),
                 },
                 Some(Step::NeedSplit { repetition }) => {
                     // Acknowledge the previous splits only once clients took their elements
@@ -620,7 +620,7 @@ impl Task {
                 // A worker the dispatcher declared lost must heartbeat to rejoin; anything else
                 // that persists fails the task.
                 Err(CallError::Problem(p))
-                    if p.code == "FAILED_PRECONDITION" && preconditions < 5 =>
+                    if p.code == Code::FailedPrecondition && preconditions < 5 =>
                 {
                     preconditions += 1;
                     tracing::warn!(task_id = %self.def.task_id, detail = %p.detail, "get-split refused; heartbeating and retrying");

@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use crate::problem::Problem;
+use super::problem::{Code, Problem};
 
 /// A caller's role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -200,7 +200,7 @@ pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
 }
 
 fn unauthenticated(detail: &str) -> Response {
-    let mut res = Problem::new("UNAUTHENTICATED", detail).into_response();
+    let mut res = Problem::new(Code::Unauthenticated, detail).into_response();
     res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     res
 }
@@ -224,7 +224,7 @@ pub fn authorize(tokens: &Tokens, route: &str, req: &Request) -> Result<(), Resp
         Ok(())
     } else {
         Err(Problem::new(
-            "PERMISSION_DENIED",
+            Code::PermissionDenied,
             format!("{} {route} needs {}", req.method().as_str().to_lowercase(), need.describe()),
         )
         .into_response())

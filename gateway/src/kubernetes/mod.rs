@@ -7,6 +7,10 @@
 //!
 //! Errors never carry credentials: they name the path asked and the API's `Status` message.
 
+pub mod host;
+pub mod live;
+pub mod resolve;
+
 use std::time::Duration;
 
 use async_trait::async_trait;

@@ -1,7 +1,7 @@
 //! The worker's HTTP API: the element route (the data plane), health, metrics and the one
 //! OpenAPI document.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -10,20 +10,16 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use shardwise_core::dispatch::TaskId;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 
 use super::task::Gone;
 use super::{Lookup, Shared};
-use crate::problem::Problem;
-use crate::server::auth;
+pub use crate::http::elements::{DEFAULT_MAX_ELEMENTS, Elements, MAX_ELEMENTS};
+use crate::http::{Code, Problem, auth};
 
-/// Elements per read when `max` is not given.
-pub const DEFAULT_MAX_ELEMENTS: u32 = 100;
-/// The largest `max`.
-pub const MAX_ELEMENTS: u32 = 10_000;
 /// How long a read waits for an element before answering an empty list.
 pub const READ_WAIT: Duration = Duration::from_millis(500);
 
@@ -44,17 +40,6 @@ pub struct ElementsQuery {
     /// one element.
     #[param(minimum = 1, maximum = 10_000)]
     max: Option<u32>,
-}
-
-/// Reply of `GET /v1/tasks/{task_id}/elements`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Elements {
-    /// The next elements of the task, in order. Empty when none arrived within about half a
-    /// second: ask again.
-    pub elements: Vec<Value>,
-    /// The task is over: it produced every element and the dispatcher acknowledged its
-    /// completion. Nothing more will come.
-    pub end_of_sequence: bool,
 }
 
 /// `GET /v1/tasks/{task_id}/elements`.
@@ -82,13 +67,13 @@ pub async fn get_elements(
     query: Result<Query<ElementsQuery>, QueryRejection>,
 ) -> Result<Response, Problem> {
     let Query(q) = query.map_err(|e| {
-        Problem::new("INVALID_ARGUMENT", format!("invalid query: {}", e.body_text()))
+        Problem::new(Code::InvalidArgument, format!("invalid query: {}", e.body_text()))
     })?;
-    let id: TaskId = crate::server::api::parse_id("task_id", &raw)?;
+    let id: TaskId = crate::http::parse_id("task_id", &raw)?;
     let max = q.max.unwrap_or(DEFAULT_MAX_ELEMENTS);
     if max == 0 || max > MAX_ELEMENTS {
         return Err(Problem::new(
-            "INVALID_ARGUMENT",
+            Code::InvalidArgument,
             format!("max must be in 1..={MAX_ELEMENTS}, not {max}"),
         ));
     }
@@ -100,7 +85,7 @@ pub async fn get_elements(
         Lookup::Gone(Gone::Lost) | Lookup::Unknown => {
             shared.heartbeat_now.notify_one();
             return Err(Problem::new(
-                "NOT_FOUND",
+                Code::NotFound,
                 format!(
                     "task {id} is not known to this worker (yet): it is asking the dispatcher; \
                      retry shortly"
@@ -112,7 +97,7 @@ pub async fn get_elements(
     let read = match (task.def.num_consumers, q.consumer_index, q.round) {
         (Some(n), Some(i), Some(_)) if i >= n => {
             return Err(Problem::new(
-                "INVALID_ARGUMENT",
+                Code::InvalidArgument,
                 format!(
                     "Requesting data for consumer index {i}, but the task is configured for only \
                      {n} consumers"
@@ -122,7 +107,7 @@ pub async fn get_elements(
         (Some(_), Some(i), Some(r)) => task.read_round(shared, i, r, READ_WAIT).await?,
         (Some(n), _, _) => {
             return Err(Problem::new(
-                "INVALID_ARGUMENT",
+                Code::InvalidArgument,
                 format!(
                     "task {id} is a coordinated read for {n} consumers: pass consumer_index and \
                      round"
@@ -132,7 +117,7 @@ pub async fn get_elements(
         (None, None, None) => task.read(shared, max as usize, READ_WAIT).await?,
         (None, _, _) => {
             return Err(Problem::new(
-                "INVALID_ARGUMENT",
+                Code::InvalidArgument,
                 format!(
                     "consumer_index and round are only for coordinated reads; task {id} is not one"
                 ),
@@ -177,9 +162,10 @@ async fn metrics(State(w): State<WorkerState>) -> Response {
 }
 
 async fn openapi_json() -> Response {
-    static DOC: OnceLock<String> = OnceLock::new();
-    let text = DOC.get_or_init(crate::openapi::document_json);
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], text.clone())
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        crate::http::docs::DOCUMENT,
+    )
         .into_response()
 }
 
@@ -197,17 +183,17 @@ pub(crate) fn router(
     tokens: Option<auth::Tokens>,
     read_timeout: Duration,
 ) -> Router {
-    let limits = crate::server::limit::LimitConfig {
+    let limits = crate::http::limit::LimitConfig {
         max_body_bytes: 64 << 10,
         read_timeout,
         ..Default::default()
     };
     let (api, _) = api_router();
     let api = api
-        .route("/healthz", get(crate::server::api::healthz))
+        .route("/healthz", get(crate::http::healthz))
         .route("/metrics", get(metrics))
         // No route takes a body; one sent anyway is read within the bound, after the token.
-        .route_layer(crate::server::front::RouteLayer::new(None, tokens, &limits));
-    let app = api.route("/openapi.json", get(openapi_json)).fallback(crate::server::api::not_found);
-    crate::server::common_layers(app, "worker", limits).with_state(WorkerState(shared))
+        .route_layer(crate::http::front::RouteLayer::new(None, tokens, &limits));
+    let app = api.route("/openapi.json", get(openapi_json)).fallback(crate::http::not_found);
+    crate::http::common_layers(app, "worker", limits).with_state(WorkerState(shared))
 }

@@ -12,7 +12,7 @@ use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::problem::Problem;
+use super::problem::{Code, Problem};
 
 /// Buckets kept before full (idle) ones are dropped.
 const MAX_BUCKETS: usize = 65_536;
@@ -129,7 +129,7 @@ fn admit(
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > limits.config.max_body_bytes as u64) {
         let mut p = Problem::new(
-            "RESOURCE_EXHAUSTED",
+            Code::ResourceExhausted,
             format!(
                 "the request body is too large (the limit is {} bytes)",
                 limits.config.max_body_bytes
@@ -149,7 +149,7 @@ fn admit(
         if let Err(wait) = limits.take(ip, Instant::now()) {
             return Err(with_retry_after(
                 Problem::new(
-                    "RESOURCE_EXHAUSTED",
+                    Code::ResourceExhausted,
                     format!(
                         "too many requests from this address (limit {}/s, burst {}): retry after \
                          {wait} s",
@@ -167,7 +167,7 @@ fn admit(
             Ok(p) => Ok(Some(p)),
             Err(_) => Err(with_retry_after(
                 Problem::new(
-                    "UNAVAILABLE",
+                    Code::Unavailable,
                     format!(
                         "overloaded: {} requests are in flight already; retry shortly",
                         limits.config.max_in_flight

@@ -22,7 +22,7 @@ use shardwise_core::cluster::request::{ResolveReply, ResolveRequest, Resolver};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::kubernetes::{ApiFailure, KubeApi};
+use super::{ApiFailure, KubeApi};
 
 /// Backoff after a failed list or watch: doubles from the first value up to the cap.
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
@@ -113,7 +113,7 @@ impl LiveCluster {
         let request = ResolveRequest::from_json(&text).map_err(|e| format!("{}: {e}", what()))?;
         let req = request.clone();
         let mut resolver = tokio::task::spawn_blocking(move || {
-            let host = crate::host::host_inputs(&req)?;
+            let host = super::host::host_inputs(&req)?;
             req.build(&host)
         })
         .await

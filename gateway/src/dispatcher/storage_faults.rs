@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use shardwise_core::dispatch::wire::WorkerHeartbeat;
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, ListWorkers};
 
-use super::actor::{Actor, JournalWriter, now};
+use super::core::{DriverHandle, JournalWriter, now};
 use crate::journal::{DirStorage, Journal, Storage};
 
 /// A real directory whose disk can fill up and whose fsync can fail.
@@ -69,12 +69,12 @@ fn heartbeat(address: &str) -> WorkerHeartbeat {
 }
 
 /// A fault-tolerant dispatcher over `storage`, replaying what is there.
-async fn start(storage: Faulty) -> Actor {
+async fn start(storage: Faulty) -> DriverHandle {
     let (journal, replay) = Journal::open(storage, true).expect("journal opens");
     let d = Dispatcher::recover(config(), "test".into(), now(), &replay.updates).expect("recover");
     let (tx, rx) = tokio::sync::oneshot::channel();
     let sink: Box<dyn JournalWriter> = Box::new(journal);
-    let actor = Actor::spawn(Box::new(move || Ok((d, Some(sink)))), move |e| {
+    let actor = DriverHandle::spawn(Box::new(move || Ok((d, Some(sink)))), move |e| {
         let _ = tx.send(e);
     });
     assert_eq!(rx.await.expect("started"), None);
@@ -82,7 +82,11 @@ async fn start(storage: Faulty) -> Actor {
 }
 
 /// Registers workers `prefix-0..` until one is refused; returns the acknowledged ones.
-async fn register_until_refused(actor: &Actor, prefix: &str, fault: impl Fn(usize)) -> Vec<String> {
+async fn register_until_refused(
+    actor: &DriverHandle,
+    prefix: &str,
+    fault: impl Fn(usize),
+) -> Vec<String> {
     let mut acked = Vec::new();
     for i in 0..1000 {
         fault(i);

@@ -1,4 +1,5 @@
-//! The dispatcher core and its journal: calls run inline, durability is pipelined.
+//! The driver handle: the dispatcher core and its journal; calls run inline, durability is
+//! pipelined.
 //!
 //! The core's [`Driver`] sits behind one mutex. A request handler takes it, submits its
 //! request (the state machine decides in microseconds), and lets go. The driver hands the
@@ -34,8 +35,8 @@ use shardwise_core::dispatch::{
 };
 use tokio::sync::{Notify, oneshot};
 
+use crate::http::{Code, Problem};
 use crate::journal::{Journal, Storage};
-use crate::problem::Problem;
 
 /// Wall-clock milliseconds (journaled times must compare across restarts).
 pub fn now() -> Millis {
@@ -51,7 +52,7 @@ pub struct Stats {
     /// Records written.
     pub records: AtomicU64,
     /// Commit durations.
-    pub commit_latency: super::metrics::Histogram,
+    pub commit_latency: crate::http::metrics::Histogram,
     /// Requests handled.
     pub requests: AtomicU64,
 }
@@ -190,39 +191,39 @@ struct Inner {
 
 /// A handle to the dispatcher (cheap to clone).
 #[derive(Clone)]
-pub struct Actor {
+pub struct DriverHandle {
     inner: Arc<Inner>,
     /// Counters.
     pub stats: Arc<Stats>,
 }
 
-impl std::fmt::Debug for Actor {
+impl std::fmt::Debug for DriverHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Actor")
+        f.debug_struct("DriverHandle")
             .field("ready", &self.is_ready())
             .field("broken", &self.inner.broken.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
 
-impl Actor {
+impl DriverHandle {
     /// Runs `startup` (replay) on a thread of its own, after which the dispatcher is ready;
     /// `on_started` receives the startup's error, or `None` when ready. Needs a tokio runtime
     /// (for the timer task).
     pub fn spawn(
         startup: Startup,
         on_started: impl FnOnce(Option<String>) + Send + 'static,
-    ) -> Actor {
+    ) -> DriverHandle {
         Self::spawn_with(startup, COMPACT_AT_BYTES, on_started)
     }
 
-    /// Like [`Actor::spawn`], compacting the journal whenever its current segment grows past
+    /// Like [`DriverHandle::spawn`], compacting the journal whenever its current segment grows past
     /// `compact_at_bytes`.
     pub fn spawn_with(
         startup: Startup,
         compact_at_bytes: u64,
         on_started: impl FnOnce(Option<String>) + Send + 'static,
-    ) -> Actor {
+    ) -> DriverHandle {
         let stats = Arc::new(Stats::default());
         let inner = Arc::new(Inner {
             core: Mutex::new(None),
@@ -235,7 +236,7 @@ impl Actor {
             stats: stats.clone(),
             compact_at_bytes,
         });
-        let actor = Actor { inner: inner.clone(), stats };
+        let actor = DriverHandle { inner: inner.clone(), stats };
         let runtime = tokio::runtime::Handle::current();
         std::thread::Builder::new()
             .name("shardwise-replay".into())
@@ -282,7 +283,7 @@ impl Actor {
         let inner = &self.inner;
         if !self.is_ready() {
             return Err(Problem::new(
-                "UNAVAILABLE",
+                Code::Unavailable,
                 "Dispatcher has not started yet: it is replaying its journal.",
             ));
         }
@@ -292,12 +293,13 @@ impl Actor {
         let submitted = {
             let mut guard = inner.core.lock().map_err(|_| {
                 Problem::new(
-                    "UNAVAILABLE",
+                    Code::Unavailable,
                     "the dispatcher stopped after an internal error; restart it (a restart \
                      replays the journal)",
                 )
             })?;
-            let core = guard.as_mut().ok_or_else(|| Problem::new("UNAVAILABLE", "not started"))?;
+            let core =
+                guard.as_mut().ok_or_else(|| Problem::new(Code::Unavailable, "not started"))?;
             let submitted = match core.driver.submit(now(), request) {
                 Submitted::Ready(reply) => Ok(reply),
                 Submitted::Pending(ticket) => {
@@ -314,16 +316,17 @@ impl Actor {
             Ok(reply) => reply,
             Err(rx) => rx.await.map_err(|_| journal_broken())?,
         };
-        C::output(reply).map_err(|e| super::api::problem_of(&e))
+        C::output(reply).map_err(|e| Problem::from(&e))
     }
 }
 
-impl Actor {
+impl DriverHandle {
     /// For tests and diagnostics: reads the dispatcher as it is now, records not yet durable
     /// included (this bypasses the durability barrier; replies never come from here).
     pub fn inspect<R>(&self, f: impl FnOnce(&Dispatcher) -> R) -> Result<R, Problem> {
-        let guard = self.inner.core.lock().map_err(|_| Problem::new("UNAVAILABLE", "stopped"))?;
-        let core = guard.as_ref().ok_or_else(|| Problem::new("UNAVAILABLE", "not started"))?;
+        let guard =
+            self.inner.core.lock().map_err(|_| Problem::new(Code::Unavailable, "stopped"))?;
+        let core = guard.as_ref().ok_or_else(|| Problem::new(Code::Unavailable, "not started"))?;
         Ok(f(core.driver.dispatcher()))
     }
 }
@@ -333,7 +336,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn journal_broken() -> Problem {
-    Problem::new("UNAVAILABLE", JOURNAL_BROKEN)
+    Problem::new(Code::Unavailable, JOURNAL_BROKEN)
 }
 
 /// The syncer: writes and commits whatever is queued, one batch per commit, then releases the
@@ -489,11 +492,11 @@ mod tests {
             .expect("heartbeat")
     }
 
-    async fn started(journal: Option<Box<dyn JournalWriter>>) -> Actor {
+    async fn started(journal: Option<Box<dyn JournalWriter>>) -> DriverHandle {
         let config = DispatcherConfig { fault_tolerant: journal.is_some(), ..Default::default() };
         let d = Dispatcher::new(config, "test".into(), now()).expect("dispatcher");
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let actor = Actor::spawn(Box::new(move || Ok((d, journal))), move |e| {
+        let actor = DriverHandle::spawn(Box::new(move || Ok((d, journal))), move |e| {
             let _ = tx.send(e);
         });
         assert_eq!(rx.await.expect("started"), None);
@@ -560,11 +563,12 @@ mod tests {
             let config = DispatcherConfig { fault_tolerant: true, ..Default::default() };
             let d = Dispatcher::new(config, "test".into(), now()).expect("dispatcher");
             let (tx, rx) = tokio::sync::oneshot::channel();
-            let actor = Actor::spawn_with(Box::new(move || Ok((d, Some(journal)))), threshold, {
-                move |e| {
-                    let _ = tx.send(e);
-                }
-            });
+            let actor =
+                DriverHandle::spawn_with(Box::new(move || Ok((d, Some(journal)))), threshold, {
+                    move |e| {
+                        let _ = tx.send(e);
+                    }
+                });
             assert_eq!(rx.await.expect("started"), None);
             for i in 0..3 {
                 let a = format!("w{i}:1");

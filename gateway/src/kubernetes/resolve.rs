@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use shardwise_core::cluster::request::ResolveRequest;
 use shardwise_core::cluster::{ClusterError, ClusterResolver};
 
-use crate::host::host_inputs;
-use crate::kubernetes::KubeApi;
-use crate::problem::Problem;
+use super::KubeApi;
+use super::host::host_inputs;
+use crate::http::Problem;
 
 /// Arguments of `shardwise resolve`.
 #[derive(Debug, Clone, clap::Args)]

@@ -34,8 +34,8 @@ use futures::FutureExt as _;
 use tower::{Layer, Service};
 use tracing::Instrument as _;
 
+use super::problem::{Code, Problem, code_of_status};
 use super::{auth, limit, metrics};
-use crate::problem::Problem;
 
 /// The request id header.
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -205,7 +205,7 @@ fn request_span(req: &Request, id: &HeaderValue) -> tracing::Span {
 /// `INTERNAL`: the handler panicked.
 fn panicked(who: &str) -> Response {
     Problem::new(
-        "INTERNAL",
+        Code::Internal,
         format!("the {who} hit a bug handling this request (a panic was caught)"),
     )
     .into_response()
@@ -251,16 +251,7 @@ pub(crate) fn problem_for_empty_errors(res: Response) -> Response {
     if is_problem {
         return res;
     }
-    let code = match status.as_u16() {
-        400 | 405 | 415 => "INVALID_ARGUMENT",
-        401 => "UNAUTHENTICATED",
-        403 => "PERMISSION_DENIED",
-        404 => "NOT_FOUND",
-        409 => "FAILED_PRECONDITION",
-        413 | 429 => "RESOURCE_EXHAUSTED",
-        503 | 504 | 408 => "UNAVAILABLE",
-        _ => "INTERNAL",
-    };
+    let code = code_of_status(status.as_u16());
     let mut p = Problem::new(code, status.canonical_reason().unwrap_or("error").to_owned());
     p.status = status.as_u16();
     p.into_response()
@@ -383,12 +374,12 @@ async fn read_body(shared: &RouteShared, req: Request) -> Result<Request, Respon
         let mut len = 0usize;
         while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
             let frame = frame.map_err(|e| {
-                Problem::new("INVALID_ARGUMENT", format!("cannot read the request body: {e}"))
+                Problem::new(Code::InvalidArgument, format!("cannot read the request body: {e}"))
             })?;
             let Ok(chunk) = frame.into_data() else { continue };
             if len + chunk.len() > max {
                 let mut p = Problem::new(
-                    "RESOURCE_EXHAUSTED",
+                    Code::ResourceExhausted,
                     format!("the request body is too large (the limit is {max} bytes)"),
                 );
                 p.status = 413;
@@ -414,7 +405,7 @@ async fn read_body(shared: &RouteShared, req: Request) -> Result<Request, Respon
         Some(Err(p)) => Err(closing(p.into_response())),
         None => {
             let mut p = Problem::new(
-                "UNAVAILABLE",
+                Code::Unavailable,
                 format!(
                     "the request body did not arrive within {} ms (--read-timeout)",
                     timeout.as_millis()
@@ -476,7 +467,7 @@ mod tests {
     }
 
     fn problem_code(headers: &axum::http::HeaderMap, body: &str) -> String {
-        assert_eq!(headers[header::CONTENT_TYPE], crate::problem::PROBLEM_JSON, "{body}");
+        assert_eq!(headers[header::CONTENT_TYPE], crate::http::problem::PROBLEM_JSON, "{body}");
         let v: serde_json::Value = serde_json::from_str(body).expect("problem JSON");
         v["code"].as_str().expect("a code").to_owned()
     }

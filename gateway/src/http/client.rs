@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::problem::Problem;
+use super::problem::{Code, Problem, code_of_status};
 
 /// Why a call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +26,7 @@ impl CallError {
     /// gRPC's `UNAVAILABLE` too): the only errors a caller retries, with backoff.
     pub fn is_retryable(&self) -> bool {
         match self {
-            CallError::Problem(p) => p.code == "UNAVAILABLE",
+            CallError::Problem(p) => p.code == Code::Unavailable,
             CallError::Transport(_) => true,
             CallError::Decode(_) => false,
         }
@@ -34,11 +34,11 @@ impl CallError {
 
     /// The problem's status class, `UNAVAILABLE` for transport failures, `INTERNAL` for
     /// undecodable answers.
-    pub fn code(&self) -> &str {
+    pub fn code(&self) -> Code {
         match self {
-            CallError::Problem(p) => &p.code,
-            CallError::Transport(_) => "UNAVAILABLE",
-            CallError::Decode(_) => "INTERNAL",
+            CallError::Problem(p) => p.code,
+            CallError::Transport(_) => Code::Unavailable,
+            CallError::Decode(_) => Code::Internal,
         }
     }
 }
@@ -150,16 +150,7 @@ impl Rest {
             return serde_json::from_slice(&bytes).map_err(|e| CallError::Decode(e.to_string()));
         }
         let problem = serde_json::from_slice::<Problem>(&bytes).unwrap_or_else(|_| {
-            let code = match status.as_u16() {
-                400 => "INVALID_ARGUMENT",
-                401 => "UNAUTHENTICATED",
-                403 => "PERMISSION_DENIED",
-                404 => "NOT_FOUND",
-                409 => "FAILED_PRECONDITION",
-                429 => "RESOURCE_EXHAUSTED",
-                502..=504 => "UNAVAILABLE",
-                _ => "INTERNAL",
-            };
+            let code = code_of_status(status.as_u16());
             let mut p = Problem::new(
                 code,
                 String::from_utf8_lossy(&bytes).chars().take(500).collect::<String>(),
@@ -225,8 +216,10 @@ mod tests {
     #[test]
     fn retryable_is_unavailable_only() {
         assert!(CallError::Transport("refused".into()).is_retryable());
-        assert!(CallError::Problem(Problem::new("UNAVAILABLE", "x")).is_retryable());
-        for code in ["NOT_FOUND", "INVALID_ARGUMENT", "FAILED_PRECONDITION", "INTERNAL"] {
+        assert!(CallError::Problem(Problem::new(Code::Unavailable, "x")).is_retryable());
+        for code in
+            [Code::NotFound, Code::InvalidArgument, Code::FailedPrecondition, Code::Internal]
+        {
             assert!(!CallError::Problem(Problem::new(code, "x")).is_retryable(), "{code}");
         }
         assert!(!CallError::Decode("x".into()).is_retryable());

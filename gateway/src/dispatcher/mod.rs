@@ -1,12 +1,7 @@
 //! `shardwise dispatcher`: the v1 REST API over the dispatcher state machine.
 
-pub mod actor;
-pub mod api;
-pub mod auth;
-pub mod conn;
-pub(crate) mod front;
-pub mod limit;
-pub mod metrics;
+pub mod core;
+pub mod routes;
 #[cfg(test)]
 mod storage_faults;
 
@@ -17,38 +12,14 @@ use std::time::Duration;
 use axum::Router;
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis};
 
-use self::actor::{Actor, JournalWriter, Startup, now};
-use self::api::AppState;
+pub use self::core::DriverHandle;
+use self::core::{JournalWriter, Startup, now};
+pub use self::routes::{AppState, api_router};
+use crate::http::{
+    DurationError, Running, auth, common_layers, conn, docs, front, incarnation, init_logging,
+    limit, metrics, parse_duration, shutdown_signal,
+};
 use crate::journal::{DirStorage, Journal};
-use crate::problem::Problem;
-
-/// Parses a duration with a unit: `500ms`, `30s`, `5m`, `2h`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    if num.is_empty() {
-        return Err(format!(
-            "{s:?} is not a duration: use a whole number with a unit, e.g. 500ms, 30s, 5m, 2h"
-        ));
-    }
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is out of range"))?;
-    let ms = match unit {
-        "ms" => Some(n),
-        "s" => n.checked_mul(1_000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        "" => return Err(format!("{s:?} has no unit: write e.g. {n}s or {n}ms")),
-        other => {
-            return Err(format!("unknown duration unit {other:?} in {s:?}: use ms, s, m or h"));
-        }
-    }
-    .ok_or_else(|| format!("{s:?} is out of range"))?;
-    if ms == 0 {
-        return Err(format!("{s:?} must be positive"));
-    }
-    Ok(Duration::from_millis(ms))
-}
 
 fn millis(d: Duration) -> Millis {
     Millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -128,7 +99,7 @@ pub struct DispatcherArgs {
     pub max_in_flight: usize,
     /// Compact the journal (a snapshot opens a new segment, older segments are deleted) when
     /// its current segment grows past this many bytes.
-    #[arg(long, env = "SHARDWISE_COMPACT_AT_BYTES", default_value_t = actor::COMPACT_AT_BYTES)]
+    #[arg(long, env = "SHARDWISE_COMPACT_AT_BYTES", default_value_t = core::COMPACT_AT_BYTES)]
     pub compact_at_bytes: u64,
     /// The most bytes registered datasets may hold (definitions and metadata, encoded as
     /// JSON, summed); a registration past it is refused with RESOURCE_EXHAUSTED. In memory a
@@ -171,7 +142,7 @@ impl Default for DispatcherArgs {
             rate_limit: 0,
             rate_limit_burst: 0,
             max_in_flight: 0,
-            compact_at_bytes: actor::COMPACT_AT_BYTES,
+            compact_at_bytes: core::COMPACT_AT_BYTES,
             max_dataset_bytes: shardwise_core::dispatch::DEFAULT_MAX_DATASET_BYTES,
         }
     }
@@ -181,7 +152,7 @@ impl Default for DispatcherArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcTimeout(pub Option<Duration>);
 
-fn parse_gc_timeout(s: &str) -> Result<GcTimeout, String> {
+fn parse_gc_timeout(s: &str) -> Result<GcTimeout, DurationError> {
     if s.trim() == "never" {
         Ok(GcTimeout(None))
     } else {
@@ -222,76 +193,19 @@ impl DispatcherArgs {
     }
 }
 
-fn incarnation() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{:x}-{:x}", nanos, std::process::id())
-}
-
-/// The API routes and their OpenAPI document (before state and layers).
-pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    use utoipa::OpenApi;
-    use utoipa_axum::router::OpenApiRouter;
-    use utoipa_axum::routes;
-    let (router, doc) = OpenApiRouter::with_openapi(crate::openapi::ApiDoc::openapi())
-        .routes(routes!(api::version))
-        .routes(routes!(api::worker_heartbeat))
-        .routes(routes!(api::worker_update))
-        .routes(routes!(api::workers))
-        .routes(routes!(api::register_dataset))
-        .routes(routes!(api::get_dataset))
-        .routes(routes!(api::create_job))
-        .routes(routes!(api::get_job))
-        .routes(routes!(api::create_iteration))
-        .routes(routes!(api::client_heartbeat))
-        .routes(routes!(api::release_client))
-        .routes(routes!(api::get_splits))
-        .routes(routes!(api::maybe_remove))
-        .routes(routes!(api::resolve))
-        .routes(routes!(api::get_cluster))
-        .routes(routes!(api::healthz))
-        .routes(routes!(api::readyz))
-        .routes(routes!(api::metrics))
-        .split_for_parts();
-    (router, crate::openapi::complete(doc))
-}
-
 /// The router, with every rejection, unknown route, wrong method, oversized body, timeout
 /// and panic answered as problem+json, and the OpenAPI document at `/openapi.json`.
 pub fn router(state: AppState, limits: limit::LimitConfig, tokens: Option<auth::Tokens>) -> Router {
-    let (api, doc) = api_router();
-    // The one document: the dispatcher's routes and the worker's (tagged `worker-data-plane`).
-    let doc = crate::openapi::with_worker_paths(doc);
+    let (api, _) = api_router();
     // Per route: metrics, then the token check, then the body (read after the token check:
     // an unauthenticated caller gets no buffer).
     let api = api.route_layer(front::RouteLayer::new(Some(state.routes.clone()), tokens, &limits));
     // Swagger UI from assets vendored in the build (no network), reading /openapi.json.
-    let docs: Router<AppState> =
-        utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc).into();
-    common_layers(api.merge(docs).fallback(api::not_found), "dispatcher", limits).with_state(state)
-}
-
-/// What every Shardwise server has around its router: problem+json for wrong methods, and
-/// [`front::FrontLayer`] (request ids kept from `x-request-id` or generated, logged and
-/// echoed; the request span; the request limits of [`limit`]; the body limit; a 30 s timeout;
-/// caught panics as `INTERNAL` problems; a problem body for answers without one).
-pub(crate) fn common_layers<S: Clone + Send + Sync + 'static>(
-    router: Router<S>,
-    who: &'static str,
-    limits: limit::LimitConfig,
-) -> Router<S> {
-    router
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(front::FrontLayer::new(who, limits))
-}
-
-async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Problem {
-    let mut p =
-        Problem::new("INVALID_ARGUMENT", format!("{method} is not allowed on {}", uri.path()));
-    p.status = 405;
-    p.title = "Method not allowed".into();
-    p
+    let docs: Router<AppState> = utoipa_swagger_ui::SwaggerUi::new("/docs")
+        .external_url_unchecked("/openapi.json", docs::document())
+        .into();
+    common_layers(api.merge(docs).fallback(crate::http::not_found), "dispatcher", limits)
+        .with_state(state)
 }
 
 /// Runs the dispatcher until SIGINT/SIGTERM; returns the process exit status.
@@ -330,75 +244,6 @@ pub fn run(args: DispatcherArgs) -> i32 {
     })
 }
 
-/// Logs on stderr; `SHARDWISE_LOG` (e.g. `info`, `shardwise_gateway=debug`) sets the level.
-/// Colour (ANSI escapes) only when stderr is a terminal: a log file or collector gets plain
-/// text.
-pub(crate) fn init_logging() {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDWISE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
-}
-
-/// A server running on this process's tokio runtime: `shardwise dispatcher` or `shardwise
-/// worker` started with [`start`] or [`crate::worker::start`]. Dropping it stops the server.
-#[derive(Debug)]
-pub struct Running {
-    addr: SocketAddr,
-    advertised: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<i32>,
-}
-
-impl Running {
-    pub(crate) fn new(
-        addr: SocketAddr,
-        advertised: String,
-        stop: tokio::sync::oneshot::Sender<()>,
-        task: tokio::task::JoinHandle<i32>,
-    ) -> Running {
-        Running { addr, advertised, stop: Some(stop), task }
-    }
-
-    /// The bound socket address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// `http://` and the address others use to reach it (for a worker, its advertised
-    /// address).
-    pub fn url(&self) -> String {
-        format!("http://{}", self.advertised)
-    }
-
-    /// Stops it gracefully (in-flight requests finish) and returns its exit status.
-    pub async fn stop(mut self) -> i32 {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        (&mut self.task).await.unwrap_or(1)
-    }
-
-    /// Serves until SIGINT/SIGTERM (then stops gracefully) or until it stops by itself;
-    /// returns the exit status.
-    pub async fn run_until_signal(self) -> i32 {
-        self.run_until(shutdown_signal()).await
-    }
-
-    /// Serves until `stop` resolves (then stops gracefully) or until it stops by itself;
-    /// returns the exit status.
-    pub async fn run_until(mut self, stop: impl std::future::Future<Output = ()>) -> i32 {
-        tokio::select! {
-            code = &mut self.task => code.unwrap_or(1),
-            () = stop => self.stop().await,
-        }
-    }
-}
-
 /// Starts a dispatcher on this tokio runtime: validates the arguments, takes the work dir's
 /// lock (one dispatcher per work dir), binds, replays the journal (if any) on the actor's
 /// thread while already answering `/healthz` (and `/readyz` 503), and returns once it is
@@ -420,7 +265,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
     let cluster = match &args.cluster_config {
         None => None,
         Some(path) => {
-            Some(crate::live_cluster::LiveCluster::start(path).await.map_err(|e| (2, e))?)
+            Some(crate::kubernetes::live::LiveCluster::start(path).await.map_err(|e| (2, e))?)
         }
     };
     // Own the work dir before anything reads it: a second dispatcher on it would acknowledge
@@ -461,11 +306,11 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
         Ok((d, Some(sink)))
     });
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Option<String>>();
-    let actor = Actor::spawn_with(startup, args.compact_at_bytes, move |err| {
+    let driver = DriverHandle::spawn_with(startup, args.compact_at_bytes, move |err| {
         let _ = started_tx.send(err);
     });
     let state = AppState {
-        actor,
+        driver,
         fault_tolerant,
         cluster,
         kube: Default::default(),
@@ -490,27 +335,6 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
     };
     running.stop().await;
     Err((1, failure))
-}
-
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
 }
 
 #[cfg(test)]

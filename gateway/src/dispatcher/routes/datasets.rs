@@ -1,0 +1,59 @@
+//! Datasets: `POST /v1/datasets` (get-or-register), `GET /v1/datasets/{dataset_id}`.
+
+use axum::extract::{Path, State};
+use shardwise_core::dispatch::GetDataset;
+use shardwise_core::dispatch::wire::{DatasetInfo, DatasetRegistered, RegisterDataset};
+use shardwise_core::echo::echo;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use crate::http::{ApiResult, Body, Code, Problem, ok};
+
+/// This resource's routes (each with its part of the OpenAPI document).
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(register_dataset)).routes(routes!(get_dataset))
+}
+
+/// `POST /v1/datasets`.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets",
+    tag = "datasets",
+    operation_id = "register_dataset",
+    summary = "Get-or-register a dataset.",
+    request_body = RegisterDataset,
+    responses((status = 200, description = "The dataset id.", body = DatasetRegistered))
+)]
+pub(super) async fn register_dataset(
+    State(s): State<AppState>,
+    Body(req): Body<RegisterDataset>,
+) -> ApiResult {
+    ok(&s.driver.call(req).await?)
+}
+
+/// `GET /v1/datasets/{dataset_id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{dataset_id}",
+    tag = "datasets",
+    operation_id = "get_dataset",
+    summary = "A registered dataset.",
+    params(("dataset_id" = String, Path, description = "The dataset id.", pattern = "^[A-Za-z0-9_.=/-]{1,256}$")),
+    responses((status = 200, description = "The dataset.", body = DatasetInfo))
+)]
+pub(super) async fn get_dataset(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    // What registration accepts as an id: anything else cannot name a dataset, and is not
+    // echoed back at length.
+    let syntax = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'=' | b'/');
+    if id.is_empty() || id.len() > 256 || !id.bytes().all(syntax) {
+        return Err(Problem::new(
+            Code::InvalidArgument,
+            format!(
+                "dataset_id: {} is not 1 to 256 characters of A-Z a-z 0-9 - _ . = /",
+                echo(&id)
+            ),
+        ));
+    }
+    ok(&s.driver.call(GetDataset { dataset_id: id }).await?)
+}

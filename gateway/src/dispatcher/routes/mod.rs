@@ -1,0 +1,85 @@
+//! The dispatcher's REST front: one file per resource, each with its handlers and their part
+//! of the OpenAPI document; [`api_router`] merges them once. A handler parses (strictly, off
+//! the dispatcher's lock), calls the [`DriverHandle`], and answers JSON or a problem.
+
+mod clients;
+mod cluster;
+mod datasets;
+mod health;
+mod iterations;
+mod jobs;
+mod tasks;
+mod version;
+mod workers;
+
+use std::sync::Arc;
+
+use axum::Router;
+use shardwise_core::dispatch::address::check_worker_address;
+use shardwise_core::dispatch::wire::{
+    ClientHeartbeat, CreateIteration, CreateJob, GetSplits, MaybeRemove, RegisterDataset,
+    WorkerHeartbeat, WorkerUpdate,
+};
+use utoipa_axum::router::OpenApiRouter;
+
+use super::core::DriverHandle;
+use crate::http::metrics::RouteMetrics;
+use crate::http::{Code, Problem, RequestBody};
+use crate::kubernetes::live::LiveCluster;
+use crate::kubernetes::resolve::KubeSlot;
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The dispatcher core behind its handle.
+    pub driver: DriverHandle,
+    /// Fault-tolerant mode.
+    pub fault_tolerant: bool,
+    /// `--cluster-config`'s live cluster.
+    pub cluster: Option<Arc<LiveCluster>>,
+    /// The Kubernetes API for resolve requests without inline pods.
+    pub kube: Arc<KubeSlot>,
+    /// Per-route request counters and latencies.
+    pub routes: Arc<RouteMetrics>,
+}
+
+/// The API routes and their part of the OpenAPI document (before state and layers): every
+/// resource's routes, merged here once, in the document's order.
+pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::new()
+        .merge(version::routes())
+        .merge(workers::routes())
+        .merge(datasets::routes())
+        .merge(jobs::routes())
+        .merge(clients::routes())
+        .merge(iterations::routes())
+        .merge(tasks::routes())
+        .merge(cluster::routes())
+        .merge(health::routes())
+        .split_for_parts()
+}
+
+impl RequestBody for WorkerHeartbeat {
+    const FLAT: bool = true;
+}
+impl RequestBody for WorkerUpdate {
+    const FLAT: bool = true;
+}
+impl RequestBody for ClientHeartbeat {
+    const FLAT: bool = true;
+}
+impl RequestBody for GetSplits {
+    const FLAT: bool = true;
+}
+impl RequestBody for MaybeRemove {
+    const FLAT: bool = true;
+}
+impl RequestBody for RegisterDataset {}
+impl RequestBody for CreateJob {}
+impl RequestBody for CreateIteration {}
+
+/// A worker address where one enters: `host:port`, else INVALID_ARGUMENT (checked off the
+/// dispatcher's lock).
+fn worker_address(addr: &str) -> Result<(), Problem> {
+    check_worker_address(addr).map_err(|e| Problem::new(Code::InvalidArgument, e.to_string()))
+}

@@ -1,0 +1,77 @@
+//! The gateway's modules by role use each other in one direction only (see the crate docs):
+//! checked from the sources, so a new `crate::` path that closes a cycle fails here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The top-level module a source file belongs to (`http/front.rs` -> `http`).
+fn module_of(rel: &Path) -> String {
+    let first = rel.components().next().map(|c| c.as_os_str().to_string_lossy().into_owned());
+    first.unwrap_or_default().trim_end_matches(".rs").to_owned()
+}
+
+/// The top-level modules a file's non-test code names through `crate::`.
+fn uses(text: &str) -> BTreeSet<String> {
+    // Unit tests may reach across (they are not part of the module graph a build sees).
+    let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+    let mut out = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + "crate::".len()..];
+        let name: String =
+            rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        if !name.is_empty() {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+fn walk(dir: &Path, root: &Path, graph: &mut BTreeMap<String, BTreeSet<String>>) {
+    for entry in std::fs::read_dir(dir).expect("the sources") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            walk(&path, root, graph);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let rel = path.strip_prefix(root).expect("under src");
+            let module = module_of(rel);
+            if module == "lib" || module == "main" || module == "layering" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("a source file");
+            let used: Vec<String> = uses(&text).into_iter().filter(|m| *m != module).collect();
+            graph.entry(module).or_default().extend(used);
+        }
+    }
+}
+
+#[test]
+fn modules_have_no_import_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut graph = BTreeMap::new();
+    walk(&root, &root, &mut graph);
+    // The documented direction, exactly: a new edge is a decision to write down here.
+    let allowed: &[(&str, &[&str])] = &[
+        ("http", &[]),
+        ("journal", &[]),
+        ("kubernetes", &["http"]),
+        ("dispatcher", &["http", "journal", "kubernetes"]),
+        ("worker", &["http"]),
+        ("client", &["http"]),
+        ("openapi", &["http", "dispatcher", "worker"]),
+    ];
+    for (module, used) in &graph {
+        let Some((_, ok)) = allowed.iter().find(|(m, _)| m == module) else {
+            panic!("module {module} is not in the layering table");
+        };
+        for u in used {
+            assert!(ok.contains(&u.as_str()), "{module} uses {u}, against the layering");
+        }
+    }
+    // And the table itself has no cycle (each module only uses modules listed before it).
+    for (i, (_, used)) in allowed.iter().enumerate() {
+        for u in *used {
+            let at = allowed.iter().position(|(m, _)| m == u).expect("listed");
+            assert!(at < i, "{u} must come before its users");
+        }
+    }
+}
