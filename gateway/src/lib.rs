@@ -19,4 +19,5 @@ pub mod problem;
 pub mod resolve;
 pub mod rest;
 pub mod server;
+pub mod tf;
 pub mod worker;
