@@ -4,9 +4,11 @@
 //! - [`proto`]: the messages and gRPC services of TensorFlow 2.21's tf.data service
 //!   (`tensorflow.data.DispatcherService`, `tensorflow.data.WorkerService`) and the graph
 //!   messages, generated from Shardwise's own `.proto` subsets under `gateway/proto/`.
+//! - [`graph`]: the DYNAMIC split providers of a dataset, from its `GraphDef`.
 //!
 //! Nothing here is served yet.
 
+pub mod graph;
 pub mod proto;
 
 #[cfg(test)]
