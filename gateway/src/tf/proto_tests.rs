@@ -296,3 +296,20 @@ fn a_dataset_graph_is_kept_as_sent() {
     let read = GraphDef::decode(&graph[..]).expect("graph");
     assert_eq!(read.node[0].op, "NoOp");
 }
+
+/// A split encodes byte for byte as TensorFlow 2.21's dispatcher answers `GetSplit` for
+/// `range(5, 20, 5)` (bytes captured from it): dtype 9, an empty (scalar) shape, the value in
+/// `tensor_content`; and `end_of_splits` alone after the last.
+#[test]
+fn get_split_responses_are_tensorflows_bytes() {
+    let split = crate::tf::graph::SplitProvider::Range { start: 5, stop: 20, step: 5 };
+    let hex = |m: GetSplitResponse| {
+        m.encode_to_vec().iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let response =
+        |i| GetSplitResponse { split: split.split(i), end_of_splits: split.split(i).is_none() };
+    assert_eq!(hex(response(0)), "0a0e0809120022080500000000000000");
+    assert_eq!(hex(response(1)), "0a0e0809120022080a00000000000000");
+    assert_eq!(hex(response(2)), "0a0e0809120022080f00000000000000");
+    assert_eq!(hex(response(3)), "1001");
+}
