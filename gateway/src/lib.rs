@@ -25,6 +25,10 @@
 //! The direction is one way (a test, `modules_have_no_import_cycle`, checks it from the
 //! sources): `http`, `journal` <- `kubernetes` <- `dispatcher`; `http` <- `worker`, `client`;
 //! `dispatcher`, `worker` <- `openapi`.
+//!
+//! * [`tf`]: TensorFlow's tf.data service protocol (generated types of the project's own
+//!   `.proto` subsets) and the DYNAMIC split providers of a dataset's GraphDef. Uses nothing
+//!   else in this crate.
 #![forbid(unsafe_code)]
 // Handlers return `Result<_, Problem>`; a problem is built at most once per request, on the
 // error path, so its size (an RFC 9457 object with optional members) costs nothing that matters.
@@ -36,6 +40,7 @@ pub mod http;
 pub mod journal;
 pub mod kubernetes;
 pub mod openapi;
+pub mod tf;
 pub mod worker;
 
 /// Problem details, the one error answer of every surface.

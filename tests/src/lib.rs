@@ -4,6 +4,7 @@
 pub mod crash;
 pub mod fake_k8s;
 pub mod fuzz;
+pub mod tf;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -1,0 +1,762 @@
+//! The split providers of a TensorFlow dataset, read from its serialized `GraphDef` (for
+//! DYNAMIC sharding, `processing_mode="distributed_epoch"`).
+//!
+//! TensorFlow's dispatcher builds the dataset from its graph and asks it for its split
+//! providers: a source dataset has its own (`Dataset.range` gives its element values,
+//! `from_tensor_slices` its slice indices), a one-input transformation has its input's, and
+//! `zip` has the providers of its inputs one after the other. This module answers the same
+//! from the graph alone, without TensorFlow and without IO, for the graphs it can answer
+//! exactly: `RangeDataset` over `Const` start, stop and step, `TensorSliceDataset` of `Const`
+//! components, `ZipDataset` of those, and the transformations of [`PASS_THROUGH`] between them
+//! and the output. Anything else is refused with the first op (in TensorFlow's walk from the
+//! output) that has no split provider here: never a wrong answer.
+
+use std::collections::HashMap;
+
+use prost::Message;
+
+use super::proto::tensorflow::{AttrValue, DataType, GraphDef, NodeDef, TensorProto, attr_value};
+
+/// The one-input dataset ops whose split providers are their input dataset's (the first
+/// input of the node), as TensorFlow's default for a dataset with one input has it. Their
+/// other inputs and functions (a map function, a batch size, a seed) change the elements,
+/// not where the splits come from: a function's own datasets are iterated without the
+/// split providers in TensorFlow.
+///
+/// Not here on purpose: `InterleaveDataset`, `ParallelInterleaveDataset*`, `FlatMapDataset`
+/// and `ChooseFromDatasets`/`SampleFromDatasets`/`ConcatenateDataset`, whose element datasets
+/// come from functions or from several inputs (their providers are not yet checked against
+/// TensorFlow's), and every op not named here.
+pub const PASS_THROUGH: &[&str] = &[
+    "AssertCardinalityDataset",
+    "BatchDataset",
+    "BatchDatasetV2",
+    "FilterDataset",
+    "FinalizeDataset",
+    "MapDataset",
+    "MaxIntraOpParallelismDataset",
+    "ModelDataset",
+    "OptionsDataset",
+    "PaddedBatchDataset",
+    "PaddedBatchDatasetV2",
+    "ParallelBatchDataset",
+    "ParallelMapDataset",
+    "ParallelMapDatasetV2",
+    "PrefetchDataset",
+    "PrivateThreadPoolDataset",
+    "RepeatDataset",
+    "ShuffleDataset",
+    "ShuffleDatasetV2",
+    "ShuffleDatasetV3",
+    "SkipDataset",
+    "TakeDataset",
+    "UnbatchDataset",
+];
+
+/// What DYNAMIC sharding supports, for error messages.
+const SUPPORTED: &str = "Dataset.range and from_tensor_slices of constants, zip, and one-input \
+                         transformations such as map, batch, shuffle, repeat, take and skip";
+
+/// At most this many nodes are visited in one walk (a node reached twice counts twice), so
+/// that a cyclic or hostile graph ends in an error.
+const MAX_VISITS: usize = 100_000;
+
+/// The largest `Const` tensor read element by element (`RangeDataset` reads scalars).
+const MAX_CONST_ELEMENTS: u64 = 1 << 16;
+
+/// One split provider of a dataset: how many splits it has and what split `i` is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SplitProvider {
+    /// `Dataset.range(start, stop, step)`: split `i` is the range's element `i`,
+    /// `start + i * step`.
+    Range {
+        /// The first element.
+        start: i64,
+        /// The bound (excluded).
+        stop: i64,
+        /// The distance between elements (never 0).
+        step: i64,
+    },
+    /// `from_tensor_slices`: split `i` is the slice index `i`, of `len` slices.
+    Index {
+        /// The number of slices (the components' first dimension).
+        len: i64,
+    },
+}
+
+impl SplitProvider {
+    /// How many splits it gives before `end_of_splits`.
+    pub fn num_splits(&self) -> i64 {
+        match *self {
+            SplitProvider::Range { start, stop, step } => range_len(start, stop, step)
+                .and_then(|n| i64::try_from(n).ok())
+                .expect("checked when the provider was made"),
+            SplitProvider::Index { len } => len,
+        }
+    }
+
+    /// The value of split `i` (`None` past the last split).
+    pub fn split_value(&self, i: i64) -> Option<i64> {
+        if i < 0 || i >= self.num_splits() {
+            return None;
+        }
+        Some(match *self {
+            // In range: start + i * step lies between start and stop.
+            SplitProvider::Range { start, step, .. } => start + i * step,
+            SplitProvider::Index { .. } => i,
+        })
+    }
+
+    /// Split `i` as TensorFlow's dispatcher sends it in `GetSplitResponse.split`: an int64
+    /// scalar tensor (`None` past the last split).
+    pub fn split(&self, i: i64) -> Option<TensorProto> {
+        self.split_value(i).map(int64_scalar)
+    }
+}
+
+/// An int64 scalar tensor with its value in `tensor_content` (little-endian), the encoding
+/// TensorFlow's dispatcher gives its splits.
+pub fn int64_scalar(value: i64) -> TensorProto {
+    TensorProto {
+        dtype: DataType::DtInt64 as i32,
+        tensor_shape: Some(Default::default()),
+        tensor_content: value.to_le_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+/// Why a graph has no split providers here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GraphError {
+    /// The bytes are not a `GraphDef`.
+    #[error("the dataset's graph is not a GraphDef: {0}")]
+    Decode(String),
+    /// No `_Retval` node, or more than one.
+    #[error("the dataset's graph has {0} `_Retval` nodes; exactly one (the dataset) is expected")]
+    Output(usize),
+    /// Two nodes with one name.
+    #[error("the dataset's graph has two nodes named `{0}`")]
+    DuplicateNode(String),
+    /// An input names no node.
+    #[error("input `{input}` of node `{node}` names no node of the dataset's graph")]
+    MissingInput {
+        /// The node with the input.
+        node: String,
+        /// The input as written.
+        input: String,
+    },
+    /// The walk visited more than [`MAX_VISITS`] nodes (a cycle, or a hostile graph).
+    #[error("the dataset's graph is cyclic or too large to walk ({MAX_VISITS} nodes visited)")]
+    TooLarge,
+    /// The first op (in TensorFlow's walk from the output) without a split provider here.
+    #[error("op `{op}` (node `{node}`) has no split provider in Shardwise: {reason}")]
+    Unsupported {
+        /// The node's op, e.g. `TextLineDataset`.
+        op: String,
+        /// The node's name.
+        node: String,
+        /// Why, in a few words.
+        reason: String,
+    },
+}
+
+impl GraphError {
+    /// The op named by the error, when it names one.
+    pub fn op(&self) -> Option<&str> {
+        match self {
+            GraphError::Unsupported { op, .. } => Some(op),
+            _ => None,
+        }
+    }
+}
+
+/// The split providers of the dataset whose serialized `GraphDef` is `graph`, in TensorFlow's
+/// order.
+pub fn split_providers_of(graph: &[u8]) -> Result<Vec<SplitProvider>, GraphError> {
+    let graph = GraphDef::decode(graph).map_err(|e| GraphError::Decode(e.to_string()))?;
+    split_providers(&graph)
+}
+
+/// The split providers of the dataset `graph` computes, in TensorFlow's order: depth first
+/// from the `_Retval` node through each dataset op's dataset inputs, in input order.
+pub fn split_providers(graph: &GraphDef) -> Result<Vec<SplitProvider>, GraphError> {
+    let mut nodes = HashMap::with_capacity(graph.node.len());
+    for node in &graph.node {
+        if nodes.insert(node.name.as_str(), node).is_some() {
+            return Err(GraphError::DuplicateNode(node.name.clone()));
+        }
+    }
+    let outputs: Vec<&NodeDef> = graph.node.iter().filter(|n| n.op == "_Retval").collect();
+    let [output] = outputs[..] else {
+        return Err(GraphError::Output(outputs.len()));
+    };
+    let input = |node: &NodeDef, i: usize| -> Result<&NodeDef, GraphError> {
+        data_inputs(node).nth(i).map_or_else(
+            || Err(unsupported(node, format!("it has no input {i}"))),
+            |name| {
+                nodes.get(node_name(name)).copied().ok_or_else(|| GraphError::MissingInput {
+                    node: node.name.clone(),
+                    input: name.to_owned(),
+                })
+            },
+        )
+    };
+
+    let mut providers = Vec::new();
+    // Nodes still to walk, the next one last.
+    let mut stack = vec![input(output, 0)?];
+    let mut visits = 0;
+    while let Some(node) = stack.pop() {
+        visits += 1;
+        if visits > MAX_VISITS {
+            return Err(GraphError::TooLarge);
+        }
+        match node.op.as_str() {
+            "RangeDataset" => {
+                replicated_on_split(node)?;
+                let [start, stop, step] = [0, 1, 2].map(|i| input(node, i));
+                let (start, stop, step) = (
+                    const_scalar(node, start?)?,
+                    const_scalar(node, stop?)?,
+                    const_scalar(node, step?)?,
+                );
+                if step == 0 {
+                    return Err(unsupported(node, "its step is 0".into()));
+                }
+                match range_len(start, stop, step).map(i64::try_from) {
+                    Some(Ok(_)) => providers.push(SplitProvider::Range { start, stop, step }),
+                    _ => {
+                        return Err(unsupported(node, "it has more than 2^63 - 1 elements".into()));
+                    }
+                }
+            }
+            "TensorSliceDataset" => {
+                replicated_on_split(node)?;
+                let mut len = None;
+                for (i, _) in data_inputs(node).enumerate() {
+                    let n = slice_count(node, input(node, i)?)?;
+                    if len.is_some_and(|len| len != n) {
+                        return Err(unsupported(
+                            node,
+                            "its components differ in their first dimension".into(),
+                        ));
+                    }
+                    len = Some(n);
+                }
+                let Some(len) = len else {
+                    return Err(unsupported(node, "it has no components".into()));
+                };
+                providers.push(SplitProvider::Index { len });
+            }
+            "ZipDataset" => {
+                let inputs: Vec<&NodeDef> = (0..data_inputs(node).count())
+                    .map(|i| input(node, i))
+                    .collect::<Result<_, _>>()?;
+                // Walked in input order: the first input's providers come first.
+                stack.extend(inputs.into_iter().rev());
+            }
+            op if PASS_THROUGH.contains(&op) => stack.push(input(node, 0)?),
+            "InterleaveDataset"
+            | "ParallelInterleaveDataset"
+            | "ParallelInterleaveDatasetV2"
+            | "ParallelInterleaveDatasetV3"
+            | "ParallelInterleaveDatasetV4"
+            | "LegacyParallelInterleaveDatasetV2"
+            | "FlatMapDataset" => {
+                let made = function_datasets(graph, node);
+                let made = if made.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (`{}`)", made.join("`, `"))
+                };
+                return Err(unsupported(
+                    node,
+                    format!(
+                        "it makes datasets from a function{made}; DYNAMIC sharding here \
+                         supports {SUPPORTED}"
+                    ),
+                ));
+            }
+            _ => {
+                return Err(unsupported(
+                    node,
+                    format!("DYNAMIC sharding here supports {SUPPORTED}"),
+                ));
+            }
+        }
+    }
+    Ok(providers)
+}
+
+/// A source whose `replicate_on_split` attribute is true is refused: its splits are not
+/// checked against TensorFlow's (TensorFlow's datasets set it false).
+fn replicated_on_split(node: &NodeDef) -> Result<(), GraphError> {
+    match node.attr.get("replicate_on_split") {
+        Some(AttrValue { value: Some(attr_value::Value::B(true)) }) => {
+            Err(unsupported(node, "its replicate_on_split is true".into()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The dataset ops in the functions a node's attributes name (at most 5, in order).
+fn function_datasets(graph: &GraphDef, node: &NodeDef) -> Vec<String> {
+    let mut attrs: Vec<_> = node.attr.iter().collect();
+    attrs.sort_by_key(|(name, _)| name.as_str());
+    let mut ops: Vec<String> = Vec::new();
+    for (_, attr) in attrs {
+        let Some(attr_value::Value::Func(func)) = &attr.value else { continue };
+        let functions = graph.library.iter().flat_map(|l| &l.function);
+        for function in
+            functions.filter(|f| f.signature.as_ref().is_some_and(|s| s.name == func.name))
+        {
+            for op in function.node_def.iter().map(|n| &n.op) {
+                if op.contains("Dataset") && !ops.contains(op) && ops.len() < 5 {
+                    ops.push(op.clone());
+                }
+            }
+        }
+    }
+    ops
+}
+
+fn unsupported(node: &NodeDef, reason: String) -> GraphError {
+    GraphError::Unsupported { op: node.op.clone(), node: node.name.clone(), reason }
+}
+
+/// A node's data inputs (control inputs, `^name`, come last and are skipped).
+fn data_inputs(node: &NodeDef) -> impl Iterator<Item = &str> {
+    node.input.iter().map(String::as_str).filter(|i| !i.starts_with('^'))
+}
+
+/// The node an input names: `name` or `name:output`.
+fn node_name(input: &str) -> &str {
+    match input.rsplit_once(':') {
+        Some((name, index)) if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => input,
+    }
+}
+
+/// The number of elements of `range(start, stop, step)` (`None` for step 0).
+fn range_len(start: i64, stop: i64, step: i64) -> Option<i128> {
+    let (start, stop, step) = (i128::from(start), i128::from(stop), i128::from(step));
+    match step {
+        0 => None,
+        s if s > 0 => Some(if stop <= start { 0 } else { (stop - start + s - 1) / s }),
+        s => Some(if stop >= start { 0 } else { (start - stop + (-s) - 1) / (-s) }),
+    }
+}
+
+/// The tensor of a `Const` node (its `value` attribute).
+fn const_tensor<'g>(user: &NodeDef, node: &'g NodeDef) -> Result<&'g TensorProto, GraphError> {
+    if node.op != "Const" {
+        return Err(unsupported(
+            user,
+            format!("its input `{}` is a `{}`, not a constant", node.name, node.op),
+        ));
+    }
+    match node.attr.get("value") {
+        Some(AttrValue { value: Some(attr_value::Value::Tensor(t)) }) => Ok(t),
+        _ => Err(unsupported(user, format!("its input `{}` has no tensor value", node.name))),
+    }
+}
+
+/// The integer scalar of a `Const` input of `user`.
+fn const_scalar(user: &NodeDef, node: &NodeDef) -> Result<i64, GraphError> {
+    let tensor = const_tensor(user, node)?;
+    let bad = |what: String| unsupported(user, format!("its input `{}` {what}", node.name));
+    if tensor.tensor_shape.as_ref().is_some_and(|s| s.unknown_rank || !s.dim.is_empty()) {
+        return Err(bad("is not a scalar".into()));
+    }
+    match const_ints(tensor).map_err(bad)?[..] {
+        [value] => Ok(value),
+        _ => Err(bad("is not a scalar".into())),
+    }
+}
+
+/// The number of slices of a `Const` component of `user` (its first dimension).
+fn slice_count(user: &NodeDef, node: &NodeDef) -> Result<i64, GraphError> {
+    let tensor = const_tensor(user, node)?;
+    let bad = |what: &str| unsupported(user, format!("its component `{}` {what}", node.name));
+    match &tensor.tensor_shape {
+        Some(shape) if !shape.unknown_rank => match shape.dim.first() {
+            Some(dim) if dim.size >= 0 => Ok(dim.size),
+            Some(_) => Err(bad("has an unknown first dimension")),
+            None => Err(bad("is a scalar")),
+        },
+        _ => Err(bad("has an unknown shape")),
+    }
+}
+
+/// The values of an int64 or int32 tensor of rank 0 or 1, as TensorFlow reads them: from
+/// `tensor_content` (little-endian) when set, else from the typed field, where fewer values
+/// than elements repeat the last one (none: zeros).
+pub fn const_ints(tensor: &TensorProto) -> Result<Vec<i64>, String> {
+    let width = match DataType::try_from(tensor.dtype) {
+        Ok(DataType::DtInt64) => 8,
+        Ok(DataType::DtInt32) => 4,
+        _ => return Err(format!("has dtype {}, not int64 or int32", tensor.dtype)),
+    };
+    let shape = tensor.tensor_shape.clone().unwrap_or_default();
+    if shape.unknown_rank || shape.dim.len() > 1 {
+        return Err("is neither a scalar nor a vector".into());
+    }
+    let n = match shape.dim.first() {
+        None => 1,
+        Some(d) => u64::try_from(d.size).map_err(|_| "has an unknown size".to_owned())?,
+    };
+    if n > MAX_CONST_ELEMENTS {
+        return Err(format!("has more than {MAX_CONST_ELEMENTS} elements"));
+    }
+    let n = n as usize;
+    if !tensor.tensor_content.is_empty() {
+        if tensor.tensor_content.len() != n * width {
+            return Err("has content of the wrong length for its shape".into());
+        }
+        return Ok(tensor
+            .tensor_content
+            .chunks_exact(width)
+            .map(|b| match *b {
+                [a, b, c, d] => i64::from(i32::from_le_bytes([a, b, c, d])),
+                _ => i64::from_le_bytes(b.try_into().expect("8 bytes")),
+            })
+            .collect());
+    }
+    let values: Vec<i64> = if width == 8 {
+        tensor.int64_val.clone()
+    } else {
+        tensor.int_val.iter().map(|&v| i64::from(v)).collect()
+    };
+    if values.len() > n {
+        return Err("has more values than its shape holds".into());
+    }
+    let last = values.last().copied().unwrap_or(0);
+    Ok(values.iter().copied().chain(std::iter::repeat_n(last, n - values.len())).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tf::proto::tensorflow::{
+        FunctionDef, FunctionDefLibrary, NameAttrList, OpDef, TensorShapeProto, tensor_shape_proto,
+    };
+
+    fn node(name: &str, op: &str, inputs: &[&str]) -> NodeDef {
+        NodeDef {
+            name: name.into(),
+            op: op.into(),
+            input: inputs.iter().map(|&i| i.to_owned()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn with_tensor(mut node: NodeDef, tensor: TensorProto) -> NodeDef {
+        node.attr
+            .insert("value".into(), AttrValue { value: Some(attr_value::Value::Tensor(tensor)) });
+        node
+    }
+
+    fn shape(dims: &[i64]) -> Option<TensorShapeProto> {
+        Some(TensorShapeProto {
+            dim: dims
+                .iter()
+                .map(|&size| tensor_shape_proto::Dim { size, name: String::new() })
+                .collect(),
+            unknown_rank: false,
+        })
+    }
+
+    /// A `Const` int64 scalar, as TensorFlow writes it (`int64_val`).
+    fn scalar(name: &str, value: i64) -> NodeDef {
+        with_tensor(
+            node(name, "Const", &[]),
+            TensorProto {
+                dtype: DataType::DtInt64 as i32,
+                tensor_shape: shape(&[]),
+                int64_val: vec![value],
+                ..Default::default()
+            },
+        )
+    }
+
+    /// `range(start, stop, step)` as the nodes `NAME/start`, `NAME/stop`, `NAME/step`, `NAME`.
+    fn range(name: &str, start: i64, stop: i64, step: i64) -> Vec<NodeDef> {
+        let [a, b, c] = ["start", "stop", "step"].map(|s| format!("{name}/{s}"));
+        vec![
+            scalar(&a, start),
+            scalar(&b, stop),
+            scalar(&c, step),
+            node(name, "RangeDataset", &[&a, &b, &c]),
+        ]
+    }
+
+    fn graph(mut nodes: Vec<NodeDef>, output: &str) -> GraphDef {
+        nodes.push(node("dataset", "_Retval", &[output]));
+        GraphDef { node: nodes, library: None }
+    }
+
+    fn splits(provider: &SplitProvider) -> Vec<i64> {
+        (0..provider.num_splits()).map(|i| provider.split_value(i).expect("split")).collect()
+    }
+
+    fn unsupported_op(graph: &GraphDef) -> String {
+        let err = split_providers(graph).expect_err("refused");
+        err.op().unwrap_or_else(|| panic!("names no op: {err}")).to_owned()
+    }
+
+    #[test]
+    fn range_splits_are_its_elements() {
+        let providers = split_providers(&graph(range("r", 5, 20, 5), "r")).expect("providers");
+        assert_eq!(providers, [SplitProvider::Range { start: 5, stop: 20, step: 5 }]);
+        assert_eq!(splits(&providers[0]), [5, 10, 15]);
+        assert_eq!(providers[0].split(3), None);
+        assert_eq!(providers[0].split(-1), None);
+
+        let one = |start, stop, step| {
+            let providers = split_providers(&graph(range("r", start, stop, step), "r:0"));
+            splits(&providers.expect("providers")[0])
+        };
+        assert_eq!(one(0, 10, 1), (0..10).collect::<Vec<_>>());
+        assert_eq!(one(10, 0, -3), [10, 7, 4, 1]);
+        assert_eq!(one(0, 10, 4), [0, 4, 8]);
+        assert_eq!(one(5, 5, 1), Vec::<i64>::new());
+        assert_eq!(one(5, 0, 1), Vec::<i64>::new());
+        assert_eq!(one(i64::MAX - 1, i64::MAX, 7), [i64::MAX - 1]);
+        assert_eq!(one(i64::MIN, i64::MIN + 3, 2), [i64::MIN, i64::MIN + 2]);
+    }
+
+    #[test]
+    fn a_split_is_an_int64_scalar_tensor() {
+        let split = SplitProvider::Range { start: 5, stop: 20, step: 5 }.split(1).expect("split");
+        assert_eq!(split.dtype, DataType::DtInt64 as i32);
+        assert_eq!(split.tensor_shape, Some(TensorShapeProto::default()));
+        assert_eq!(split.tensor_content, 10i64.to_le_bytes());
+        assert_eq!(const_ints(&split), Ok(vec![10]));
+        let index = SplitProvider::Index { len: 3 };
+        assert_eq!(splits(&index), [0, 1, 2]);
+        assert_eq!(const_ints(&index.split(2).expect("split")), Ok(vec![2]));
+        assert_eq!(index.split(3), None);
+    }
+
+    #[test]
+    fn a_range_that_cannot_be_split_is_refused() {
+        assert_eq!(unsupported_op(&graph(range("r", 0, 10, 0), "r")), "RangeDataset");
+        let too_long = graph(range("r", i64::MIN, i64::MAX, 1), "r");
+        assert_eq!(unsupported_op(&too_long), "RangeDataset");
+        // A bound that is not a constant.
+        let mut nodes = range("r", 0, 10, 1);
+        nodes[1] = node("r/stop", "Placeholder", &[]);
+        let err = split_providers(&graph(nodes, "r")).expect_err("refused");
+        assert_eq!(err.op(), Some("RangeDataset"));
+        assert!(err.to_string().contains("`r/stop` is a `Placeholder`"), "{err}");
+        // A bound that is not a scalar.
+        let mut nodes = range("r", 0, 10, 1);
+        nodes[1] = with_tensor(
+            node("r/stop", "Const", &[]),
+            TensorProto {
+                dtype: DataType::DtInt64 as i32,
+                tensor_shape: shape(&[2]),
+                int64_val: vec![1, 2],
+                ..Default::default()
+            },
+        );
+        assert_eq!(unsupported_op(&graph(nodes, "r")), "RangeDataset");
+        // replicate_on_split.
+        let mut nodes = range("r", 0, 10, 1);
+        nodes[3].attr.insert(
+            "replicate_on_split".into(),
+            AttrValue { value: Some(attr_value::Value::B(true)) },
+        );
+        assert_eq!(unsupported_op(&graph(nodes, "r")), "RangeDataset");
+    }
+
+    #[test]
+    fn tensor_slices_split_by_index() {
+        // from_tensor_slices([7, 8, 9]) as TensorFlow writes it: int32 in tensor_content.
+        let values = with_tensor(
+            node("c", "Const", &[]),
+            TensorProto {
+                dtype: DataType::DtInt32 as i32,
+                tensor_shape: shape(&[3]),
+                tensor_content: [7i32, 8, 9].iter().flat_map(|v| v.to_le_bytes()).collect(),
+                ..Default::default()
+            },
+        );
+        let strings = with_tensor(
+            node("s", "Const", &[]),
+            TensorProto {
+                dtype: DataType::DtString as i32,
+                tensor_shape: shape(&[3, 2]),
+                ..Default::default()
+            },
+        );
+        let slices = node("t", "TensorSliceDataset", &["c", "s"]);
+        let providers =
+            split_providers(&graph(vec![values.clone(), strings, slices], "t")).expect("providers");
+        assert_eq!(providers, [SplitProvider::Index { len: 3 }]);
+        assert_eq!(splits(&providers[0]), [0, 1, 2]);
+
+        // Components that disagree, a scalar component, a component that is not constant.
+        let short = with_tensor(
+            node("s", "Const", &[]),
+            TensorProto {
+                dtype: DataType::DtFloat as i32,
+                tensor_shape: shape(&[2]),
+                ..Default::default()
+            },
+        );
+        let slices = node("t", "TensorSliceDataset", &["c", "s"]);
+        assert_eq!(unsupported_op(&graph(vec![values, short, slices], "t")), "TensorSliceDataset");
+        let slices = node("t", "TensorSliceDataset", &["c"]);
+        assert_eq!(
+            unsupported_op(&graph(vec![scalar("c", 1), slices.clone()], "t")),
+            "TensorSliceDataset"
+        );
+        let placeholder = node("c", "Placeholder", &[]);
+        assert_eq!(unsupported_op(&graph(vec![placeholder, slices], "t")), "TensorSliceDataset");
+    }
+
+    #[test]
+    fn zip_gives_its_inputs_providers_in_input_order() {
+        let mut nodes = range("a", 0, 2, 1);
+        nodes.extend(range("b", 0, 3, 1));
+        nodes.extend(range("c", 7, 8, 1));
+        nodes.push(node("inner", "ZipDataset", &["b", "c"]));
+        nodes.push(node("zip", "ZipDataset", &["a", "inner:0"]));
+        let providers = split_providers(&graph(nodes, "zip")).expect("providers");
+        let all: Vec<Vec<i64>> = providers.iter().map(splits).collect();
+        assert_eq!(all, [vec![0, 1], vec![0, 1, 2], vec![7]]);
+    }
+
+    #[test]
+    fn transformations_pass_through_to_their_input() {
+        let mut nodes = range("r", 0, 10, 1);
+        let mut last = "r".to_owned();
+        for (i, op) in PASS_THROUGH.iter().enumerate() {
+            let name = format!("{op}/_{i}");
+            nodes.push(scalar(&format!("arg{i}"), 2));
+            nodes.push(node(&name, op, &[&last, &format!("arg{i}"), "^r/start"]));
+            last = name;
+        }
+        let providers = split_providers(&graph(nodes, &last)).expect("providers");
+        assert_eq!(providers, [SplitProvider::Range { start: 0, stop: 10, step: 1 }]);
+    }
+
+    #[test]
+    fn ops_without_a_split_provider_are_refused_by_name() {
+        // A source other than range and from_tensor_slices.
+        let mut nodes = vec![scalar("files", 0), node("tfrecord", "TFRecordDataset", &["files"])];
+        nodes.push(node("map", "MapDataset", &["tfrecord"]));
+        let err = split_providers(&graph(nodes, "map")).expect_err("refused");
+        assert_eq!(err.op(), Some("TFRecordDataset"));
+        assert!(err.to_string().contains("node `tfrecord`"), "{err}");
+
+        // A flat_map whose function makes a TextLineDataset (how TextLineDataset looks).
+        let mut nodes = range("r", 0, 3, 1);
+        let mut flat_map = node("flat_map", "FlatMapDataset", &["r"]);
+        let func = NameAttrList { name: "read_one_file".into(), attr: Default::default() };
+        flat_map.attr.insert("f".into(), AttrValue { value: Some(attr_value::Value::Func(func)) });
+        nodes.push(flat_map);
+        let mut graph = graph(nodes, "flat_map");
+        graph.library = Some(FunctionDefLibrary {
+            function: vec![FunctionDef {
+                signature: Some(OpDef { name: "read_one_file".into() }),
+                node_def: vec![node("c", "Const", &[]), node("lines", "TextLineDataset", &["c"])],
+            }],
+        });
+        let err = split_providers(&graph).expect_err("refused");
+        assert_eq!(err.op(), Some("FlatMapDataset"));
+        assert!(err.to_string().contains("(`TextLineDataset`)"), "{err}");
+
+        // Interleave, whichever its input, and ops this module does not know.
+        for op in [
+            "InterleaveDataset",
+            "ParallelInterleaveDatasetV4",
+            "ConcatenateDataset",
+            "CacheDatasetV2",
+            "Identity",
+        ] {
+            let mut nodes = range("r", 0, 3, 1);
+            nodes.push(node("x", op, &["r"]));
+            assert_eq!(unsupported_op(&graph_of(nodes, "x")), op);
+        }
+        // The first refused op in TensorFlow's walk: zip's first input before its second.
+        let mut nodes = vec![scalar("f", 0), node("first", "TextLineDataset", &["f"])];
+        nodes.push(node("second", "FixedLengthRecordDataset", &["f"]));
+        nodes.push(node("zip", "ZipDataset", &["first", "second"]));
+        assert_eq!(unsupported_op(&graph_of(nodes, "zip")), "TextLineDataset");
+    }
+
+    fn graph_of(nodes: Vec<NodeDef>, output: &str) -> GraphDef {
+        graph(nodes, output)
+    }
+
+    #[test]
+    fn malformed_graphs_are_errors() {
+        let no_output = GraphDef { node: range("r", 0, 1, 1), library: None };
+        assert_eq!(split_providers(&no_output), Err(GraphError::Output(0)));
+        let mut two = graph(range("r", 0, 1, 1), "r");
+        two.node.push(node("dataset2", "_Retval", &["r"]));
+        assert_eq!(split_providers(&two), Err(GraphError::Output(2)));
+        let mut duplicate = graph(range("r", 0, 1, 1), "r");
+        duplicate.node.push(scalar("r/start", 1));
+        assert_eq!(split_providers(&duplicate), Err(GraphError::DuplicateNode("r/start".into())));
+        let missing = graph(vec![node("m", "MapDataset", &["gone:0"])], "m");
+        assert_eq!(
+            split_providers(&missing),
+            Err(GraphError::MissingInput { node: "m".into(), input: "gone:0".into() })
+        );
+        let cycle =
+            graph(vec![node("a", "MapDataset", &["b"]), node("b", "MapDataset", &["a"])], "a");
+        assert_eq!(split_providers(&cycle), Err(GraphError::TooLarge));
+        // zip(x, x) nested: shared inputs are walked once per use, within the bound.
+        let mut nodes = range("r", 0, 1, 1);
+        let mut last = "r".to_owned();
+        for i in 0..40 {
+            nodes.push(node(&format!("z{i}"), "ZipDataset", &[&last, &last]));
+            last = format!("z{i}");
+        }
+        assert_eq!(split_providers(&graph(nodes, &last)), Err(GraphError::TooLarge));
+        assert!(matches!(split_providers_of(b"\xff\xff\xff"), Err(GraphError::Decode(_))));
+        let retval_without_input =
+            GraphDef { node: vec![node("dataset", "_Retval", &[])], library: None };
+        assert_eq!(unsupported_op(&retval_without_input), "_Retval");
+    }
+
+    #[test]
+    fn const_ints_reads_tensorflows_encodings() {
+        let tensor = |dtype: DataType, dims: &[i64]| TensorProto {
+            dtype: dtype as i32,
+            tensor_shape: shape(dims),
+            ..Default::default()
+        };
+        let mut t = tensor(DataType::DtInt64, &[]);
+        assert_eq!(const_ints(&t), Ok(vec![0]), "no value: zero");
+        t.int64_val = vec![-4];
+        assert_eq!(const_ints(&t), Ok(vec![-4]));
+        t.tensor_shape = None;
+        assert_eq!(const_ints(&t), Ok(vec![-4]), "no shape: a scalar");
+        let mut t = tensor(DataType::DtInt64, &[4]);
+        t.int64_val = vec![1, 2];
+        assert_eq!(const_ints(&t), Ok(vec![1, 2, 2, 2]), "the last value repeats");
+        t.int64_val = vec![1, 2, 3, 4, 5];
+        assert!(const_ints(&t).is_err());
+        t.int64_val = vec![];
+        t.tensor_content = [3i64, -1, 0, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(const_ints(&t), Ok(vec![3, -1, 0, 9]));
+        t.tensor_content.pop();
+        assert!(const_ints(&t).is_err());
+        let mut t = tensor(DataType::DtInt32, &[2]);
+        t.int_val = vec![-7, 8];
+        assert_eq!(const_ints(&t), Ok(vec![-7, 8]));
+        t.int_val = vec![];
+        t.tensor_content = [-7i32, 8].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(const_ints(&t), Ok(vec![-7, 8]));
+        assert!(const_ints(&tensor(DataType::DtFloat, &[])).is_err());
+        assert!(const_ints(&tensor(DataType::DtInt64, &[2, 2])).is_err());
+        assert!(const_ints(&tensor(DataType::DtInt64, &[-1])).is_err());
+        assert!(const_ints(&tensor(DataType::DtInt64, &[1 << 40])).is_err(), "bounded");
+    }
+}

@@ -1,0 +1,15 @@
+//! TensorFlow's tf.data service: its protocol types and what Shardwise reads from a
+//! TensorFlow dataset's graph.
+//!
+//! - [`proto`]: the messages and gRPC services of TensorFlow 2.21's tf.data service
+//!   (`tensorflow.data.DispatcherService`, `tensorflow.data.WorkerService`) and the graph
+//!   messages, generated from Shardwise's own `.proto` subsets under `gateway/proto/`.
+//! - [`graph`]: the DYNAMIC split providers of a dataset, from its `GraphDef`.
+//!
+//! Nothing here is served yet.
+
+pub mod graph;
+pub mod proto;
+
+#[cfg(test)]
+mod proto_tests;

@@ -1,0 +1,205 @@
+//! TensorFlow for the tests: a venv with `tensorflow-cpu` and TensorFlow's own tf.data service
+//! processes (`tests/tf/service.py`).
+//!
+//! The venv is built once per target directory and shared by every test process:
+//! `<target>/tf-venv` (`python3 -m venv` and `pip install -r tests/tf/requirements.txt`, all
+//! pinned). An exclusive lock on `<target>/tf-setup.lock` serialises the setup (the kernel
+//! releases it when a process dies, so a killed setup leaves no stale lock); a stamp (the
+//! requirements) tells when it must be rebuilt. Needs `python3` with `venv` and `pip`, and
+//! PyPI, the first time.
+//!
+//! TensorFlow logs a lot at import: every process here runs with its output captured, which a
+//! failing test prints.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::{Process, Run, repo_root, run_bounded, target_dir};
+
+/// The TensorFlow venv.
+#[derive(Debug)]
+pub struct TfEnv {
+    /// `<venv>/bin/python`.
+    pub python: PathBuf,
+}
+
+fn check(what: &str, run: &Run) {
+    assert_eq!(run.code, 0, "{what} failed:\nstdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+}
+
+/// The venv with `tests/tf/requirements.txt`, built at most once per target directory (and
+/// again only when the requirements change).
+pub fn tf_env() -> &'static TfEnv {
+    static ENV: OnceLock<TfEnv> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let target = target_dir();
+        let venv = target.join("tf-venv");
+        let python = venv.join("bin/python");
+        let requirements_file = repo_root().join("tests/tf/requirements.txt");
+        let requirements = std::fs::read_to_string(&requirements_file).expect("requirements");
+        let stamp = venv.join("shardwise-requirements.txt");
+
+        std::fs::create_dir_all(&target).expect("target dir");
+        let lock = std::fs::File::create(target.join("tf-setup.lock")).expect("lock file");
+        let waited = Instant::now();
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    // Another test process is building the venv.
+                    assert!(
+                        waited.elapsed() < Duration::from_secs(900),
+                        "tf-setup.lock held 15 min"
+                    );
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(std::fs::TryLockError::Error(e)) => panic!("lock tf-setup.lock: {e}"),
+            }
+        }
+        let stamped = std::fs::read_to_string(&stamp).is_ok_and(|s| s == requirements);
+        if !stamped || !python.exists() {
+            let started = Instant::now();
+            let _ = std::fs::remove_dir_all(&venv);
+            check(
+                "python3 -m venv",
+                &run_bounded(
+                    Command::new("python3").arg("-m").arg("venv").arg(&venv),
+                    Duration::from_secs(120),
+                ),
+            );
+            check(
+                "pip install -r tests/tf/requirements.txt",
+                &run_bounded(
+                    Command::new(&python)
+                        .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
+                        .arg("-r")
+                        .arg(&requirements_file),
+                    Duration::from_secs(900),
+                ),
+            );
+            std::fs::write(&stamp, &requirements).expect("venv stamp");
+            eprintln!("tf: built {} in {:?}", venv.display(), started.elapsed());
+        }
+        drop(lock);
+        TfEnv { python }
+    })
+}
+
+/// `python tests/tf/SCRIPT ARGS` in the TensorFlow venv: unbuffered, no proxies (gRPC would
+/// send loopback calls to one), no bytecode written into the repository.
+pub fn script(script: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(&tf_env().python);
+    cmd.arg(repo_root().join("tests/tf").join(script))
+        .args(args)
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    for proxy in [
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "grpc_proxy",
+        "GRPC_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+    ] {
+        cmd.env_remove(proxy);
+    }
+    cmd
+}
+
+/// Runs `python tests/tf/SCRIPT ARGS` to its end within `timeout`; panics with its output when
+/// it fails or takes longer.
+pub fn run_script(name: &str, args: &[&str], timeout: Duration) -> Run {
+    let run = run_bounded(&mut script(name, args), timeout);
+    check(&format!("tests/tf/{name} {}", args.join(" ")), &run);
+    run
+}
+
+/// The serialized `GraphDef` of each dataset of `tests/tf/graphs.py`, written once per target
+/// directory into `<target>/tf-graphs/NAME.pb` (under the lock `<target>/tf-graphs.lock`).
+pub fn graphs_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let target = target_dir();
+        let dir = target.join("tf-graphs");
+        // Written again when the script or TensorFlow changes.
+        let script_text = std::fs::read_to_string(repo_root().join("tests/tf/graphs.py"))
+            .expect("graphs.py")
+            + &std::fs::read_to_string(repo_root().join("tests/tf/requirements.txt"))
+                .expect("requirements");
+        let stamp = dir.join("stamp");
+        tf_env();
+        let lock = std::fs::File::create(target.join("tf-graphs.lock")).expect("lock file");
+        lock.lock().expect("lock tf-graphs.lock");
+        if !std::fs::read_to_string(&stamp).is_ok_and(|s| s == script_text) {
+            let _ = std::fs::remove_dir_all(&dir);
+            let tmp = target.join("tf-graphs.tmp");
+            let _ = std::fs::remove_dir_all(&tmp);
+            let tmp_arg = tmp.to_str().expect("utf-8 target dir");
+            let run = run_script("graphs.py", &[tmp_arg], Duration::from_secs(300));
+            assert!(run.stdout.lines().any(|l| l == "done"), "graphs.py: {}", run.stdout);
+            std::fs::write(tmp.join("stamp"), &script_text).expect("graphs stamp");
+            std::fs::rename(&tmp, &dir).expect("tf-graphs");
+        }
+        drop(lock);
+        dir
+    })
+}
+
+/// The serialized `GraphDef` of the dataset `name` of `tests/tf/graphs.py`.
+pub fn graph(name: &str) -> Vec<u8> {
+    let path = graphs_dir().join(format!("{name}.pb"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A TensorFlow server process of `tests/tf/service.py` (`dispatcher` or `worker`), serving on
+/// a port it picked. Killed on drop.
+#[derive(Debug)]
+pub struct TfServer {
+    /// The process, output captured.
+    pub process: Process,
+    /// The port it serves on.
+    pub port: u16,
+}
+
+impl TfServer {
+    /// Starts `service.py ROLE ARGS` and waits (at most 120 s: TensorFlow's import is slow on
+    /// a busy machine) for its `PORT <port>` line.
+    pub fn start(role: &str, args: &[&str]) -> TfServer {
+        let mut all = vec![role];
+        all.extend_from_slice(args);
+        let mut process = Process::spawn(&mut script("service.py", &all));
+        let line = process.wait_for_line(|l| l.starts_with("PORT "), Duration::from_secs(120));
+        let port = line.and_then(|l| l["PORT ".len()..].trim().parse().ok());
+        let Some(port) = port else {
+            let _ = process.child.kill();
+            let (stdout, stderr) = process.output();
+            panic!("TensorFlow {role} did not start:\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        };
+        TfServer { process, port }
+    }
+
+    /// TensorFlow's `DispatchServer`.
+    pub fn dispatcher() -> TfServer {
+        TfServer::start("dispatcher", &[])
+    }
+
+    /// TensorFlow's `WorkerServer`, registered with the dispatcher at `dispatcher`
+    /// (`HOST:PORT`).
+    pub fn worker(dispatcher: &str) -> TfServer {
+        TfServer::start("worker", &[dispatcher])
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Everything it printed so far: (stdout, stderr).
+    pub fn output(&self) -> (String, String) {
+        self.process.output()
+    }
+}

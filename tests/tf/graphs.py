@@ -1,0 +1,60 @@
+"""Writes the serialized GraphDef of a few tf.data datasets, one file per dataset.
+
+    python graphs.py OUT_DIR
+
+Each file OUT_DIR/NAME.pb holds `dataset._as_serialized_graph()` of the dataset NAME below,
+the graph a TensorFlow client registers with a dispatcher (without the client's compression
+map, which `service.py dataset-def` captures from a real registration). Prints the names, one
+a line, then `done`.
+"""
+
+import os
+import sys
+
+import tensorflow as tf
+
+
+def datasets():
+    ds = tf.data.Dataset
+    yield "range_10", ds.range(10)
+    yield "range_5_20_5", ds.range(5, 20, 5)
+    yield "range_negative_step", ds.range(10, 0, -3)
+    yield "range_int32", ds.range(3, output_type=tf.int32)
+    yield "slices_7_8_9", ds.from_tensor_slices([7, 8, 9])
+    yield "slices_dict", ds.from_tensor_slices({"a": [1.0, 2.0], "b": ["x", "y"]})
+    yield "slices_matrix", ds.from_tensor_slices(tf.zeros([4, 3], tf.int64))
+    yield "zip_range_2_range_3", ds.zip((ds.range(2), ds.range(3)))
+    yield "range_map_batch", ds.range(10).map(lambda x: x * 2).batch(2)
+    yield (
+        "range_pipeline",
+        ds.range(10)
+        .shuffle(4, seed=1)
+        .map(lambda x: x + 1, num_parallel_calls=2)
+        .filter(lambda x: x > 0)
+        .repeat(2)
+        .skip(1)
+        .take(12)
+        .batch(3, drop_remainder=True)
+        .unbatch()
+        .prefetch(2),
+    )
+    yield "interleave", ds.range(3).interleave(lambda x: ds.range(x), cycle_length=2)
+    yield "flat_map", ds.range(3).flat_map(lambda x: ds.range(x))
+    yield "text_line", tf.data.TextLineDataset(["/nonexistent/shardwise.txt"])
+    yield "concatenate", ds.range(2).concatenate(ds.range(3))
+    yield "zip_range_text_line", ds.zip((ds.range(2), tf.data.TextLineDataset(["/x"])))
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    for name, dataset in datasets():
+        graph = dataset._as_serialized_graph().numpy()
+        with open(os.path.join(out, name + ".pb"), "wb") as f:
+            f.write(graph)
+        print(name, flush=True)
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""TensorFlow's own tf.data service, one role per process, for the tests.
+
+    python service.py dispatcher                 a DispatchServer on a port it picks
+    python service.py worker DISPATCHER          a WorkerServer (DISPATCHER: HOST:PORT)
+    python service.py seed SERVICE               the seed example through SERVICE
+    python service.py dataset-def SERVICE OUT    registers range(10) as `distribute` does and
+                                                 writes the graph the dispatcher keeps to OUT
+
+`dispatcher` and `worker` print `PORT <port>` once serving, then serve until killed. `seed`
+prints the elements it read as one JSON list. TensorFlow logs to stderr.
+"""
+
+import json
+import sys
+
+import tensorflow as tf
+
+service = tf.data.experimental.service
+
+
+def dispatcher():
+    server = service.DispatchServer(service.DispatcherConfig(port=0))
+    print("PORT", server._server.bound_port(), flush=True)
+    server.join()
+
+
+def worker(dispatcher_address):
+    config = service.WorkerConfig(
+        dispatcher_address=dispatcher_address,
+        port=0,
+        # The address the dispatcher hands to clients: IPv4 loopback, not `localhost`.
+        worker_address="127.0.0.1:%port%",
+    )
+    server = service.WorkerServer(config)
+    print("PORT", server._server.bound_port(), flush=True)
+    server.join()
+
+
+def seed(target):
+    # The seed example, with the dispatcher's target given.
+    dataset = tf.data.Dataset.range(10)
+    dataset = dataset.apply(
+        service.distribute(processing_mode="parallel_epochs", service=target)
+    )
+    print(json.dumps([int(x) for x in dataset.as_numpy_iterator()]), flush=True)
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(data, number):
+    """The first length-delimited field `number` of a serialized message."""
+    i = 0
+    while i < len(data):
+        key, i = _read_varint(data, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _read_varint(data, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            length, i = _read_varint(data, i)
+            if key >> 3 == number:
+                return data[i : i + length]
+            i += length
+        else:
+            raise ValueError("wire type %d" % wire)
+    raise KeyError(number)
+
+
+def _read_varint(data, i):
+    value, shift = 0, 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+
+
+def dataset_def(target, out):
+    """The graph of range(10) as a `distribute` client registers it, read back with
+    GetDatasetDef over gRPC (TensorFlow has no Python stubs for the service: the two small
+    messages are encoded here)."""
+    import grpc
+
+    dataset = tf.data.Dataset.range(10)
+    dataset_id = service.register_dataset(target, dataset).numpy()
+    channel = grpc.insecure_channel(target.split("://", 1)[1])
+    call = channel.unary_unary("/tensorflow.data.DispatcherService/GetDatasetDef")
+    # GetDatasetDefRequest { string dataset_id = 1 }
+    request = b"\x0a" + _varint(len(dataset_id)) + dataset_id
+    response = call(request, timeout=60)
+    # GetDatasetDefResponse { DatasetDef dataset_def = 1 } / DatasetDef { GraphDef graph = 1 }
+    graph = _field(_field(response, 1), 1)
+    with open(out, "wb") as f:
+        f.write(graph)
+    print("dataset_id", dataset_id.decode(), flush=True)
+
+
+def main():
+    role, args = sys.argv[1], sys.argv[2:]
+    {"dispatcher": dispatcher, "worker": worker, "seed": seed, "dataset-def": dataset_def}[
+        role
+    ](*args)
+
+
+if __name__ == "__main__":
+    main()
