@@ -53,6 +53,7 @@ fn modules_have_no_import_cycle() {
     let allowed: &[(&str, &[&str])] = &[
         ("http", &[]),
         ("journal", &[]),
+        ("tf", &[]),
         ("kubernetes", &["http"]),
         ("dispatcher", &["http", "journal", "kubernetes"]),
         ("worker", &["http"]),
