@@ -590,9 +590,10 @@ fn start_dispatcher(
             Some(dir)
         }
     };
-    // Only the flags given here count: no SHARDWISE_* from the environment.
+    // Only the flags given here count: no SHARDWISE_* from the environment (its log filter
+    // aside).
     for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("SHARDWISE_") {
+        if k.to_string_lossy().starts_with("SHARDWISE_") && k != "SHARDWISE_LOG" {
             cmd.env_remove(k);
         }
     }
