@@ -155,6 +155,9 @@ struct Options {
     baseline: Option<PathBuf>,
     /// `--repeat N`: runs of each measurement (medians reported).
     repeat: usize,
+    /// `--fleet-compact LIST`: fault-tolerant fleet runs at each `--compact-at-bytes` (and on
+    /// `--baseline` too), in one run.
+    fleet_compact: Vec<u64>,
 }
 
 const USAGE: &str = "\
@@ -187,7 +190,10 @@ usage: load [OPTIONS]
   --fleet-warmup S       seconds before the measured window (default 5)
   --report-every S       RSS and progress every S seconds (default 10)
   --batch-ms MS          pipelining: each connection sends what is due every MS ms at once
-                         (default 0: one request in flight per connection, like real workers)";
+                         (default 0: one request in flight per connection, like real workers)
+  --fleet-compact LIST   with --fleet: fault-tolerant runs at each --compact-at-bytes of LIST
+                         (bytes, or `off` for 1 TiB), on this build and on --baseline PATH,
+                         interleaved, with a summary table of worker heartbeat latency";
 
 fn parse_args() -> Result<Options, String> {
     let mut o = Options {
@@ -207,6 +213,7 @@ fn parse_args() -> Result<Options, String> {
         compare: false,
         baseline: None,
         repeat: 0,
+        fleet_compact: Vec::new(),
     };
     let mut concurrency_set = false;
     let mut seconds_set = false;
@@ -252,6 +259,15 @@ fn parse_args() -> Result<Options, String> {
             }
             "--report-every" => {
                 fleet.report_every = Duration::from_secs_f64(secs_of(&flag, value()?)?);
+            }
+            "--fleet-compact" => {
+                o.fleet_compact = value()?
+                    .split(',')
+                    .map(|v| match v.trim() {
+                        "off" => Ok(FLEET_COMPACT_OFF),
+                        n => n.parse().map_err(|_| format!("--fleet-compact: {n:?}")),
+                    })
+                    .collect::<Result<_, _>>()?;
             }
             "--batch-ms" => fleet.batch = Duration::from_millis(num(value()?)?),
             "--max-splits" => {
@@ -316,8 +332,12 @@ fn parse_args() -> Result<Options, String> {
         if o.repeat == 0 {
             o.repeat = 3;
         }
+    } else if !o.fleet_compact.is_empty() {
+        if !is_fleet || o.repeat > 0 {
+            return Err("--fleet-compact goes with --fleet (and --baseline)".into());
+        }
     } else if o.baseline.is_some() || o.repeat > 0 {
-        return Err("--baseline and --repeat go with --compare".into());
+        return Err("--baseline and --repeat go with --compare (or --fleet-compact)".into());
     }
     if o.compare && o.repeat > 100 {
         return Err("--repeat must be in 1..=100".into());
@@ -570,9 +590,10 @@ fn start_dispatcher(
             Some(dir)
         }
     };
-    // Only the flags given here count: no SHARDWISE_* from the environment.
+    // Only the flags given here count: no SHARDWISE_* from the environment (its log filter
+    // aside).
     for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("SHARDWISE_") {
+        if k.to_string_lossy().starts_with("SHARDWISE_") && k != "SHARDWISE_LOG" {
             cmd.env_remove(k);
         }
     }
@@ -1341,6 +1362,102 @@ async fn fleet_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<(String, b
     Ok((out, report.errors > 0 || report.behind > 0))
 }
 
+/// Registrations a second during `--fleet-compact` runs.
+const FLEET_CHURN_HZ: u32 = 20;
+
+/// `--fleet-compact off`: a threshold no run reaches.
+const FLEET_COMPACT_OFF: u64 = 1 << 40;
+
+/// `--fleet-compact`: the fault-tolerant fleet at each compaction threshold, on this build and
+/// the baseline, interleaved; prints each run's report, then one table of the worker
+/// heartbeats' latency. True when a run failed or had errors.
+async fn fleet_compact_runs(bin: &Path, opts: &Options) -> bool {
+    let mut bins = vec![("this build", bin.to_path_buf())];
+    if let Some(b) = &opts.baseline {
+        bins.push(("baseline", b.clone()));
+    }
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for &at in &opts.fleet_compact {
+        for (name, b) in &bins {
+            let setting =
+                if at == FLEET_COMPACT_OFF { "off".to_owned() } else { format!("{at} bytes") };
+            let mut o = opts.clone();
+            o.dispatcher_args.extend(["--compact-at-bytes".to_owned(), at.to_string()]);
+            println!("\n## {name} ({}), compaction at {setting}", b.display());
+            let Some(fleet) = &o.fleet else { return true };
+            let d = match start_dispatcher(b, Mode::FaultTolerant, &o.tmp_dir, &o.dispatcher_args) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("load: {name} fleet failed: {e}");
+                    failed = true;
+                    continue;
+                }
+            };
+            if let Err(e) = wait_ready(d.addr).await {
+                eprintln!("load: {name} fleet failed: {e}");
+                failed = true;
+                continue;
+            }
+            let fleet = shardwise_examples::fleet::Options {
+                dispatcher_pid: Some(d.child.id()),
+                ..fleet.clone()
+            };
+            // The fleet's steady heartbeats write nothing: a trickle of registrations
+            // (FLEET_CHURN_HZ a second) gives the journal records, so compaction runs.
+            let addr = d.addr;
+            let churn = tokio::spawn(async move {
+                let Ok(mut conn) = connect(addr).await else { return 0u64 };
+                let mut tick = tokio::time::interval(Duration::from_secs(1) / FLEET_CHURN_HZ);
+                let mut n = 0u64;
+                loop {
+                    tick.tick().await;
+                    let body =
+                        json!({"worker_address": format!("churn-{n}:1"), "current_tasks": []});
+                    if call_json(&mut conn, Method::POST, "/v1/workers/heartbeat", body)
+                        .await
+                        .is_err()
+                    {
+                        return n;
+                    }
+                    n += 1;
+                }
+            });
+            let result = shardwise_examples::fleet::run(d.addr, &fleet).await;
+            churn.abort();
+            match result {
+                Ok(r) => {
+                    println!("{}", r.render(&fleet));
+                    failed |= r.errors > 0 || r.behind > 0;
+                    rows.push(format!(
+                        "| {name} | {setting} | {} | {} | {} | {} | {} | {} |",
+                        r.worker.p50,
+                        r.worker.p99,
+                        r.worker.max,
+                        r.client.p99,
+                        r.client.max,
+                        r.errors
+                    ));
+                }
+                Err(e) => {
+                    eprintln!("load: {name} fleet failed: {e}");
+                    failed = true;
+                }
+            }
+            drop(d);
+        }
+    }
+    println!(
+        "\n## Summary (fault-tolerant)\n\n| binary | compaction | worker p50 µs | worker p99 µs \
+         | worker max µs | client p99 µs | client max µs | errors |\n|---|---|---|---|---|---|\
+         ---|---|"
+    );
+    for row in rows {
+        println!("{row}");
+    }
+    failed
+}
+
 // ---------------------------------------------------------------------------------------
 // --compare: the REST front's cost per call against a bare axum server and a baseline binary.
 
@@ -1547,6 +1664,10 @@ fn main() {
             std::thread::available_parallelism().map_or(0, |n| n.get()),
             CLK_TCK
         );
+        if !opts.fleet_compact.is_empty() {
+            let failed = runtime.block_on(fleet_compact_runs(&bin, &opts));
+            std::process::exit(i32::from(failed));
+        }
         let mut failed = false;
         for &mode in &opts.modes {
             match runtime.block_on(fleet_mode(&bin, mode, &opts)) {

@@ -11,6 +11,13 @@
 //! deletes the older ones. Replay starts at the newest segment that begins with a snapshot
 //! and requires every later segment to be present (a missing one is an error).
 //!
+//! Compaction runs beside the appends ([`Journal::begin_compaction`]): the snapshot is written
+//! to a hidden staged file (`.segment-<n>.swj.staged`, which replay never reads and the next
+//! start deletes) while records go on being appended to the current segment and kept in
+//! memory; then those records are appended to the staged file, it is synced and renamed into
+//! place (one atomic step: before it the old segments hold everything, after it the new one
+//! does), appends switch to it, and the older segments are deleted.
+//!
 //! Crashes: a torn final record of the *last* segment (a crash mid-append; never
 //! acknowledged) is truncated with a warning; a last segment cut short while it was created
 //! (less than a header) is removed and its number reused; segments older than the newest
@@ -52,6 +59,22 @@ pub trait Storage: Send {
     fn remove(&mut self, segment: u64) -> io::Result<()>;
     /// How to name a segment in messages (its path).
     fn describe(&self, segment: u64) -> String;
+    /// A writer of staged segments that works beside this storage (on another thread) while
+    /// appends go on here: compaction writes its snapshot through it.
+    fn stager(&self) -> Box<dyn Stager>;
+    /// Completes a staged `segment` ([`Stager::stage`]): appends `tail` to it, makes it
+    /// durable, gives it its segment name durably (an atomic rename), and makes it the one
+    /// [`Storage::append`] writes to. Until the rename, replay does not see it.
+    fn install(&mut self, segment: u64, tail: &[u8]) -> io::Result<()>;
+    /// Deletes staged segments that were never installed (a compaction a crash cut short).
+    fn discard_staged(&mut self) -> io::Result<()>;
+}
+
+/// Writes staged segments: files that are not segments yet, invisible to
+/// [`Storage::list`] and to replay until [`Storage::install`] names them.
+pub trait Stager: Send {
+    /// Creates (or replaces) the staged `segment` holding `bytes`, durably.
+    fn stage(&mut self, segment: u64, bytes: &[u8]) -> io::Result<()>;
 }
 
 /// Creates `dir` (and its parents); an error names it, and says so when a file is in the way.
@@ -251,6 +274,71 @@ impl Storage for DirStorage {
     fn describe(&self, segment: u64) -> String {
         self.path(segment).display().to_string()
     }
+
+    fn stager(&self) -> Box<dyn Stager> {
+        Box::new(DirStager { dir: self.dir.clone() })
+    }
+
+    fn install(&mut self, segment: u64, tail: &[u8]) -> io::Result<()> {
+        let staged = staged_path(&self.dir, segment);
+        let path = self.path(segment);
+        let named = |e: io::Error| {
+            io::Error::new(e.kind(), format!("cannot install {}: {e}", staged.display()))
+        };
+        let mut f = OpenOptions::new().append(true).open(&staged).map_err(named)?;
+        f.write_all(tail).map_err(named)?;
+        f.sync_all().map_err(named)?;
+        if path.exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("cannot install {}: the segment exists", path.display()),
+            ));
+        }
+        fs::rename(&staged, &path).map_err(named)?;
+        self.sync_dir().map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot sync {}: {e}", self.dir.display()))
+        })?;
+        self.current = Some(f);
+        Ok(())
+    }
+
+    fn discard_staged(&mut self) -> io::Result<()> {
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(STAGED_PREFIX) && name.ends_with(STAGED_SUFFIX) {
+                fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+const STAGED_PREFIX: &str = ".segment-";
+const STAGED_SUFFIX: &str = ".swj.staged";
+
+/// Where a staged segment is written: a hidden file beside the segments.
+fn staged_path(dir: &Path, segment: u64) -> PathBuf {
+    dir.join(format!("{STAGED_PREFIX}{segment:012}{STAGED_SUFFIX}"))
+}
+
+/// [`DirStorage`]'s [`Stager`]: hidden files in the journal directory.
+#[derive(Debug)]
+struct DirStager {
+    dir: PathBuf,
+}
+
+impl Stager for DirStager {
+    fn stage(&mut self, segment: u64, bytes: &[u8]) -> io::Result<()> {
+        let path = staged_path(&self.dir, segment);
+        let named = |e: io::Error| {
+            io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display()))
+        };
+        let mut f = File::create(&path).map_err(named)?;
+        f.write_all(bytes).map_err(named)?;
+        f.sync_all().map_err(named)
+    }
 }
 
 /// Why a journal cannot be replayed. The dispatcher refuses to start (`DATA_LOSS`).
@@ -298,6 +386,9 @@ pub struct Journal<S: Storage> {
     segment: u64,
     segment_bytes: u64,
     buf: Vec<u8>,
+    /// While a compaction is in flight: the records appended since its snapshot was taken,
+    /// encoded, to follow the snapshot in its segment.
+    tail: Option<Vec<u8>>,
 }
 
 impl<S: Storage> std::fmt::Debug for Journal<S> {
@@ -331,6 +422,9 @@ impl<S: Storage> Journal<S> {
     pub fn open(mut storage: S, fsync: bool) -> Result<(Self, Replay), OpenError> {
         let mut segments = storage.list()?;
         segments.sort_unstable();
+        // A compaction a crash cut short: its staged segment was never named, and is not
+        // part of the journal.
+        storage.discard_staged()?;
         let mut replay = Replay::default();
         // Newest first, back to the newest segment that starts with a snapshot: nothing
         // older is needed (it is what an interrupted compaction had still to delete).
@@ -413,6 +507,7 @@ impl<S: Storage> Journal<S> {
                 segment,
                 segment_bytes: header.len() as u64,
                 buf: Vec::new(),
+                tail: None,
             },
             replay,
         ))
@@ -429,6 +524,9 @@ impl<S: Storage> Journal<S> {
         }
         self.storage.append(&self.buf)?;
         self.segment_bytes += self.buf.len() as u64;
+        if let Some(tail) = &mut self.tail {
+            tail.extend_from_slice(&self.buf);
+        }
         Ok(())
     }
 
@@ -447,24 +545,102 @@ impl<S: Storage> Journal<S> {
         self.segment
     }
 
-    /// Compaction: a new segment starting with `snapshot`, made durable, then every older
-    /// segment deleted. A crash in between leaves both; replay starts at the snapshot.
-    ///
-    /// The current segment is synced first, even without fault tolerance: only the newest
-    /// segment may end in a torn record, or the next start could not tell a crash from damage.
+    /// Compaction in one go: [`Journal::begin_compaction`], the snapshot written at once,
+    /// [`Journal::finish_compaction`].
     pub fn compact(&mut self, snapshot: &Update) -> io::Result<()> {
+        let staged = self.begin_compaction()?.write(snapshot)?;
+        self.finish_compaction(staged)
+    }
+
+    /// Begins a compaction whose snapshot covers exactly the records appended so far: the
+    /// returned [`Compaction`] writes the snapshot (on any thread) while appends go on. Every
+    /// record appended from now on is also kept, encoded, to follow the snapshot in its
+    /// segment. One compaction at a time.
+    pub fn begin_compaction(&mut self) -> io::Result<Compaction> {
+        if self.tail.is_some() {
+            return Err(io::Error::other("a journal compaction is already in flight"));
+        }
+        self.tail = Some(Vec::new());
+        Ok(Compaction { stager: self.storage.stager(), segment: self.segment + 1 })
+    }
+
+    /// Finishes the compaction whose snapshot `staged` holds: the current segment is synced
+    /// (even without fault tolerance: only the newest segment may end torn, or the next start
+    /// could not tell a crash from damage); the records appended since the snapshot are
+    /// appended to the staged segment, which is made durable and named the newest segment,
+    /// and appends go to it from now on; then every older segment is deleted. A crash before
+    /// the naming leaves the old segments whole (the staged file is discarded at the next
+    /// start); after it, replay starts at the snapshot and deletes the older segments.
+    pub fn finish_compaction(&mut self, staged: Staged) -> io::Result<()> {
+        let Some(tail) = self.tail.take() else {
+            return Err(io::Error::other("no journal compaction is in flight"));
+        };
+        if staged.segment != self.segment + 1 {
+            return Err(io::Error::other(format!(
+                "a staged journal segment {} does not follow the current one {}",
+                staged.segment, self.segment
+            )));
+        }
         self.storage.sync()?;
-        let mut bytes = segment_header().to_vec();
-        encode_update(snapshot, &mut bytes).map_err(io::Error::other)?;
-        let next = self.segment + 1;
-        self.storage.create(next, &bytes)?;
-        let old: Vec<u64> = self.storage.list()?.into_iter().filter(|s| *s < next).collect();
-        self.segment = next;
-        self.segment_bytes = bytes.len() as u64;
+        self.storage.install(staged.segment, &tail)?;
+        let old: Vec<u64> =
+            self.storage.list()?.into_iter().filter(|s| *s < staged.segment).collect();
+        self.segment = staged.segment;
+        self.segment_bytes = staged.bytes + tail.len() as u64;
         for s in old {
             self.storage.remove(s)?;
         }
         Ok(())
+    }
+
+    /// Gives up a compaction in flight (its staged segment is left to the next start).
+    pub fn abandon_compaction(&mut self) {
+        self.tail = None;
+    }
+
+    /// Whether a compaction is in flight.
+    pub fn compacting(&self) -> bool {
+        self.tail.is_some()
+    }
+}
+
+/// A compaction in flight, from [`Journal::begin_compaction`]: writes the snapshot into the
+/// staged segment, beside the journal's appends.
+pub struct Compaction {
+    stager: Box<dyn Stager>,
+    segment: u64,
+}
+
+impl std::fmt::Debug for Compaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compaction").field("segment", &self.segment).finish_non_exhaustive()
+    }
+}
+
+impl Compaction {
+    /// Encodes `snapshot` (which must cover exactly the records appended before
+    /// [`Journal::begin_compaction`]) after a segment header, and writes it durably to the
+    /// staged segment.
+    pub fn write(mut self, snapshot: &Update) -> io::Result<Staged> {
+        let mut bytes = segment_header().to_vec();
+        encode_update(snapshot, &mut bytes).map_err(io::Error::other)?;
+        self.stager.stage(self.segment, &bytes)?;
+        Ok(Staged { segment: self.segment, bytes: bytes.len() as u64 })
+    }
+}
+
+/// A snapshot written to its staged segment, for [`Journal::finish_compaction`].
+#[derive(Debug)]
+pub struct Staged {
+    segment: u64,
+    bytes: u64,
+}
+
+impl Staged {
+    /// A stand-in, for journals of tests that write no segments.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Staged {
+        Staged { segment: 0, bytes: 0 }
     }
 }
 
@@ -512,6 +688,7 @@ mod tests {
     #[derive(Clone, Default)]
     struct Mem {
         files: Arc<Mutex<BTreeMap<u64, Vec<u8>>>>,
+        staged: Arc<Mutex<BTreeMap<u64, Vec<u8>>>>,
         current: Option<u64>,
         fail_append: bool,
         fail_sync: bool,
@@ -550,6 +727,27 @@ mod tests {
         }
         fn describe(&self, s: u64) -> String {
             format!("mem/{s}")
+        }
+        fn stager(&self) -> Box<dyn Stager> {
+            Box::new(self.clone())
+        }
+        fn install(&mut self, s: u64, tail: &[u8]) -> io::Result<()> {
+            let mut bytes = self.staged.lock().unwrap().remove(&s).unwrap();
+            bytes.extend_from_slice(tail);
+            self.files.lock().unwrap().insert(s, bytes);
+            self.current = Some(s);
+            Ok(())
+        }
+        fn discard_staged(&mut self) -> io::Result<()> {
+            self.staged.lock().unwrap().clear();
+            Ok(())
+        }
+    }
+
+    impl Stager for Mem {
+        fn stage(&mut self, s: u64, b: &[u8]) -> io::Result<()> {
+            self.staged.lock().unwrap().insert(s, b.to_vec());
+            Ok(())
         }
     }
 
@@ -642,6 +840,44 @@ mod tests {
         assert_eq!(r.updates, vec![snap, rec(3)]);
     }
 
+    /// Appends go on while the snapshot is written: they land in the old segment and, when
+    /// the compaction finishes, after the snapshot in the new one; before that replay does
+    /// not see the snapshot at all.
+    #[test]
+    fn a_compaction_in_flight_keeps_the_records_appended_meanwhile() {
+        let mem = Mem::default();
+        let (mut j, _) = Journal::open(mem.clone(), true).unwrap();
+        j.append(&[rec(1), rec(2)]).unwrap();
+        j.commit().unwrap();
+        let snap = Update::Snapshot { state: Box::new(State::new(vec!["at-2".into()])) };
+        let compaction = j.begin_compaction().unwrap();
+        assert!(j.begin_compaction().is_err(), "one compaction at a time");
+        j.append(&[rec(3)]).unwrap();
+        j.commit().unwrap();
+        let staged = std::thread::scope(|s| s.spawn(|| compaction.write(&snap)).join()).unwrap();
+        assert!(staged.is_ok(), "the snapshot is written on another thread");
+        j.append(&[rec(4)]).unwrap();
+        j.commit().unwrap();
+        // Written, not installed: a restart replays the old segment only.
+        let (_, r) = Journal::open(mem.clone(), true).unwrap();
+        assert_eq!(r.updates, vec![rec(1), rec(2), rec(3), rec(4)]);
+        // (That restart discarded the staged segment and opened segment 1, as a crash and a
+        // restart would; start over on a journal of our own.)
+        let mem = Mem::default();
+        let (mut j, _) = Journal::open(mem.clone(), true).unwrap();
+        j.append(&[rec(1), rec(2)]).unwrap();
+        let compaction = j.begin_compaction().unwrap();
+        j.append(&[rec(3)]).unwrap();
+        let staged2 = compaction.write(&snap).unwrap();
+        j.append(&[rec(4)]).unwrap();
+        j.finish_compaction(staged2).unwrap();
+        assert!(!j.compacting());
+        j.append(&[rec(5)]).unwrap();
+        assert_eq!(mem.files.lock().unwrap().keys().copied().collect::<Vec<_>>(), vec![1]);
+        let (_, r) = Journal::open(mem.clone(), true).unwrap();
+        assert_eq!(r.updates, vec![snap, rec(3), rec(4), rec(5)]);
+    }
+
     #[test]
     fn dir_storage_round_trip() {
         let dir = std::env::temp_dir().join(format!("shardwise-journal-{}", std::process::id()));
@@ -721,6 +957,8 @@ mod crash_points {
     #[derive(Default)]
     struct Disk {
         files: BTreeMap<u64, File>,
+        /// Staged segments, durable once staged (replay never reads them).
+        staged: BTreeMap<u64, Vec<u8>>,
         current: Option<u64>,
         ops: usize,
         crash_at: Option<usize>,
@@ -866,6 +1104,46 @@ mod crash_points {
         fn describe(&self, s: u64) -> String {
             format!("sim/{s}")
         }
+        fn stager(&self) -> Box<dyn Stager> {
+            Box::new(self.clone())
+        }
+        fn install(&mut self, s: u64, tail: &[u8]) -> io::Result<()> {
+            // Three operations: the tail appended to the staged file, its fsync, and the
+            // rename with its directory fsync. Cut short, the first two leave the segments
+            // as they were; the rename happens whole or not at all.
+            self.step(|_| {})?;
+            self.step(|_| {})?;
+            let staged = self.0.lock().unwrap().staged.get(&s).cloned();
+            let Some(mut bytes) = staged else { return Err(io::Error::other("not staged")) };
+            bytes.extend_from_slice(tail);
+            let renamed = File { durable: bytes, pending: Vec::new(), linked: true };
+            let torn = renamed.clone();
+            self.step(move |files| {
+                files.insert(s, torn);
+            })?;
+            let mut d = self.0.lock().unwrap();
+            d.staged.remove(&s);
+            d.files.insert(s, renamed);
+            d.current = Some(s);
+            Ok(())
+        }
+        fn discard_staged(&mut self) -> io::Result<()> {
+            let mut d = self.0.lock().unwrap();
+            if d.crashed {
+                return Err(io::Error::other("powered off"));
+            }
+            d.staged.clear();
+            Ok(())
+        }
+    }
+
+    impl Stager for Sim {
+        fn stage(&mut self, s: u64, b: &[u8]) -> io::Result<()> {
+            // Cut short, a staged file is as good as absent: nothing reads it.
+            self.step(|_| {})?;
+            self.0.lock().unwrap().staged.insert(s, b.to_vec());
+            Ok(())
+        }
     }
 
     fn rec(i: u64) -> Update {
@@ -891,6 +1169,51 @@ mod crash_points {
             }
         }
         out
+    }
+
+    /// Like [`run`], but each compaction runs in the background as the dispatcher runs it:
+    /// begun at every fifth record (the snapshot covering it), the snapshot staged one record
+    /// later, and finished two records after that, with appends and commits in between.
+    fn run_background(disk: &Sim, from: u64, to: u64) -> (u64, u64) {
+        let Ok((mut j, replay)) = Journal::open(disk.clone(), true) else {
+            return (0, 0);
+        };
+        let base = logical(&replay.updates);
+        assert_eq!(base, (1..from).collect::<Vec<_>>(), "a run starts from the whole history");
+        let (mut acked, mut written) = (from - 1, from - 1);
+        let mut begun: Option<(Compaction, u64)> = None;
+        let mut staged: Option<Staged> = None;
+        for i in from..=to {
+            written = i;
+            if j.append(&[rec(i)]).is_err() {
+                break;
+            }
+            if i % 2 == 0 {
+                if j.commit().is_err() {
+                    break;
+                }
+                acked = i;
+            }
+            if let Some((c, k)) = begun.take_if(|(_, k)| i == *k + 1) {
+                match c.write(&snap(k)) {
+                    Ok(s) => staged = Some(s),
+                    Err(_) => break,
+                }
+            }
+            if i % 5 == 3
+                && let Some(s) = staged.take()
+                && j.finish_compaction(s).is_err()
+            {
+                break;
+            }
+            if i % 5 == 0 {
+                match j.begin_compaction() {
+                    Ok(c) => begun = Some((c, i)),
+                    Err(_) => break,
+                }
+            }
+        }
+        (acked, written)
     }
 
     /// One dispatcher run: replays, then appends `from..=to`, committing every second record
@@ -938,6 +1261,17 @@ mod crash_points {
 
     #[test]
     fn power_loss_at_every_storage_operation_loses_nothing_acknowledged() {
+        power_loss_at_every_operation(run);
+    }
+
+    /// The same for compactions written in the background ([`Journal::begin_compaction`]):
+    /// every storage operation of the staging, the tail, the rename and the deletes.
+    #[test]
+    fn power_loss_during_a_background_compaction_loses_nothing_acknowledged() {
+        power_loss_at_every_operation(run_background);
+    }
+
+    fn power_loss_at_every_operation(run: fn(&Sim, u64, u64) -> (u64, u64)) {
         // History from earlier runs: records 1..=6, one compaction.
         let history = Sim::new(BTreeMap::new(), None);
         assert_eq!(run(&history, 1, 6), (6, 6));

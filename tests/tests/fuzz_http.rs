@@ -20,10 +20,13 @@ use serde_json::{Value, json};
 use shardwise_core::dispatch::framing::{Tail, segment_header};
 use shardwise_core::dispatch::journal::{decode_updates, encode_update};
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Update};
-use shardwise_gateway::dispatcher::core::{DriverHandle, JournalWriter, Startup, now};
+use shardwise_gateway::dispatcher::core::{
+    DriverHandle, JournalWriter, SnapshotWriter, Startup, now,
+};
 use shardwise_gateway::dispatcher::{AppState, api_router, router};
 use shardwise_gateway::http::limit::LimitConfig;
 use shardwise_gateway::http::metrics::RouteMetrics;
+use shardwise_gateway::journal::Staged;
 use shardwise_tests::fuzz::{
     Budget, Rng, Verdict, corpus, hostile_value, keys_of, mutate_json, mutate_text, run, show_bytes,
 };
@@ -44,8 +47,11 @@ impl JournalWriter for MemoryJournal {
     fn segment_bytes(&self) -> u64 {
         0
     }
-    fn compact(&mut self, snapshot: &Update) -> std::io::Result<()> {
-        *self.0.lock().expect("journal lock") = vec![snapshot.clone()];
+    // (Never called: the segment never grows past the threshold.)
+    fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>> {
+        Err(std::io::Error::other("this journal does not compact"))
+    }
+    fn finish_compaction(&mut self, _: Staged) -> std::io::Result<()> {
         Ok(())
     }
 }

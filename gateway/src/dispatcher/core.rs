@@ -21,6 +21,12 @@
 //! A panic inside the state machine (a bug) poisons the mutex: the dispatcher then refuses
 //! every call rather than serve a half-applied change.
 //!
+//! Compaction: when the current segment grows past `--compact-at-bytes`, the syncer takes the
+//! core mutex only to copy the state (the snapshot) and the records queued so far; a thread of
+//! its own encodes, writes and fsyncs the snapshot while the syncer goes on committing, and
+//! the syncer then finishes the compaction (the records committed meanwhile follow the
+//! snapshot in its segment). Requests wait for the copy, never for the disk.
+//!
 //! Timers: a task sleeps until the state machine's `poll_timeout` (woken early when a call
 //! brings the deadline forward) and runs `handle_timeout` the same way a call runs.
 
@@ -36,7 +42,7 @@ use shardwise_core::dispatch::{
 use tokio::sync::{Notify, oneshot};
 
 use crate::http::{Code, Problem};
-use crate::journal::{Journal, Storage};
+use crate::journal::{Compaction, Journal, Staged, Storage};
 
 /// Wall-clock milliseconds (journaled times must compare across restarts).
 pub fn now() -> Millis {
@@ -69,8 +75,25 @@ pub trait JournalWriter: Send {
     fn commit(&mut self) -> std::io::Result<()>;
     /// Bytes in the current segment.
     fn segment_bytes(&self) -> u64;
-    /// Compacts with a snapshot.
-    fn compact(&mut self, snapshot: &Update) -> std::io::Result<()>;
+    /// Begins a compaction whose snapshot covers exactly the records appended so far; the
+    /// returned writer writes the snapshot on another thread while appends and commits go on.
+    fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>>;
+    /// Finishes the compaction with its written snapshot: the records appended since it
+    /// began follow the snapshot in the new segment, older segments are deleted.
+    fn finish_compaction(&mut self, staged: Staged) -> std::io::Result<()>;
+}
+
+/// Writes a compaction's snapshot (encodes it, writes it and makes it durable) off the
+/// syncer, beside the journal's appends.
+pub trait SnapshotWriter: Send {
+    /// Writes `snapshot`.
+    fn write(self: Box<Self>, snapshot: &Update) -> std::io::Result<Staged>;
+}
+
+impl SnapshotWriter for Compaction {
+    fn write(self: Box<Self>, snapshot: &Update) -> std::io::Result<Staged> {
+        Compaction::write(*self, snapshot)
+    }
 }
 
 impl<S: Storage> JournalWriter for Journal<S> {
@@ -83,8 +106,11 @@ impl<S: Storage> JournalWriter for Journal<S> {
     fn segment_bytes(&self) -> u64 {
         Journal::segment_bytes(self)
     }
-    fn compact(&mut self, snapshot: &Update) -> std::io::Result<()> {
-        Journal::compact(self, snapshot)
+    fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>> {
+        Ok(Box::new(Journal::begin_compaction(self)?))
+    }
+    fn finish_compaction(&mut self, staged: Staged) -> std::io::Result<()> {
+        Journal::finish_compaction(self, staged)
     }
 }
 
@@ -99,6 +125,8 @@ struct Queue {
     records: Vec<Update>,
     /// The batch the last of `records` belongs to.
     last: Seq,
+    /// A compaction's snapshot, written (or not) by the compaction thread.
+    staged: Option<std::io::Result<Staged>>,
 }
 
 /// The syncer's queue and its wake-up.
@@ -340,37 +368,58 @@ fn journal_broken() -> Problem {
 }
 
 /// The syncer: writes and commits whatever is queued, one batch per commit, then releases the
-/// replies that waited for it.
+/// replies that waited for it. Compaction runs beside it (see [`begin_compaction`]): the
+/// syncer only starts one and finishes it when its snapshot is written.
 fn sync(inner: &Inner, mut journal: Box<dyn JournalWriter>) {
     let stats = &inner.stats;
     let mut batch = Vec::new();
+    let mut compacting = false;
     loop {
-        let last = {
+        let (last, staged) = {
             let mut q = lock(&inner.pipe.queue);
-            while q.records.is_empty() {
+            while q.records.is_empty() && q.staged.is_none() {
                 q = inner.pipe.queued.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner);
             }
             std::mem::swap(&mut batch, &mut q.records);
-            q.last
+            (q.last, q.staged.take())
         };
-        let started = std::time::Instant::now();
-        let r = journal.append(&batch).and_then(|()| journal.commit());
-        stats.commits.fetch_add(1, Ordering::Relaxed);
-        stats.records.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        stats.commit_latency.observe(started.elapsed());
-        batch.clear();
-        if let Err(e) = r {
-            fail(inner, &e, "journal write failed");
-            return;
+        let committed = !batch.is_empty();
+        if committed {
+            let started = std::time::Instant::now();
+            let r = journal.append(&batch).and_then(|()| journal.commit());
+            stats.commits.fetch_add(1, Ordering::Relaxed);
+            stats.records.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            stats.commit_latency.observe(started.elapsed());
+            batch.clear();
+            if let Err(e) = r {
+                fail(inner, &e, "journal write failed");
+                return;
+            }
+            if !persisted(inner, last) {
+                return;
+            }
         }
-        if !persisted(inner, last) {
-            return;
+        if let Some(staged) = staged {
+            compacting = false;
+            let started = std::time::Instant::now();
+            if let Err(e) = staged.and_then(|s| journal.finish_compaction(s)) {
+                fail(inner, &e, "journal compaction failed");
+                return;
+            }
+            let finish_us = started.elapsed().as_micros();
+            tracing::info!(finish_us, "journal compacted");
         }
-        if journal.segment_bytes() > inner.compact_at_bytes
-            && let Err(e) = compact(inner, journal.as_mut())
-        {
-            fail(inner, &e, "journal compaction failed");
-            return;
+        // After a commit only, as before: a snapshot bigger than the threshold does not
+        // start the next compaction by itself.
+        if committed && !compacting && journal.segment_bytes() > inner.compact_at_bytes {
+            match begin_compaction(inner, journal.as_mut()) {
+                Ok(true) => compacting = true,
+                Ok(false) => return,
+                Err(e) => {
+                    fail(inner, &e, "journal compaction failed");
+                    return;
+                }
+            }
         }
     }
 }
@@ -395,24 +444,43 @@ fn fail(inner: &Inner, e: &std::io::Error, what: &str) {
     }
 }
 
-/// Snapshots the state and compacts, with the core held so that the snapshot covers exactly
-/// the records written.
-fn compact(inner: &Inner, journal: &mut dyn JournalWriter) -> std::io::Result<()> {
-    let mut guard = lock(&inner.core);
-    let Some(core) = guard.as_mut() else { return Ok(()) };
-    let (rest, last) = {
+/// Begins a compaction. Under the core mutex, only the capture: a copy of the state and the
+/// records queued so far, which the snapshot covers exactly (records are queued under the
+/// same mutex, in the order they were applied). Then, with the mutex released, the syncer
+/// writes and commits those records (their replies are released as usual) and begins the
+/// journal's compaction; a thread of its own encodes, writes and fsyncs the snapshot while
+/// the syncer goes on committing later records, and hands the written snapshot back through
+/// the queue, where [`sync`] finishes the compaction. False when the core is gone.
+fn begin_compaction(inner: &Inner, journal: &mut dyn JournalWriter) -> std::io::Result<bool> {
+    let started = std::time::Instant::now();
+    let (snapshot, rest, last) = {
+        let Ok(guard) = inner.core.lock() else { return Ok(false) };
+        let Some(core) = guard.as_ref() else { return Ok(false) };
+        let snapshot = core.driver.dispatcher().snapshot();
         let mut q = lock(&inner.pipe.queue);
-        (std::mem::take(&mut q.records), q.last)
+        (snapshot, std::mem::take(&mut q.records), q.last)
     };
+    let capture_us = started.elapsed().as_micros();
     if !rest.is_empty() {
         journal.append(&rest)?;
         journal.commit()?;
+        if !persisted(inner, last) {
+            return Ok(false);
+        }
     }
-    journal.compact(&core.driver.dispatcher().snapshot())?;
-    let released = core.driver.handle_persisted(last);
-    core.deliver(released);
-    tracing::info!("journal compacted");
-    Ok(())
+    let writer = journal.begin_compaction()?;
+    let pipe = inner.pipe.clone();
+    std::thread::Builder::new().name("shardwise-compact".into()).spawn(move || {
+        let started = std::time::Instant::now();
+        let r = writer.write(&snapshot);
+        let write_ms = started.elapsed().as_millis();
+        drop(snapshot);
+        tracing::info!(capture_us, write_ms, "journal snapshot written");
+        let mut q = lock(&pipe.queue);
+        q.staged = Some(r);
+        pipe.queued.notify_one();
+    })?;
+    Ok(true)
 }
 
 /// Runs the state machine's timers.
@@ -482,7 +550,10 @@ mod tests {
         fn segment_bytes(&self) -> u64 {
             0
         }
-        fn compact(&mut self, _: &Update) -> std::io::Result<()> {
+        fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>> {
+            Err(std::io::Error::other("never compacts"))
+        }
+        fn finish_compaction(&mut self, _: Staged) -> std::io::Result<()> {
             Ok(())
         }
     }
@@ -547,11 +618,129 @@ mod tests {
         fn segment_bytes(&self) -> u64 {
             self.bytes
         }
-        fn compact(&mut self, _: &Update) -> std::io::Result<()> {
-            self.bytes = 0;
+        fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>> {
             self.compactions.fetch_add(1, Ordering::SeqCst);
+            Ok(Box::new(Gate::default()))
+        }
+        fn finish_compaction(&mut self, _: Staged) -> std::io::Result<()> {
+            self.bytes = 0;
             Ok(())
         }
+    }
+
+    /// A snapshot writer that waits until its gate opens, then reports how many workers the
+    /// snapshot held.
+    #[derive(Clone, Default)]
+    struct Gate {
+        open: Arc<(Mutex<bool>, Condvar)>,
+        workers: Arc<Mutex<Option<usize>>>,
+    }
+
+    impl Gate {
+        fn open(&self) {
+            *self.open.0.lock().unwrap() = true;
+            self.open.1.notify_all();
+        }
+    }
+
+    impl SnapshotWriter for Gate {
+        fn write(self: Box<Self>, snapshot: &Update) -> std::io::Result<Staged> {
+            let mut open = self.open.0.lock().unwrap();
+            while !*open {
+                open = self.open.1.wait(open).unwrap();
+            }
+            let Update::Snapshot { state } = snapshot else { panic!("not a snapshot") };
+            *self.workers.lock().unwrap() = Some(state.workers().len());
+            Ok(Staged::for_tests())
+        }
+    }
+
+    /// A journal counting registrations, whose compaction waits for a [`Gate`].
+    struct Gated {
+        bytes: u64,
+        registrations: Arc<AtomicUsize>,
+        /// Registrations appended when the compaction began.
+        at_begin: Arc<Mutex<Option<usize>>>,
+        finished: Arc<AtomicUsize>,
+        gate: Gate,
+    }
+
+    impl JournalWriter for Gated {
+        fn append(&mut self, updates: &[Update]) -> std::io::Result<()> {
+            self.bytes += 1_000 * updates.len() as u64;
+            let n = updates.iter().filter(|u| matches!(u, Update::RegisterWorker { .. })).count();
+            self.registrations.fetch_add(n, Ordering::SeqCst);
+            Ok(())
+        }
+        fn commit(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn segment_bytes(&self) -> u64 {
+            self.bytes
+        }
+        fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>> {
+            *self.at_begin.lock().unwrap() = Some(self.registrations.load(Ordering::SeqCst));
+            Ok(Box::new(self.gate.clone()))
+        }
+        fn finish_compaction(&mut self, _: Staged) -> std::io::Result<()> {
+            self.bytes = 0;
+            self.finished.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// Issue 12, point 6: while a snapshot is being written, requests are applied and made
+    /// durable and their replies go out; the snapshot covers exactly the records written
+    /// before the compaction began, and the compaction finishes once it is written.
+    #[tokio::test]
+    async fn requests_are_acknowledged_while_a_snapshot_is_written() {
+        let gate = Gate::default();
+        let registrations = Arc::new(AtomicUsize::new(0));
+        let at_begin = Arc::new(Mutex::new(None));
+        let finished = Arc::new(AtomicUsize::new(0));
+        let journal: Box<dyn JournalWriter> = Box::new(Gated {
+            bytes: 0,
+            registrations: registrations.clone(),
+            at_begin: at_begin.clone(),
+            finished: finished.clone(),
+            gate: gate.clone(),
+        });
+        let config = DispatcherConfig { fault_tolerant: true, ..Default::default() };
+        let d = Dispatcher::new(config, "test".into(), now()).expect("dispatcher");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let actor = DriverHandle::spawn_with(Box::new(move || Ok((d, Some(journal)))), 1_500, {
+            move |e| {
+                let _ = tx.send(e);
+            }
+        });
+        assert_eq!(rx.await.expect("started"), None);
+        // The first commit crosses the threshold: the compaction begins, and its snapshot
+        // write waits for the gate.
+        actor.call(heartbeat("w0:1")).await.expect("acknowledged");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while at_begin.lock().unwrap().is_none() {
+            assert!(std::time::Instant::now() < deadline, "the compaction never began");
+            tokio::task::yield_now().await;
+        }
+        // Registrations are acknowledged (committed) while the snapshot is being written.
+        for i in 1..50 {
+            let a = format!("w{i}:1");
+            let call = actor.call(heartbeat(&a));
+            tokio::time::timeout(Duration::from_secs(10), call)
+                .await
+                .expect("a call waited for the snapshot")
+                .expect("acknowledged");
+        }
+        assert_eq!(registrations.load(Ordering::SeqCst), 50);
+        assert_eq!(finished.load(Ordering::SeqCst), 0, "the snapshot is still being written");
+        gate.open();
+        while finished.load(Ordering::SeqCst) == 0 {
+            assert!(std::time::Instant::now() < deadline, "the compaction never finished");
+            tokio::task::yield_now().await;
+        }
+        let covered = *gate.workers.lock().unwrap();
+        assert_eq!(covered, *at_begin.lock().unwrap(), "the snapshot covers what was written");
+        assert_eq!(actor.call(ListWorkers).await.expect("read").workers.len(), 50);
     }
 
     #[tokio::test]

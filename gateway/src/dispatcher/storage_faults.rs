@@ -11,7 +11,7 @@ use shardwise_core::dispatch::wire::WorkerHeartbeat;
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, ListWorkers};
 
 use super::core::{DriverHandle, JournalWriter, now};
-use crate::journal::{DirStorage, Journal, Storage};
+use crate::journal::{DirStorage, Journal, Stager, Storage};
 
 /// A real directory whose disk can fill up and whose fsync can fail.
 struct Faulty {
@@ -56,6 +56,18 @@ impl Storage for Faulty {
     }
     fn describe(&self, segment: u64) -> String {
         self.dir.describe(segment)
+    }
+    fn stager(&self) -> Box<dyn Stager> {
+        self.dir.stager()
+    }
+    fn install(&mut self, segment: u64, tail: &[u8]) -> io::Result<()> {
+        if self.fail_sync.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected fsync failure (EIO)"));
+        }
+        self.dir.install(segment, tail)
+    }
+    fn discard_staged(&mut self) -> io::Result<()> {
+        self.dir.discard_staged()
     }
 }
 
