@@ -25,6 +25,13 @@
 //! The direction is one way (a test, `modules_have_no_import_cycle`, checks it from the
 //! sources): `http`, `journal` <- `kubernetes` <- `dispatcher`; `http` <- `worker`, `client`;
 //! `dispatcher`, `worker` <- `openapi`.
+//!
+//! # Errors
+//!
+//! Every error is a type, sorted into one [`Code`] (the status classes): an HTTP answer is a
+//! [`Problem`] built from its code; a process that cannot start returns its
+//! [`dispatcher::StartError`] or [`worker::StartError`], which knows its exit status and its
+//! stderr line; the client's retry rules match on the code.
 #![forbid(unsafe_code)]
 // Handlers return `Result<_, Problem>`; a problem is built at most once per request, on the
 // error path, so its size (an RFC 9457 object with optional members) costs nothing that matters.

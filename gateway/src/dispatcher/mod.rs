@@ -292,7 +292,7 @@ pub fn run(args: DispatcherArgs) -> i32 {
 }
 
 /// Starts a dispatcher on this tokio runtime: validates the arguments, takes the work dir's
-/// lock (one dispatcher per work dir), binds, replays the journal (if any) on the actor's
+/// lock (one dispatcher per work dir), binds, replays the journal (if any) on the driver's
 /// thread while already answering `/healthz` (and `/readyz` 503), and returns once it is
 /// ready. Errors know their exit status ([`StartError::exit_code`]: 2 for bad arguments, 1
 /// otherwise) and name the path that failed; a journal that cannot be replayed is an error,
