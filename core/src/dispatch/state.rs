@@ -1074,3 +1074,30 @@ impl State {
         state
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_outside_the_worker_list_is_a_typed_refusal_in_tensorflows_words() {
+        let list = WorkerList::new(vec!["w1:%port%".into(), "w2:7".into()]);
+        assert_eq!(list.validate("w1:5"), Ok(()));
+        assert_eq!(WorkerList::default().validate("anything"), Ok(()));
+        let e = list.validate("w3:7").unwrap_err();
+        assert_eq!(
+            e,
+            NotInWorkerList {
+                address: "w3:7".into(),
+                entries: vec!["w1:%port%".into(), "w2:7".into()]
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "Failed to assign an index for worker w3:7. Configured workers list: [w1:%port%, \
+             w2:7]. The worker's address is not configured, or other workers are already running \
+             at the configured host. If your worker has restarted, make sure it runs at the same \
+             address and port."
+        );
+    }
+}
