@@ -1,5 +1,5 @@
 //! The HTTP kit every Shardwise server shares: problem+json answers ([`problem`]), the two
-//! front services around a router ([`front`]), the accept loop with bounded read times
+//! front services around a router (`front`), the accept loop with bounded read times
 //! ([`conn`]), bearer tokens ([`auth`]), request limits ([`limit`]), Prometheus metrics
 //! ([`metrics`]), the strict JSON body extractor and path ids ([`body`]), the served OpenAPI
 //! document ([`docs`]), the REST client of the worker runtime and the Rust client

@@ -21,7 +21,7 @@
 //!   with `POST /v1/workers/update`; only after the dispatcher acknowledged that report do
 //!   reads answer `end_of_sequence: true`, so a client that saw the end of every task will see
 //!   `iteration_finished` on its next heartbeat.
-//! * **Serving.** `GET /v1/tasks/{task_id}/elements` ([`api`]), `/healthz`, `/metrics` and the
+//! * **Serving.** `GET /v1/tasks/{task_id}/elements` ([`routes`]), `/healthz`, `/metrics` and the
 //!   one OpenAPI document at `/openapi.json`; `--auth-tokens` requires a client token on the
 //!   element route, `--token-file` is the token presented to the dispatcher.
 
