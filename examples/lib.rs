@@ -39,12 +39,11 @@ pub mod seed {
     /// ```
     pub async fn run(out: &mut (dyn std::io::Write + Send)) -> Result<(), Error> {
         // dispatcher = tf.data.experimental.service.DispatchServer()
-        let dispatcher = dispatcher::start(DispatcherArgs { port: 0, ..DispatcherArgs::default() })
-            .await
-            .map_err(|(_, e)| e)?;
+        let dispatcher =
+            dispatcher::start(DispatcherArgs { port: 0, ..DispatcherArgs::default() }).await?;
         let url = dispatcher.url();
         // worker = tf.data.experimental.service.WorkerServer(...)
-        let first = worker::start(WorkerArgs::new(&url)).await.map_err(|(_, e)| e)?;
+        let first = worker::start(WorkerArgs::new(&url)).await?;
         // dataset = tf.data.Dataset.range(10).apply(distribute("parallel_epochs", ...))
         let dataset: DatasetDef = r#"{"source": {"range": {"stop": 10}}}"#.parse()?;
         let elements: Vec<Value> =
@@ -52,7 +51,7 @@ pub mod seed {
         writeln!(out, "{}", list(&elements))?;
 
         // A second worker; distributed_epoch hands each split to one of them.
-        let second = worker::start(WorkerArgs::new(&url)).await.map_err(|(_, e)| e)?;
+        let second = worker::start(WorkerArgs::new(&url)).await?;
         let options = DistributeOptions {
             processing_mode: ProcessingMode::Named(NamedMode::DistributedEpoch),
             split_size: Some(2),

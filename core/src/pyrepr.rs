@@ -94,13 +94,21 @@ pub fn repr_int_set(items: &[i64]) -> String {
     format!("{{{}}}", parts.join(", "))
 }
 
+/// A text Python's `int(s)` refuses in base 10, with Python's `ValueError` message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid literal for int() with base 10: {literal}")]
+pub struct InvalidIntLiteral {
+    /// The text, as Python's `repr` shows it.
+    pub literal: String,
+}
+
 /// Parses a string the way Python's `int(s)` does for base 10.
 ///
 /// Accepts surrounding whitespace, one sign, ASCII digits and single underscores between
 /// digits. Values outside `i64` are reported as `None` in the `Ok` position's sibling:
 /// the caller turns that into its own out-of-range error.
-pub fn python_int(s: &str) -> Result<Option<i64>, String> {
-    let invalid = || format!("invalid literal for int() with base 10: {}", repr_str(s));
+pub fn python_int(s: &str) -> Result<Option<i64>, InvalidIntLiteral> {
+    let invalid = || InvalidIntLiteral { literal: repr_str(s) };
     let t = s.trim();
     let (neg, digits) = match t.as_bytes().first() {
         Some(b'-') => (true, &t[1..]),
@@ -164,7 +172,11 @@ mod tests {
         assert_eq!(python_int("007"), Ok(Some(7)));
         assert_eq!(python_int("1_000"), Ok(Some(1000)));
         assert_eq!(python_int("99999999999999999999999"), Ok(None));
-        assert_eq!(python_int("a").unwrap_err(), "invalid literal for int() with base 10: 'a'");
+        assert_eq!(
+            python_int("a").unwrap_err().to_string(),
+            "invalid literal for int() with base 10: 'a'"
+        );
+        assert_eq!(python_int("a"), Err(InvalidIntLiteral { literal: "'a'".into() }));
         for bad in ["", " ", "1.5", "_1", "1_", "1__0", "+-1", "0x1"] {
             assert!(python_int(bad).is_err(), "{bad:?}");
         }

@@ -493,6 +493,8 @@ fn a_lost_workers_splits_are_handed_out_again() {
     let r = h.d.call(Millis(10), (lease.iteration_id, req("w1", 2))).unwrap();
     h.sync();
     assert!(r.splits.is_empty() && !r.end_of_splits && r.retry_after_ms.is_some());
+    // The one retry interval, which the worker also waits when a reply names none.
+    assert_eq!(r.retry_after_ms, Some(shardwise_core::dispatch::wire::SPLIT_RETRY_AFTER_MS));
     // w1 keeps heartbeating, w2 does not: w2 is lost and its splits go to w1.
     h.heartbeat(900, "w1", &[]);
     h.d.handle_timeout(Millis(1_500));

@@ -397,5 +397,5 @@ fn error_texts_quote_a_short_prefix() {
     .unwrap_err();
     assert!(e.to_string().len() < 300, "{e}");
     let e = "9".repeat(10_000).parse::<TaskId>().unwrap_err();
-    assert!(e.len() < 300, "{e}");
+    assert!(e.to_string().len() < 300, "{e}");
 }

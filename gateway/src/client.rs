@@ -408,7 +408,8 @@ impl Reader {
         options: DistributeOptions,
     ) -> Result<Reader, ClientError> {
         validate(&options)?;
-        let base = crate::http::client::base_url(url).map_err(ClientError::InvalidArgument)?;
+        let base = crate::http::client::base_url(url)
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
         let http = crate::http::client::http_client(Duration::from_secs(60));
         let rest = Rest::new(http, base, options.token.clone());
         let timeout = options.unavailable_timeout;

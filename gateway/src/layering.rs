@@ -10,13 +10,12 @@ fn module_of(rel: &Path) -> String {
     first.unwrap_or_default().trim_end_matches(".rs").to_owned()
 }
 
-/// The top-level modules a file's non-test code names through `crate::`.
+/// The top-level modules a file names through `crate::`, its unit tests included: a test that
+/// needs two roles at once belongs with the crate's integration tests (`gateway/tests`).
 fn uses(text: &str) -> BTreeSet<String> {
-    // Unit tests may reach across (they are not part of the module graph a build sees).
-    let code = text.split("#[cfg(test)]").next().unwrap_or(text);
     let mut out = BTreeSet::new();
-    for (i, _) in code.match_indices("crate::") {
-        let rest = &code[i + "crate::".len()..];
+    for (i, _) in text.match_indices("crate::") {
+        let rest = &text[i + "crate::".len()..];
         let name: String =
             rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
         if !name.is_empty() {

@@ -29,6 +29,13 @@
 //! * [`tf`]: TensorFlow's tf.data service protocol (generated types of the project's own
 //!   `.proto` subsets) and the DYNAMIC split providers of a dataset's GraphDef. Uses nothing
 //!   else in this crate.
+//!
+//! # Errors
+//!
+//! Every error is a type, sorted into one [`Code`] (the status classes): an HTTP answer is a
+//! [`Problem`] built from its code; a process that cannot start returns its
+//! [`dispatcher::StartError`] or [`worker::StartError`], which knows its exit status and its
+//! stderr line; the client's retry rules match on the code.
 #![forbid(unsafe_code)]
 // Handlers return `Result<_, Problem>`; a problem is built at most once per request, on the
 // error path, so its size (an RFC 9457 object with optional members) costs nothing that matters.

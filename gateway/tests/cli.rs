@@ -31,3 +31,31 @@ fn help_opens_with_what_the_command_does() {
         assert!(help.contains(sub), "--help lists {sub}: {help}");
     }
 }
+
+/// Each role reads its own variables: exporting the dispatcher's `SHARDWISE_PORT` (or
+/// `SHARDWISE_AUTH_TOKENS`) for it leaves a worker in the same environment alone.
+#[test]
+fn every_flag_has_its_own_environment_name() {
+    use clap::Args as _;
+    use shardwise_gateway::dispatcher::DispatcherArgs;
+    use shardwise_gateway::worker::WorkerArgs;
+    fn envs(c: &clap::Command) -> Vec<String> {
+        c.get_arguments()
+            .filter(|a| a.get_long().is_some())
+            .map(|a| {
+                let env = a.get_env().unwrap_or_else(|| panic!("--{:?} has no env", a.get_id()));
+                env.to_string_lossy().into_owned()
+            })
+            .collect()
+    }
+    let worker = envs(&WorkerArgs::augment_args(clap::Command::new("worker")));
+    let dispatcher = envs(&DispatcherArgs::augment_args(clap::Command::new("dispatcher")));
+    assert!(worker.contains(&"SHARDWISE_WORKER_PORT".to_owned()), "{worker:?}");
+    for e in &worker {
+        assert!(e.starts_with("SHARDWISE_WORKER_"), "{e}");
+        assert!(!dispatcher.contains(e), "{e} is read by both roles");
+    }
+    for e in &dispatcher {
+        assert!(e.starts_with("SHARDWISE_"), "{e}");
+    }
+}

@@ -309,7 +309,7 @@ fn expand_range(
 /// A range bound, parsed as Python's `int()` does.
 fn host_number(text: &str) -> Result<u64, Failure> {
     match python_int(text) {
-        Err(message) => Err(Failure::Tf(message)),
+        Err(e) => Err(Failure::Tf(e.to_string())),
         Ok(Some(n)) => u64::try_from(n)
             .map_err(|_| Failure::Limit(format!("host number {} is negative", text.trim()))),
         Ok(None) => Err(Failure::Limit(format!("host number {} is too large", text.trim()))),
@@ -384,7 +384,7 @@ fn slurm_var<'a>(env: &'a BTreeMap<String, String>, name: &str) -> Result<&'a st
 fn slurm_int(env: &BTreeMap<String, String>, name: &str) -> Result<i64, ClusterError> {
     let text = slurm_var(env, name)?;
     python_int(text)
-        .map_err(|message| ClusterError::invalid(TfException::ValueError, message))?
+        .map_err(|e| ClusterError::invalid(TfException::ValueError, e.to_string()))?
         .ok_or_else(|| {
             ClusterError::invalid_input(format!("{name} {} is out of range", repr_str(text)))
         })

@@ -149,7 +149,9 @@ impl ClusterSpec {
                     let mut m = BTreeMap::new();
                     for (k, v) in obj {
                         let index = python_int(k)
-                            .map_err(|msg| ClusterError::invalid(TfException::ValueError, msg))?
+                            .map_err(|e| {
+                                ClusterError::invalid(TfException::ValueError, e.to_string())
+                            })?
                             .ok_or_else(|| {
                                 ClusterError::invalid(
                                     TfException::ValueError,

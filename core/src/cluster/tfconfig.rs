@@ -80,7 +80,7 @@ pub(crate) fn python_int_of(v: &Value) -> Result<TaskIndex, ClusterError> {
             }
         }
         Value::String(s) => python_int(s)
-            .map_err(|m| ClusterError::invalid(TfException::ValueError, m))?
+            .map_err(|e| ClusterError::invalid(TfException::ValueError, e.to_string()))?
             .ok_or_else(out_of_range),
         other => {
             let ty = match other {

@@ -23,61 +23,126 @@ pub const MAX_ADDRESS_LEN: usize = 255;
 /// The longest DNS label.
 const MAX_LABEL_LEN: usize = 63;
 
+/// Why an address was refused. Each message quotes at most a short prefix of the address
+/// (see [`echo`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    /// A worker's address that is not `host:port` ([`check_worker_address`]).
+    #[error(
+        "worker_address {address} is not host:port ({why}); the host is a DNS name, an IPv4 \
+         address or a bracketed IPv6 address, the port 1 to 65535"
+    )]
+    NotHostPort {
+        /// The address, quoted as [`echo`] quotes it.
+        address: String,
+        /// What is wrong with it.
+        why: Malformed,
+    },
+    /// A worker list entry that is not `host`, `host:port` or `host:%port%`
+    /// ([`check_worker_list_entry`]).
+    #[error("worker list entry {entry} is not host, host:port or host:%port% ({why})")]
+    NotListEntry {
+        /// The entry, quoted as [`echo`] quotes it.
+        entry: String,
+        /// What is wrong with it.
+        why: Malformed,
+    },
+    /// An empty address ([`check_plausible`]).
+    #[error("worker_address must not be empty")]
+    Empty,
+    /// An address longer than [`MAX_ADDRESS_LEN`] bytes ([`check_plausible`]; quoted).
+    #[error("worker_address {0} is longer than {MAX_ADDRESS_LEN} bytes")]
+    TooLong(String),
+    /// An address holding whitespace or control characters ([`check_plausible`]; quoted).
+    #[error("worker_address {0} holds whitespace or control characters")]
+    Unprintable(String),
+}
+
+/// What makes a string not an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    /// Nothing at all.
+    #[error("it is empty")]
+    Empty,
+    /// More than [`MAX_ADDRESS_LEN`] bytes (the length).
+    #[error("{0} bytes, more than {MAX_ADDRESS_LEN}")]
+    TooLong(usize),
+    /// `[` without `]`.
+    #[error("an IPv6 host lacks its `]`")]
+    UnclosedBracket,
+    /// `[...]` that is not an IPv6 address.
+    #[error("the bracketed host is not an IPv6 address")]
+    NotIpv6,
+    /// `]` followed by something other than `:port`.
+    #[error("the `]` is not followed by `:port`")]
+    AfterBracket,
+    /// No `:port` where one is needed.
+    #[error("no port")]
+    NoPort,
+    /// Nothing before the `:port`.
+    #[error("no host")]
+    NoHost,
+    /// An IPv6 literal without brackets.
+    #[error("an IPv6 host must be in brackets")]
+    UnbracketedIpv6,
+    /// Digits and dots that are not an IPv4 address.
+    #[error("the host is neither an IPv4 address nor a DNS name")]
+    NotIpv4,
+    /// `a..b` or `.a`.
+    #[error("the host has an empty label")]
+    EmptyLabel,
+    /// A DNS label longer than 63 characters.
+    #[error("a label of the host is longer than {MAX_LABEL_LEN} characters")]
+    LongLabel,
+    /// A character a DNS name cannot hold.
+    #[error("the host may hold only letters, digits, `-` and `.`")]
+    HostCharacters,
+    /// A port that is not 1 to 65535.
+    #[error("the port is not 1 to 65535")]
+    Port,
+}
+
 /// Checks a worker's address: `host:port` (see the module docs). The error quotes at most a
 /// short prefix of `addr`.
-pub fn check_worker_address(addr: &str) -> Result<(), String> {
-    check(addr, false).map_err(|why| {
-        format!(
-            "worker_address {} is not host:port ({why}); the host is a DNS name, an IPv4 \
-             address or a bracketed IPv6 address, the port 1 to 65535",
-            echo(addr)
-        )
-    })
+pub fn check_worker_address(addr: &str) -> Result<(), AddressError> {
+    check(addr, false).map_err(|why| AddressError::NotHostPort { address: echo(addr), why })
 }
 
 /// Checks an entry of the static-sharding worker list: `host`, `host:port`, `host:%port%` or
 /// `host:%port_<name>%`.
-pub fn check_worker_list_entry(entry: &str) -> Result<(), String> {
-    check(entry, true).map_err(|why| {
-        format!("worker list entry {} is not host, host:port or host:%port% ({why})", echo(entry))
-    })
+pub fn check_worker_list_entry(entry: &str) -> Result<(), AddressError> {
+    check(entry, true).map_err(|why| AddressError::NotListEntry { entry: echo(entry), why })
 }
 
 /// What no address can be: empty, longer than [`MAX_ADDRESS_LEN`] bytes, or holding
 /// whitespace or control characters.
-pub fn check_plausible(addr: &str) -> Result<(), String> {
+pub fn check_plausible(addr: &str) -> Result<(), AddressError> {
     if addr.is_empty() {
-        return Err("worker_address must not be empty".into());
+        return Err(AddressError::Empty);
     }
     if addr.len() > MAX_ADDRESS_LEN {
-        return Err(format!(
-            "worker_address {} is longer than {MAX_ADDRESS_LEN} bytes",
-            echo(addr)
-        ));
+        return Err(AddressError::TooLong(echo(addr)));
     }
     if addr.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "worker_address {} holds whitespace or control characters",
-            echo(addr)
-        ));
+        return Err(AddressError::Unprintable(echo(addr)));
     }
     Ok(())
 }
 
-fn check(addr: &str, list_entry: bool) -> Result<(), String> {
+fn check(addr: &str, list_entry: bool) -> Result<(), Malformed> {
     if addr.is_empty() {
-        return Err("it is empty".into());
+        return Err(Malformed::Empty);
     }
     if addr.len() > MAX_ADDRESS_LEN {
-        return Err(format!("{} bytes, more than {MAX_ADDRESS_LEN}", addr.len()));
+        return Err(Malformed::TooLong(addr.len()));
     }
     let (host, port) = if let Some(rest) = addr.strip_prefix('[') {
-        let (v6, after) = rest.split_once(']').ok_or("an IPv6 host lacks its `]`")?;
-        v6.parse::<Ipv6Addr>().map_err(|_| "the bracketed host is not an IPv6 address")?;
+        let (v6, after) = rest.split_once(']').ok_or(Malformed::UnclosedBracket)?;
+        v6.parse::<Ipv6Addr>().map_err(|_| Malformed::NotIpv6)?;
         match after.strip_prefix(':') {
             Some(port) => (None, Some(port)),
             None if after.is_empty() => (None, None),
-            None => return Err("the `]` is not followed by `:port`".into()),
+            None => return Err(Malformed::AfterBracket),
         }
     } else {
         match addr.rsplit_once(':') {
@@ -90,45 +155,42 @@ fn check(addr: &str, list_entry: bool) -> Result<(), String> {
     }
     match port {
         None if list_entry => Ok(()),
-        None => Err("no port".into()),
+        None => Err(Malformed::NoPort),
         Some(p) if list_entry && is_placeholder(p) => Ok(()),
         Some(p) => check_port(p),
     }
 }
 
-fn check_host(host: &str) -> Result<(), String> {
+fn check_host(host: &str) -> Result<(), Malformed> {
     if host.is_empty() {
-        return Err("no host".into());
+        return Err(Malformed::NoHost);
     }
     if host.contains(':') {
-        return Err("an IPv6 host must be in brackets".into());
+        return Err(Malformed::UnbracketedIpv6);
     }
     if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return host
-            .parse::<Ipv4Addr>()
-            .map(|_| ())
-            .map_err(|_| "the host is neither an IPv4 address nor a DNS name".into());
+        return host.parse::<Ipv4Addr>().map(|_| ()).map_err(|_| Malformed::NotIpv4);
     }
     for label in host.split('.') {
         if label.is_empty() {
-            return Err("the host has an empty label".into());
+            return Err(Malformed::EmptyLabel);
         }
         if label.len() > MAX_LABEL_LEN {
-            return Err(format!("a label of the host is longer than {MAX_LABEL_LEN} characters"));
+            return Err(Malformed::LongLabel);
         }
         if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-            return Err("the host may hold only letters, digits, `-` and `.`".into());
+            return Err(Malformed::HostCharacters);
         }
     }
     Ok(())
 }
 
-fn check_port(port: &str) -> Result<(), String> {
+fn check_port(port: &str) -> Result<(), Malformed> {
     let valid = !port.is_empty()
         && port.len() <= 5
         && port.bytes().all(|b| b.is_ascii_digit())
         && port.parse::<u32>().is_ok_and(|p| (1..=65_535).contains(&p));
-    if valid { Ok(()) } else { Err("the port is not 1 to 65535".into()) }
+    if valid { Ok(()) } else { Err(Malformed::Port) }
 }
 
 /// `%port%` or `%port_<name>%` (letters, digits, `_`, `-`).
@@ -196,10 +258,36 @@ mod tests {
             too_long.as_str(),
             megabyte.as_str(),
         ] {
-            let e = check_worker_address(bad).expect_err(bad);
+            let e = check_worker_address(bad).expect_err(bad).to_string();
             assert!(e.len() < 400, "{e}");
             assert!(!e.contains('\n'), "{e}");
         }
+    }
+
+    /// The refusals are typed (a caller can tell why without reading the text) and their
+    /// texts are the ones users and TensorFlow's tests read.
+    #[test]
+    fn refusals_say_why_in_types_and_words() {
+        assert_eq!(
+            check_worker_address("w1"),
+            Err(AddressError::NotHostPort { address: "\"w1\"".into(), why: Malformed::NoPort })
+        );
+        assert_eq!(
+            check_worker_address("w1").unwrap_err().to_string(),
+            "worker_address \"w1\" is not host:port (no port); the host is a DNS name, an IPv4 \
+             address or a bracketed IPv6 address, the port 1 to 65535"
+        );
+        assert_eq!(
+            check_worker_list_entry("w1:0").unwrap_err().to_string(),
+            "worker list entry \"w1:0\" is not host, host:port or host:%port% (the port is not 1 \
+             to 65535)"
+        );
+        assert_eq!(check_plausible(""), Err(AddressError::Empty));
+        assert_eq!(
+            check_plausible("a b").unwrap_err().to_string(),
+            "worker_address \"a b\" holds whitespace or control characters"
+        );
+        assert!(matches!(check_plausible(&"a".repeat(256)), Err(AddressError::TooLong(_))));
     }
 
     #[test]

@@ -426,7 +426,7 @@ impl Dispatcher {
         req: &WorkerHeartbeat,
     ) -> Result<WorkerHeartbeatReply, DispatchError> {
         let addr = req.worker_address.as_str();
-        check_plausible(addr).map_err(DispatchError::InvalidArgument)?;
+        check_plausible(addr).map_err(|e| DispatchError::InvalidArgument(e.to_string()))?;
         if req.tags.iter().any(|t| t.is_empty()) {
             return Err(DispatchError::InvalidArgument(format!(
                 "Worker tags cannot be empty. Got tags {}",
@@ -463,7 +463,10 @@ impl Dispatcher {
         let uid = req.worker_uid.clone();
         match known {
             None => {
-                self.state.worker_list.validate(addr).map_err(DispatchError::FailedPrecondition)?;
+                self.state
+                    .worker_list
+                    .validate(addr)
+                    .map_err(|e| DispatchError::FailedPrecondition(e.to_string()))?;
                 self.commit(Update::RegisterWorker {
                     address: addr.to_owned(),
                     tags: req.tags.clone(),
@@ -1236,7 +1239,7 @@ impl Dispatcher {
                         .iter()
                         .any(|(w, l)| w != worker && l.iter().any(|s| s.repetition == r));
                 if pending_elsewhere {
-                    retry_after_ms = Some(100);
+                    retry_after_ms = Some(super::wire::SPLIT_RETRY_AFTER_MS);
                 } else {
                     end_of_splits = true;
                     if r == splits.repetition {

@@ -153,8 +153,10 @@ pub use protocol::{
     Call, GetDataset, GetJob, GetMetrics, GetVersion, ListWorkers, Output, ReleaseClient, Reply,
     Request, Response, Seq, Ticket,
 };
-pub use state::{State, Update, apply};
-pub use types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId};
+pub use state::{IndexDrift, NotInWorkerList, State, Update, apply};
+pub use types::{
+    ClientId, IdError, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId,
+};
 pub use wire::{
     ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetInfo,
     DatasetRegistered, GetSplits, IterationLease, JobCreated, JobInfo, MaybeRemove, MetricsFigures,

@@ -196,6 +196,29 @@ pub struct Client {
     pub consumer_index: Option<u64>,
 }
 
+/// A worker whose address matches no entry of the static-sharding worker list (TensorFlow's
+/// words, which its tests read).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "Failed to assign an index for worker {address}. Configured workers list: [{}]. The \
+     worker's address is not configured, or other workers are already running at the \
+     configured host. If your worker has restarted, make sure it runs at the same address and \
+     port.",
+    entries.join(", ")
+)]
+pub struct NotInWorkerList {
+    /// The address that asked to register.
+    pub address: String,
+    /// The list's entries (placeholders bound so far replaced by addresses).
+    pub entries: Vec<String>,
+}
+
+/// A derived index of [`State`] that differs from what [`State::reindex`] rebuilds (found by
+/// [`State::check_heartbeat_index`]): which index, and how.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct IndexDrift(pub String);
+
 /// The fixed worker list of static sharding, with placeholder entries bound to concrete
 /// addresses in registration order (TensorFlow's `WorkerIndexResolver`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -245,17 +268,11 @@ impl WorkerList {
     }
 
     /// Whether `addr` may register: the list is empty, or an entry matches it.
-    pub fn validate(&self, addr: &str) -> Result<(), String> {
+    pub fn validate(&self, addr: &str) -> Result<(), NotInWorkerList> {
         if self.entries.is_empty() || self.matching(addr).is_some() {
             return Ok(());
         }
-        Err(format!(
-            "Failed to assign an index for worker {addr}. Configured workers list: [{}]. The \
-             worker's address is not configured, or other workers are already running at the \
-             configured host. If your worker has restarted, make sure it runs at the same \
-             address and port.",
-            self.entries.join(", ")
-        ))
+        Err(NotInWorkerList { address: addr.to_owned(), entries: self.entries.clone() })
     }
 
     /// Binds `addr` to its entry (replacing a placeholder entry by the address).
@@ -662,30 +679,32 @@ impl State {
     /// the heartbeat index mirrors [`State::workers`] exactly, and the open coordinated-read
     /// iterations and name lookups agree, so that a dispatcher recovered from a snapshot
     /// behaves like the live one. For tests.
-    pub fn check_heartbeat_index(&self) -> Result<(), String> {
-        self.heartbeat_index.check(&self.workers)?;
+    pub fn check_heartbeat_index(&self) -> Result<(), IndexDrift> {
+        self.heartbeat_index.check(&self.workers).map_err(IndexDrift)?;
         let mut rebuilt = self.clone();
         rebuilt.reindex();
         if rebuilt.open_round_robin != self.open_round_robin {
-            return Err(format!(
+            return Err(IndexDrift(format!(
                 "open coordinated-read iterations {:?}, rebuilt {:?}",
                 self.open_round_robin, rebuilt.open_round_robin
-            ));
+            )));
         }
         if rebuilt.iterations_by_key != self.iterations_by_key {
-            return Err("iterations by job name and repetition differ from a rebuild".into());
+            return Err(IndexDrift(
+                "iterations by job name and repetition differ from a rebuild".into(),
+            ));
         }
         if rebuilt.jobs_by_name != self.jobs_by_name {
-            return Err("jobs by name differ from a rebuild".into());
+            return Err(IndexDrift("jobs by name differ from a rebuild".into()));
         }
         if rebuilt.datasets_by_fingerprint != self.datasets_by_fingerprint {
-            return Err("datasets by fingerprint differ from a rebuild".into());
+            return Err(IndexDrift("datasets by fingerprint differ from a rebuild".into()));
         }
         if rebuilt.dataset_bytes != self.dataset_bytes {
-            return Err(format!(
+            return Err(IndexDrift(format!(
                 "datasets hold {} bytes, rebuilt {}",
                 self.dataset_bytes, rebuilt.dataset_bytes
-            ));
+            )));
         }
         Ok(())
     }
@@ -1053,5 +1072,32 @@ impl State {
             apply(&mut state, u);
         }
         state
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_outside_the_worker_list_is_a_typed_refusal_in_tensorflows_words() {
+        let list = WorkerList::new(vec!["w1:%port%".into(), "w2:7".into()]);
+        assert_eq!(list.validate("w1:5"), Ok(()));
+        assert_eq!(WorkerList::default().validate("anything"), Ok(()));
+        let e = list.validate("w3:7").unwrap_err();
+        assert_eq!(
+            e,
+            NotInWorkerList {
+                address: "w3:7".into(),
+                entries: vec!["w1:%port%".into(), "w2:7".into()]
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "Failed to assign an index for worker w3:7. Configured workers list: [w1:%port%, \
+             w2:7]. The worker's address is not configured, or other workers are already running \
+             at the configured host. If your worker has restarted, make sure it runs at the same \
+             address and port."
+        );
     }
 }

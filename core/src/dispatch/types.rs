@@ -22,6 +22,18 @@ impl Millis {
     }
 }
 
+/// A text that is not an id (ids parse from decimal strings: [`JobId`], [`TaskId`], ...). The
+/// text is quoted as [`echo`](crate::echo::echo) quotes it (at most a short prefix).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// Empty, or not only ASCII digits.
+    #[error("{0} is not a decimal id")]
+    NotDecimal(String),
+    /// More than `u64` holds.
+    #[error("{0} is out of range for an id")]
+    OutOfRange(String),
+}
+
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $first:expr) => {
         $(#[$doc])*
@@ -57,14 +69,12 @@ macro_rules! id_type {
         impl utoipa::ToSchema for $name {}
 
         impl std::str::FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, IdError> {
                 if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(format!("{} is not a decimal id", crate::echo::echo(s)));
+                    return Err(IdError::NotDecimal(crate::echo::echo(s)));
                 }
-                s.parse::<u64>()
-                    .map($name)
-                    .map_err(|_| format!("{} is out of range for an id", crate::echo::echo(s)))
+                s.parse::<u64>().map($name).map_err(|_| IdError::OutOfRange(crate::echo::echo(s)))
             }
         }
 
@@ -177,5 +187,27 @@ impl TargetWorkers {
             Self::Any => "ANY",
             Self::Local => "LOCAL",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_parse_from_decimals_with_typed_refusals() {
+        assert_eq!("17".parse::<JobId>(), Ok(JobId(17)));
+        assert_eq!("x1".parse::<TaskId>(), Err(IdError::NotDecimal("\"x1\"".into())));
+        assert_eq!("".parse::<TaskId>(), Err(IdError::NotDecimal("\"\"".into())));
+        let big = "99999999999999999999";
+        assert_eq!(big.parse::<ClientId>(), Err(IdError::OutOfRange(format!("{big:?}"))));
+        assert_eq!(
+            "-1".parse::<IterationId>().unwrap_err().to_string(),
+            "\"-1\" is not a decimal id"
+        );
+        assert_eq!(
+            big.parse::<JobId>().unwrap_err().to_string(),
+            format!("{big:?} is out of range for an id")
+        );
     }
 }

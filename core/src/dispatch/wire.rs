@@ -15,6 +15,10 @@ use crate::echo::echo;
 pub const PROTOCOL_VERSION: u32 = 1;
 /// The most splits one get-split call may ask for.
 pub const MAX_SPLITS_PER_CALL: u32 = 1024;
+/// How long a worker waits before asking for a split again when none is free now but the
+/// repetition is not over (the reply's `retry_after_ms`, and the worker's wait when a reply
+/// names none).
+pub const SPLIT_RETRY_AFTER_MS: u64 = 100;
 
 /// The longest job name.
 pub const MAX_JOB_NAME_LEN: usize = 256;

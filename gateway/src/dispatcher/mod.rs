@@ -5,11 +5,11 @@ pub mod routes;
 #[cfg(test)]
 mod storage_faults;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::Router;
+use shardwise_core::dispatch::address::AddressError;
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis};
 
 pub use self::core::DriverHandle;
@@ -111,7 +111,7 @@ pub struct DispatcherArgs {
 /// A `--worker-addresses` entry, trimmed: empty, or what
 /// [`check_worker_list_entry`](shardwise_core::dispatch::address::check_worker_list_entry)
 /// allows.
-fn parse_worker_list_entry(s: &str) -> Result<String, String> {
+fn parse_worker_list_entry(s: &str) -> Result<String, AddressError> {
     let s = s.trim();
     if !s.is_empty() {
         shardwise_core::dispatch::address::check_worker_list_entry(s)?;
@@ -208,6 +208,53 @@ pub fn router(state: AppState, limits: limit::LimitConfig, tokens: Option<auth::
         .with_state(state)
 }
 
+/// Why a dispatcher did not start. It renders itself as the process's answer: its `Display`
+/// is the stderr line (after `shardwise dispatcher: `), [`StartError::exit_code`] the exit
+/// status.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// `--fault-tolerant` without `--work-dir`.
+    #[error("--fault-tolerant needs --work-dir (where the journal is kept)")]
+    FaultTolerantWithoutWorkDir,
+    /// An unusable `--auth-tokens` file.
+    #[error(transparent)]
+    AuthTokens(#[from] auth::TokenFileError),
+    /// Settings the state machine refuses (e.g. a zero duration).
+    #[error("{0}")]
+    Config(shardwise_core::dispatch::DispatchError),
+    /// An unusable `--cluster-config` file.
+    #[error(transparent)]
+    ClusterConfig(#[from] crate::kubernetes::live::ClusterConfigError),
+    /// The work dir cannot be owned (another dispatcher holds it, or it cannot be created).
+    #[error("refusing to start: {0}")]
+    WorkDir(String),
+    /// `--host` and `--port` cannot be listened on.
+    #[error(transparent)]
+    Listen(#[from] crate::http::ListenError),
+    /// The journal cannot be replayed (or the state machine not built from it).
+    #[error("refusing to start: {0}")]
+    Recovery(String),
+    /// The replay thread ended without an answer.
+    #[error("refusing to start: the replay thread ended without an answer (a bug)")]
+    RecoveryLost,
+}
+
+impl StartError {
+    /// The process's exit status: 2 for bad arguments (usage), 1 for everything else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            StartError::FaultTolerantWithoutWorkDir
+            | StartError::AuthTokens(_)
+            | StartError::Config(_)
+            | StartError::ClusterConfig(_) => 2,
+            StartError::WorkDir(_)
+            | StartError::Listen(_)
+            | StartError::Recovery(_)
+            | StartError::RecoveryLost => 1,
+        }
+    }
+}
+
 /// Runs the dispatcher until SIGINT/SIGTERM; returns the process exit status.
 pub fn run(args: DispatcherArgs) -> i32 {
     init_logging();
@@ -234,9 +281,9 @@ pub fn run(args: DispatcherArgs) -> i32 {
         };
         let running = match started {
             Ok(r) => r,
-            Err((code, e)) => {
+            Err(e) => {
                 eprintln!("shardwise dispatcher: {e}");
-                return code;
+                return e.exit_code();
             }
         };
         println!("shardwise dispatcher listening on {}", running.url());
@@ -245,42 +292,32 @@ pub fn run(args: DispatcherArgs) -> i32 {
 }
 
 /// Starts a dispatcher on this tokio runtime: validates the arguments, takes the work dir's
-/// lock (one dispatcher per work dir), binds, replays the journal (if any) on the actor's
+/// lock (one dispatcher per work dir), binds, replays the journal (if any) on the driver's
 /// thread while already answering `/healthz` (and `/readyz` 503), and returns once it is
-/// ready. Errors carry the exit status (2 for bad arguments, 1 otherwise) and name the path
-/// that failed; a journal that cannot be replayed is an error, and nothing is left serving.
-pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
+/// ready. Errors know their exit status ([`StartError::exit_code`]: 2 for bad arguments, 1
+/// otherwise) and name the path that failed; a journal that cannot be replayed is an error,
+/// and nothing is left serving.
+pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     if args.fault_tolerant && args.work_dir.is_none() {
-        return Err((
-            2,
-            "--fault-tolerant needs --work-dir (where the journal is kept)".to_owned(),
-        ));
+        return Err(StartError::FaultTolerantWithoutWorkDir);
     }
     let tokens = match &args.auth_tokens {
         None => None,
-        Some(path) => Some(auth::Tokens::load(path).map_err(|e| (2, e))?),
+        Some(path) => Some(auth::Tokens::load(path)?),
     };
     let config = args.config();
-    config.validate().map_err(|e| (2, e.to_string()))?;
+    config.validate().map_err(StartError::Config)?;
     let cluster = match &args.cluster_config {
         None => None,
-        Some(path) => {
-            Some(crate::kubernetes::live::LiveCluster::start(path).await.map_err(|e| (2, e))?)
-        }
+        Some(path) => Some(crate::kubernetes::live::LiveCluster::start(path).await?),
     };
     // Own the work dir before anything reads it: a second dispatcher on it would acknowledge
     // records with the same ids as this one.
     let storage = match &args.work_dir {
         None => None,
-        Some(dir) => {
-            Some(DirStorage::exclusive(dir).map_err(|e| (1, format!("refusing to start: {e}")))?)
-        }
+        Some(dir) => Some(DirStorage::exclusive(dir).map_err(StartError::WorkDir)?),
     };
-    let addr = format!("{}:{}", args.host, args.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|e| (1, format!("cannot listen on {addr}: {e}")))?;
-    let local: SocketAddr = listener.local_addr().map_err(|e| (1, e.to_string()))?;
+    let (listener, local) = crate::http::listen(&args.host, args.port).await?;
     let fault_tolerant = config.fault_tolerant;
     let work_dir = args.work_dir.clone();
     let inc = incarnation();
@@ -330,11 +367,11 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, (i32, String)> {
     // Ready only once replay finished: the caller prints the listening line after this.
     let failure = match started_rx.await {
         Ok(None) => return Ok(running),
-        Ok(Some(e)) => format!("refusing to start: {e}"),
-        Err(_) => "refusing to start: the replay thread ended without an answer (a bug)".to_owned(),
+        Ok(Some(e)) => StartError::Recovery(e),
+        Err(_) => StartError::RecoveryLost,
     };
     running.stop().await;
-    Err((1, failure))
+    Err(failure)
 }
 
 #[cfg(test)]
@@ -349,6 +386,31 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_gc_timeout("never").unwrap(), GcTimeout(None));
+    }
+
+    /// A start that fails is a typed error that knows its exit status and its stderr line.
+    #[tokio::test]
+    async fn start_errors_render_as_exit_status_and_line() {
+        let args = DispatcherArgs { fault_tolerant: true, port: 0, ..DispatcherArgs::default() };
+        let e = start(args).await.unwrap_err();
+        assert!(matches!(e, StartError::FaultTolerantWithoutWorkDir), "{e}");
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(e.to_string(), "--fault-tolerant needs --work-dir (where the journal is kept)");
+        let args = DispatcherArgs {
+            auth_tokens: Some(PathBuf::from("/nonexistent/tokens.json")),
+            port: 0,
+            ..DispatcherArgs::default()
+        };
+        let e = start(args).await.unwrap_err();
+        assert!(matches!(e, StartError::AuthTokens(auth::TokenFileError::Read { .. })), "{e}");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().starts_with("cannot read --auth-tokens /nonexistent/tokens.json: "));
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let e = start(DispatcherArgs { port, ..DispatcherArgs::default() }).await.unwrap_err();
+        assert!(matches!(e, StartError::Listen(_)), "{e}");
+        assert_eq!(e.exit_code(), 1);
+        assert!(e.to_string().starts_with(&format!("cannot listen on 127.0.0.1:{port}: ")), "{e}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Optional bearer-token authentication (`--auth-tokens FILE`): each token has a role, each
 //! route requires one. Tokens are compared in constant time and never logged or echoed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::extract::Request;
@@ -125,6 +125,48 @@ struct TokenEntry {
     token: String,
 }
 
+/// A token file's text that is not a valid token list (the token at index `i` is named by its
+/// index, never by its value).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokensError {
+    /// Not the documented JSON.
+    #[error(transparent)]
+    Json(#[from] shardwise_core::json::JsonError),
+    /// An empty `tokens` list.
+    #[error("no tokens are configured")]
+    Empty,
+    /// A token shorter than 16 characters.
+    #[error("token {0} is shorter than 16 characters")]
+    Short(usize),
+    /// A token with whitespace or control characters.
+    #[error("token {0} contains whitespace or control characters")]
+    Characters(usize),
+    /// A token equal to an earlier one.
+    #[error("token {0} is listed twice")]
+    Twice(usize),
+}
+
+/// An `--auth-tokens` file that cannot be used (a usage error: the process does not start).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    /// The file cannot be read.
+    #[error("cannot read --auth-tokens {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file's text is not a valid token list.
+    #[error("--auth-tokens {}: {error}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        error: TokensError,
+    },
+}
+
 /// The configured tokens.
 #[derive(Clone)]
 pub struct Tokens(Arc<Vec<(Vec<u8>, Role)>>);
@@ -137,29 +179,28 @@ impl std::fmt::Debug for Tokens {
 
 impl Tokens {
     /// Reads `{"tokens": [{"role": "admin"|"worker"|"client"|"monitor", "token": "..."}]}`.
-    pub fn load(path: &Path) -> Result<Tokens, String> {
+    pub fn load(path: &Path) -> Result<Tokens, TokenFileError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read --auth-tokens {}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("--auth-tokens {}: {e}", path.display()))
+            .map_err(|source| TokenFileError::Read { path: path.to_owned(), source })?;
+        Self::parse(&text).map_err(|error| TokenFileError::Invalid { path: path.to_owned(), error })
     }
 
     /// Parses a token file's text.
-    pub fn parse(text: &str) -> Result<Tokens, String> {
-        let file: TokenFile =
-            shardwise_core::json::from_str_strict(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Tokens, TokensError> {
+        let file: TokenFile = shardwise_core::json::from_str_strict(text)?;
         if file.tokens.is_empty() {
-            return Err("no tokens are configured".into());
+            return Err(TokensError::Empty);
         }
         let mut out: Vec<(Vec<u8>, Role)> = Vec::new();
         for (i, t) in file.tokens.into_iter().enumerate() {
             if t.token.len() < 16 {
-                return Err(format!("token {i} is shorter than 16 characters"));
+                return Err(TokensError::Short(i));
             }
             if t.token.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
-                return Err(format!("token {i} contains whitespace or control characters"));
+                return Err(TokensError::Characters(i));
             }
             if out.iter().any(|(x, _)| ct_eq(x, t.token.as_bytes())) {
-                return Err(format!("token {i} is listed twice"));
+                return Err(TokensError::Twice(i));
             }
             out.push((t.token.into_bytes(), t.role));
         }
@@ -237,14 +278,15 @@ mod tests {
 
     #[test]
     fn token_files_are_validated() {
-        assert!(Tokens::parse(r#"{"tokens": []}"#).is_err());
+        assert_eq!(Tokens::parse(r#"{"tokens": []}"#).unwrap_err(), TokensError::Empty);
         assert!(
             Tokens::parse(r#"{"tokens": [{"role": "root", "token": "0123456789abcdef"}]}"#)
                 .is_err()
         );
-        assert!(Tokens::parse(r#"{"tokens": [{"role": "admin", "token": "short"}]}"#).is_err());
+        let short = Tokens::parse(r#"{"tokens": [{"role": "admin", "token": "short"}]}"#);
+        assert_eq!(short.unwrap_err().to_string(), "token 0 is shorter than 16 characters");
         let dup = r#"{"tokens": [{"role": "admin", "token": "0123456789abcdef"}, {"role": "client", "token": "0123456789abcdef"}]}"#;
-        assert!(Tokens::parse(dup).is_err());
+        assert_eq!(Tokens::parse(dup).unwrap_err(), TokensError::Twice(1));
         let t = Tokens::parse(r#"{"tokens": [{"role": "worker", "token": "0123456789abcdef"}]}"#)
             .unwrap();
         assert_eq!(t.role_of(b"0123456789abcdef"), Some(Role::Worker));

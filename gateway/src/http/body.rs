@@ -94,7 +94,10 @@ impl<S: Send + Sync, T: RequestBody> FromRequest<S> for Body<T> {
 
 /// A path id: a problem naming the parameter when it is not one. A value too long to be an
 /// id is not echoed back (an answer never grows with the junk it was sent).
-pub fn parse_id<T: std::str::FromStr<Err = String>>(name: &str, raw: &str) -> Result<T, Problem> {
+pub fn parse_id<T: std::str::FromStr<Err = shardwise_core::dispatch::IdError>>(
+    name: &str,
+    raw: &str,
+) -> Result<T, Problem> {
     if raw.len() > 64 {
         return Err(Problem::new(
             Code::InvalidArgument,

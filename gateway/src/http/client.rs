@@ -61,24 +61,41 @@ pub struct Rest {
     token: Option<String>,
 }
 
+/// An address that is not a plain-HTTP base URL (quoted as `{:?}` quotes it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BaseUrlError {
+    /// Nothing but whitespace and slashes.
+    #[error("the address is empty")]
+    Empty,
+    /// An `https://` URL (the address after the scheme).
+    #[error(
+        "https://{0}: this build speaks plain HTTP only (put a TLS-terminating proxy in front, \
+         or use http://)"
+    )]
+    Https(String),
+    /// Another scheme.
+    #[error("{0:?} is not an http:// URL")]
+    Scheme(String),
+    /// A path, whitespace or no host after `http://`.
+    #[error("{0:?} is not an http://host:port URL")]
+    NotHostPort(String),
+}
+
 /// `http://host:port` from `host:port`, `http://host:port` or `http://host:port/`.
-pub fn base_url(address: &str) -> Result<String, String> {
+pub fn base_url(address: &str) -> Result<String, BaseUrlError> {
     let a = address.trim().trim_end_matches('/');
     if a.is_empty() {
-        return Err("the address is empty".into());
+        return Err(BaseUrlError::Empty);
     }
     let url = if a.contains("://") { a.to_owned() } else { format!("http://{a}") };
     if let Some(rest) = url.strip_prefix("https://") {
-        return Err(format!(
-            "https://{rest}: this build speaks plain HTTP only (put a TLS-terminating proxy in \
-             front, or use http://)"
-        ));
+        return Err(BaseUrlError::Https(rest.to_owned()));
     }
     let Some(hostport) = url.strip_prefix("http://") else {
-        return Err(format!("{a:?} is not an http:// URL"));
+        return Err(BaseUrlError::Scheme(a.to_owned()));
     };
     if hostport.is_empty() || hostport.contains('/') || hostport.contains(char::is_whitespace) {
-        return Err(format!("{a:?} is not an http://host:port URL"));
+        return Err(BaseUrlError::NotHostPort(a.to_owned()));
     }
     Ok(url)
 }
@@ -207,10 +224,14 @@ mod tests {
     fn base_urls() {
         assert_eq!(base_url("127.0.0.1:5050").unwrap(), "http://127.0.0.1:5050");
         assert_eq!(base_url("http://h:1/").unwrap(), "http://h:1");
-        assert!(base_url("").is_err());
-        assert!(base_url("https://h:1").unwrap_err().contains("plain HTTP"));
-        assert!(base_url("ftp://h").is_err());
-        assert!(base_url("http://h:1/x").is_err());
+        assert_eq!(base_url(""), Err(BaseUrlError::Empty));
+        assert!(base_url("https://h:1").unwrap_err().to_string().contains("plain HTTP"));
+        assert_eq!(base_url("ftp://h"), Err(BaseUrlError::Scheme("ftp://h".into())));
+        assert_eq!(base_url("http://h:1/x"), Err(BaseUrlError::NotHostPort("http://h:1/x".into())));
+        assert_eq!(
+            base_url("ftp://h").unwrap_err().to_string(),
+            "\"ftp://h\" is not an http:// URL"
+        );
     }
 
     #[test]

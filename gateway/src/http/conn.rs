@@ -5,12 +5,12 @@
 //!   the moment it waits for a request (a new connection, or a kept-alive one after its last
 //!   answer) to the end of the request's headers. A client that sends half its headers, or
 //!   nothing, is disconnected when it passes (there is no request to answer yet).
-//! * **Bodies.** The route layer of [`super::front`] reads a request's whole body before the
+//! * **Bodies.** The route layer of `front` reads a request's whole body before the
 //!   route's handler runs, within the same bound; a body that does not arrive in time is answered `408` (a problem,
 //!   with `Connection: close`). A request without a body (a long poll such as
 //!   `GET /v1/cluster?wait=30s`) has nothing to wait for and is not bounded by it.
 //!
-//! Everything else [`serve`] does is what `axum::serve` did: `TCP_NODELAY`, the peer's address
+//! Everything else `serve` does is what `axum::serve` did: `TCP_NODELAY`, the peer's address
 //! as `ConnectInfo<SocketAddr>` (the rate limiter's key), and a graceful shutdown that stops
 //! accepting, lets in-flight requests finish and closes idle connections.
 

@@ -466,10 +466,10 @@ mod tests {
         Request::get(path).body(Body::empty()).expect("a request")
     }
 
-    fn problem_code(headers: &axum::http::HeaderMap, body: &str) -> String {
+    fn problem_code(headers: &axum::http::HeaderMap, body: &str) -> Code {
         assert_eq!(headers[header::CONTENT_TYPE], crate::http::problem::PROBLEM_JSON, "{body}");
         let v: serde_json::Value = serde_json::from_str(body).expect("problem JSON");
-        v["code"].as_str().expect("a code").to_owned()
+        v["code"].as_str().expect("a code").parse().expect("a status class")
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
 //! The HTTP kit every Shardwise server shares: problem+json answers ([`problem`]), the two
-//! front services around a router ([`front`]), the accept loop with bounded read times
+//! front services around a router (`front`), the accept loop with bounded read times
 //! ([`conn`]), bearer tokens ([`auth`]), request limits ([`limit`]), Prometheus metrics
 //! ([`metrics`]), the strict JSON body extractor and path ids ([`body`]), the served OpenAPI
 //! document ([`docs`]), the REST client of the worker runtime and the Rust client
@@ -26,6 +26,29 @@ use axum::Router;
 
 pub use self::body::{ApiResult, Body, Health, RequestBody, healthz, not_found, ok, parse_id};
 pub use self::problem::{Code, Problem};
+
+/// A server address that cannot be listened on (the process does not start).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {source}")]
+pub struct ListenError {
+    /// `host:port` as given.
+    pub addr: String,
+    /// Why.
+    pub source: std::io::Error,
+}
+
+/// Binds `host:port` (port 0: any free port): the listener and the address it is bound to.
+pub async fn listen(
+    host: &str,
+    port: u16,
+) -> Result<(tokio::net::TcpListener, SocketAddr), ListenError> {
+    let addr = format!("{host}:{port}");
+    let bound = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(listener) => listener.local_addr().map(|local| (listener, local)),
+        Err(e) => Err(e),
+    };
+    bound.map_err(|source| ListenError { addr, source })
+}
 
 /// Why a duration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

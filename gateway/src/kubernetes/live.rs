@@ -10,7 +10,7 @@
 //! `GET /v1/cluster` reads the current view; `?after=VERSION&wait=DURATION` waits (bounded)
 //! until the view's version passes `VERSION`, so a caller can follow changes without polling.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{ApiFailure, KubeApi};
+use crate::http::client::Backoff;
 
 /// Backoff after a failed list or watch: doubles from the first value up to the cap.
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
@@ -93,6 +94,36 @@ impl std::fmt::Debug for LiveCluster {
     }
 }
 
+/// A `--cluster-config` that cannot be served (a usage error: the process does not start).
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterConfigError {
+    /// The file cannot be read.
+    #[error("cannot read --cluster-config {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The request is invalid, cannot be resolved on this host, or needs a Kubernetes API
+    /// that cannot be reached.
+    #[error("--cluster-config {}: {error}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        error: ClusterError,
+    },
+    /// Building the resolver panicked (a bug).
+    #[error("--cluster-config {}: {source}", path.display())]
+    Panicked {
+        /// The file.
+        path: PathBuf,
+        /// The panic.
+        source: tokio::task::JoinError,
+    },
+}
+
 /// What `GET /v1/cluster` answers.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterView {
@@ -106,19 +137,20 @@ pub struct ClusterView {
 impl LiveCluster {
     /// Reads and validates `--cluster-config`, connects to Kubernetes if a resolver needs
     /// it, and starts the watches (on the current tokio runtime).
-    pub async fn start(path: &Path) -> Result<Arc<LiveCluster>, String> {
-        let what = || format!("--cluster-config {}", path.display());
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", what()))?;
-        let request = ResolveRequest::from_json(&text).map_err(|e| format!("{}: {e}", what()))?;
+    pub async fn start(path: &Path) -> Result<Arc<LiveCluster>, ClusterConfigError> {
+        let invalid =
+            |error: ClusterError| ClusterConfigError::Invalid { path: path.to_owned(), error };
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ClusterConfigError::Read { path: path.to_owned(), source })?;
+        let request = ResolveRequest::from_json(&text).map_err(invalid)?;
         let req = request.clone();
         let mut resolver = tokio::task::spawn_blocking(move || {
             let host = super::host::host_inputs(&req)?;
             req.build(&host)
         })
         .await
-        .map_err(|e| format!("{}: {e}", what()))?
-        .map_err(|e| format!("{}: {e}", what()))?;
+        .map_err(|source| ClusterConfigError::Panicked { path: path.to_owned(), source })?
+        .map_err(invalid)?;
         let mut watches = Vec::new();
         for (i, k) in resolver.kubernetes_mut().into_iter().enumerate() {
             if k.has_snapshot() {
@@ -136,12 +168,12 @@ impl LiveCluster {
                     events: 0,
                 });
             }
-            k.go_live().map_err(|e| format!("{}: {e}", what()))?;
+            k.go_live().map_err(invalid)?;
         }
         let api = if watches.is_empty() {
             None
         } else {
-            Some(KubeApi::connect().await.map_err(|e| format!("{}: {e}", what()))?)
+            Some(KubeApi::connect().await.map_err(invalid)?)
         };
         let n = watches.len();
         let live = Arc::new(LiveCluster {
@@ -250,18 +282,13 @@ async fn run_watch(live: Arc<LiveCluster>, api: KubeApi, w: usize) {
         (inner.watches[w].resolver, inner.watches[w].query.clone())
     };
     let selector = query.selector.as_str().to_owned();
-    let mut backoff = BACKOFF_FIRST;
-    let pause = |backoff: &mut Duration| {
-        let d = *backoff;
-        *backoff = (*backoff * 2).min(BACKOFF_CAP);
-        tokio::time::sleep(d)
-    };
+    let mut backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_CAP);
     'list: loop {
         let list = match api.list(&query).await {
             Ok(list) => list,
             Err(f) => {
                 live.failed(w, f.message());
-                pause(&mut backoff).await;
+                tokio::time::sleep(backoff.next_delay()).await;
                 continue 'list;
             }
         };
@@ -274,7 +301,7 @@ async fn run_watch(live: Arc<LiveCluster>, api: KubeApi, w: usize) {
             watch.lists += 1;
             live.healthy(inner, w);
         });
-        backoff = BACKOFF_FIRST;
+        backoff.reset();
         'watch: loop {
             let rv = {
                 let mut inner = live.lock();
@@ -285,7 +312,7 @@ async fn run_watch(live: Arc<LiveCluster>, api: KubeApi, w: usize) {
             let Some(rv) = rv else {
                 // A list without a resource version cannot be watched from: list again.
                 live.failed(w, &format!("the pod list for {selector:?} has no resourceVersion"));
-                pause(&mut backoff).await;
+                tokio::time::sleep(backoff.next_delay()).await;
                 continue 'list;
             };
             let events = match api.watch(&query, &rv).await {
@@ -293,7 +320,7 @@ async fn run_watch(live: Arc<LiveCluster>, api: KubeApi, w: usize) {
                 Err(ApiFailure::Gone(_)) => continue 'list,
                 Err(f) => {
                     live.failed(w, f.message());
-                    pause(&mut backoff).await;
+                    tokio::time::sleep(backoff.next_delay()).await;
                     continue 'watch;
                 }
             };
@@ -304,7 +331,7 @@ async fn run_watch(live: Arc<LiveCluster>, api: KubeApi, w: usize) {
                     Ok(event) => event,
                     Err(f) => {
                         live.failed(w, f.message());
-                        pause(&mut backoff).await;
+                        tokio::time::sleep(backoff.next_delay()).await;
                         continue 'watch;
                     }
                 };
@@ -321,12 +348,33 @@ async fn run_watch(live: Arc<LiveCluster>, api: KubeApi, w: usize) {
                 });
                 if let Err(e) = applied {
                     live.failed(w, &e.to_string());
-                    pause(&mut backoff).await;
+                    tokio::time::sleep(backoff.next_delay()).await;
                     continue 'list;
                 }
-                backoff = BACKOFF_FIRST;
+                backoff.reset();
             }
             // The server ended the watch (its timeout): resume from the last version.
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unusable_cluster_config_is_a_typed_error_naming_the_file() {
+        let dir = std::env::temp_dir().join(format!("shardwise-live-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.json");
+        let e = LiveCluster::start(&missing).await.unwrap_err();
+        assert!(matches!(&e, ClusterConfigError::Read { path, .. } if *path == missing), "{e}");
+        assert!(e.to_string().starts_with("cannot read --cluster-config "), "{e}");
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, "{\"resolver\": 1}").unwrap();
+        let e = LiveCluster::start(&bad).await.unwrap_err();
+        assert!(matches!(&e, ClusterConfigError::Invalid { .. }), "{e}");
+        assert!(e.to_string().starts_with(&format!("--cluster-config {}: ", bad.display())));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -17,6 +17,7 @@
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
+use super::StartError;
 use crate::http::{Code, Problem};
 
 /// Filesystems a worker never reads from, even under a root.
@@ -35,13 +36,13 @@ pub(crate) struct DataRoots {
 
 impl DataRoots {
     /// Canonicalizes `dirs` (each must be an existing directory; the error names it).
-    pub(crate) fn new(dirs: &[PathBuf], max_file_bytes: u64) -> Result<DataRoots, String> {
+    pub(crate) fn new(dirs: &[PathBuf], max_file_bytes: u64) -> Result<DataRoots, StartError> {
         let mut roots = Vec::with_capacity(dirs.len());
         for dir in dirs {
             let canonical = std::fs::canonicalize(dir)
-                .map_err(|e| format!("--data-root {}: {e}", dir.display()))?;
+                .map_err(|source| StartError::DataRoot { path: dir.clone(), source })?;
             if !canonical.is_dir() {
-                return Err(format!("--data-root {} is not a directory", dir.display()));
+                return Err(StartError::DataRootNotDirectory { path: dir.clone() });
             }
             roots.push(canonical);
         }
@@ -230,7 +231,12 @@ mod tests {
         let none = DataRoots::new(&[], 10).unwrap();
         let e = read(&none, &format!("{r}/sub/a.txt")).unwrap_err();
         assert!(e.detail.contains("allows no data roots") && e.detail.contains("--data-root"));
-        assert!(DataRoots::new(&[base.join("nope")], 1).unwrap_err().contains("--data-root"));
+        assert!(
+            DataRoots::new(&[base.join("nope")], 1)
+                .unwrap_err()
+                .to_string()
+                .contains("--data-root")
+        );
         let _ = std::fs::remove_dir_all(&base);
     }
 

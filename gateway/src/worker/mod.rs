@@ -21,7 +21,7 @@
 //!   with `POST /v1/workers/update`; only after the dispatcher acknowledged that report do
 //!   reads answer `end_of_sequence: true`, so a client that saw the end of every task will see
 //!   `iteration_finished` on its next heartbeat.
-//! * **Serving.** `GET /v1/tasks/{task_id}/elements` ([`api`]), `/healthz`, `/metrics` and the
+//! * **Serving.** `GET /v1/tasks/{task_id}/elements` ([`routes`]), `/healthz`, `/metrics` and the
 //!   one OpenAPI document at `/openapi.json`; `--auth-tokens` requires a client token on the
 //!   element route, `--token-file` is the token presented to the dispatcher.
 
@@ -402,57 +402,136 @@ fn process_uid() -> String {
     format!("{nanos:x}-{:x}-{n}", std::process::id())
 }
 
-fn advertised(args: &WorkerArgs, local: SocketAddr) -> Result<String, String> {
+fn advertised(args: &WorkerArgs, local: SocketAddr) -> Result<String, StartError> {
     if let Some(a) = &args.worker_address {
         let a = a.trim().replacen("%port%", &local.port().to_string(), 1);
         // What the dispatcher checks at registration, as a usage error before it.
         shardwise_core::dispatch::address::check_worker_address(&a)
-            .map_err(|e| format!("--worker-address: {e}"))?;
+            .map_err(StartError::WorkerAddress)?;
         return Ok(a);
     }
     if local.ip().is_unspecified() {
-        return Err(format!(
-            "--host {} listens on every interface and cannot be advertised: also give \
-             --worker-address HOST:%port%",
-            args.host
-        ));
+        return Err(StartError::Unadvertisable { host: args.host.clone() });
     }
     Ok(local.to_string())
 }
 
+/// Why a worker did not start. It renders itself as the process's answer: its `Display` is
+/// the stderr line (after `shardwise worker: `), [`StartError::exit_code`] the exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// `--dispatcher` is not a plain-HTTP address.
+    #[error("--dispatcher: {0}")]
+    Dispatcher(crate::http::client::BaseUrlError),
+    /// An empty tag among `--tags` (TensorFlow's words; all the tags, trimmed).
+    #[error("Worker tags cannot be empty. Got tags {{{}}}", tags.join(", "))]
+    EmptyTag {
+        /// The tags as given, trimmed.
+        tags: Vec<String>,
+    },
+    /// `--token-file` cannot be read.
+    #[error("cannot read --token-file {}: {source}", path.display())]
+    TokenFileRead {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `--token-file` holds no token, or more than one.
+    #[error("--token-file {} must hold one token", path.display())]
+    TokenFileNotOneToken {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An unusable `--auth-tokens` file.
+    #[error(transparent)]
+    AuthTokens(#[from] auth::TokenFileError),
+    /// A `--data-root` that cannot be resolved.
+    #[error("--data-root {}: {source}", path.display())]
+    DataRoot {
+        /// The directory as given.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A `--data-root` that is not a directory.
+    #[error("--data-root {} is not a directory", path.display())]
+    DataRootNotDirectory {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// `--worker-address` is not `host:port` (after `%port%` is replaced).
+    #[error("--worker-address: {0}")]
+    WorkerAddress(shardwise_core::dispatch::address::AddressError),
+    /// `--host` is a wildcard and no `--worker-address` says how to reach the worker.
+    #[error(
+        "--host {host} listens on every interface and cannot be advertised: also give \
+         --worker-address HOST:%port%"
+    )]
+    Unadvertisable {
+        /// `--host`.
+        host: String,
+    },
+    /// `--host` and `--port` cannot be listened on.
+    #[error(transparent)]
+    Listen(#[from] crate::http::ListenError),
+    /// The dispatcher refused the registration (an answer that is not retried).
+    #[error("the dispatcher at {dispatcher} refused to register this worker: {error}")]
+    Refused {
+        /// The dispatcher's base URL.
+        dispatcher: String,
+        /// Its answer.
+        error: CallError,
+    },
+}
+
+impl StartError {
+    /// The process's exit status: 2 for bad arguments (usage), 1 for everything else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            StartError::Listen(_) | StartError::Refused { .. } => 1,
+            StartError::Dispatcher(_)
+            | StartError::EmptyTag { .. }
+            | StartError::TokenFileRead { .. }
+            | StartError::TokenFileNotOneToken { .. }
+            | StartError::AuthTokens(_)
+            | StartError::DataRoot { .. }
+            | StartError::DataRootNotDirectory { .. }
+            | StartError::WorkerAddress(_)
+            | StartError::Unadvertisable { .. } => 2,
+        }
+    }
+}
+
 /// Starts a worker on this tokio runtime: validates the arguments, binds, serves, and
 /// registers with the dispatcher (retrying while it is unavailable; a refusal is an error).
-/// Errors carry the exit status (2 for bad arguments, 1 otherwise).
-pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
-    let base = crate::http::client::base_url(&args.dispatcher)
-        .map_err(|e| (2, format!("--dispatcher: {e}")))?;
+/// Errors know their exit status ([`StartError::exit_code`]: 2 for bad arguments, 1
+/// otherwise).
+pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
+    let base = crate::http::client::base_url(&args.dispatcher).map_err(StartError::Dispatcher)?;
     let tags: Vec<String> = args.tags.iter().map(|t| t.trim().to_owned()).collect();
     if tags.iter().any(String::is_empty) {
-        return Err((2, format!("Worker tags cannot be empty. Got tags {{{}}}", tags.join(", "))));
+        return Err(StartError::EmptyTag { tags });
     }
     let token = match &args.token_file {
         None => None,
         Some(path) => {
             let text = std::fs::read_to_string(path)
-                .map_err(|e| (2, format!("cannot read --token-file {}: {e}", path.display())))?;
+                .map_err(|source| StartError::TokenFileRead { path: path.clone(), source })?;
             let t = text.trim().to_owned();
             if t.is_empty() || t.contains(char::is_whitespace) {
-                return Err((2, format!("--token-file {} must hold one token", path.display())));
+                return Err(StartError::TokenFileNotOneToken { path: path.clone() });
             }
             Some(t)
         }
     };
     let tokens = match &args.auth_tokens {
         None => None,
-        Some(path) => Some(auth::Tokens::load(path).map_err(|e| (2, e))?),
+        Some(path) => Some(auth::Tokens::load(path)?),
     };
-    let files = DataRoots::new(&args.data_roots, args.max_file_bytes).map_err(|e| (2, e))?;
-    let addr = format!("{}:{}", args.host, args.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|e| (1, format!("cannot listen on {addr}: {e}")))?;
-    let local = listener.local_addr().map_err(|e| (1, e.to_string()))?;
-    let address = advertised(&args, local).map_err(|e| (2, e))?;
+    let files = DataRoots::new(&args.data_roots, args.max_file_bytes)?;
+    let (listener, local) = crate::http::listen(&args.host, args.port).await?;
+    let address = advertised(&args, local)?;
     let rest = Rest::new(crate::http::client::http_client(Duration::from_secs(30)), base, token);
     let shared = Arc::new(Shared {
         rest,
@@ -493,13 +572,10 @@ pub async fn start(args: WorkerArgs) -> Result<Running, (i32, String)> {
             }
             Err(e) => {
                 running.stop().await;
-                return Err((
-                    1,
-                    format!(
-                        "the dispatcher at {} refused to register this worker: {e}",
-                        shared.rest.base()
-                    ),
-                ));
+                return Err(StartError::Refused {
+                    dispatcher: shared.rest.base().to_owned(),
+                    error: e,
+                });
             }
         }
     }
@@ -533,9 +609,9 @@ pub fn run(args: WorkerArgs) -> i32 {
                 println!("shardwise worker listening on {}", running.url());
                 running.run_until(signal).await
             }
-            Err((code, e)) => {
+            Err(e) => {
                 eprintln!("shardwise worker: {e}");
-                code
+                e.exit_code()
             }
         }
     })
@@ -563,11 +639,36 @@ mod tests {
         for bad in ["w1.example", "w1 x:%port%", "http://w1:%port%", "w_1:%port%"] {
             args.worker_address = Some(bad.into());
             let e = advertised(&args, local).unwrap_err();
+            assert!(matches!(e, StartError::WorkerAddress(_)), "{e}");
+            assert_eq!(e.exit_code(), 2);
+            let e = e.to_string();
             assert!(e.starts_with("--worker-address: worker_address "), "{e}");
         }
         args.worker_address = None;
         let any: SocketAddr = "0.0.0.0:4321".parse().unwrap();
-        assert!(advertised(&args, any).unwrap_err().contains("--worker-address"));
+        let e = advertised(&args, any).unwrap_err();
+        assert!(matches!(&e, StartError::Unadvertisable { host } if host == "127.0.0.1"), "{e}");
+        assert!(e.to_string().contains("--worker-address"));
+    }
+
+    /// A start that fails is a typed error that knows its exit status and its stderr line.
+    #[tokio::test]
+    async fn start_errors_render_as_exit_status_and_line() {
+        let e = start(WorkerArgs::new("https://d:1")).await.unwrap_err();
+        assert!(matches!(e, StartError::Dispatcher(_)), "{e}");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().starts_with("--dispatcher: https://d:1: this build speaks plain"));
+        let mut args = WorkerArgs::new("127.0.0.1:1");
+        args.tags = vec!["a".into(), " ".into()];
+        let e = start(args).await.unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(e.to_string(), "Worker tags cannot be empty. Got tags {a, }");
+        let mut args = WorkerArgs::new("127.0.0.1:1");
+        args.data_roots = vec![PathBuf::from("/nonexistent/root")];
+        let e = start(args).await.unwrap_err();
+        assert!(matches!(e, StartError::DataRoot { .. }), "{e}");
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().starts_with("--data-root /nonexistent/root: "), "{e}");
     }
 
     #[test]
@@ -580,35 +681,6 @@ mod tests {
         let parsed =
             <Cli as clap::Parser>::try_parse_from(["worker", "--dispatcher", "d:1"]).unwrap().args;
         assert_eq!(format!("{parsed:?}"), format!("{:?}", WorkerArgs::new("d:1")));
-    }
-
-    /// Each role reads its own variables: exporting the dispatcher's `SHARDWISE_PORT` (or
-    /// `SHARDWISE_AUTH_TOKENS`) for it leaves a worker in the same environment alone.
-    #[test]
-    fn every_flag_has_its_own_environment_name() {
-        use clap::Args as _;
-        fn envs(c: &clap::Command) -> Vec<String> {
-            c.get_arguments()
-                .filter(|a| a.get_long().is_some())
-                .map(|a| {
-                    let env =
-                        a.get_env().unwrap_or_else(|| panic!("--{:?} has no env", a.get_id()));
-                    env.to_string_lossy().into_owned()
-                })
-                .collect()
-        }
-        let worker = envs(&WorkerArgs::augment_args(clap::Command::new("worker")));
-        let dispatcher = envs(&crate::dispatcher::DispatcherArgs::augment_args(
-            clap::Command::new("dispatcher"),
-        ));
-        assert!(worker.contains(&"SHARDWISE_WORKER_PORT".to_owned()), "{worker:?}");
-        for e in &worker {
-            assert!(e.starts_with("SHARDWISE_WORKER_"), "{e}");
-            assert!(!dispatcher.contains(e), "{e} is read by both roles");
-        }
-        for e in &dispatcher {
-            assert!(e.starts_with("SHARDWISE_"), "{e}");
-        }
     }
 
     #[test]

@@ -20,7 +20,9 @@ use std::time::Duration;
 use serde_json::Value;
 use shardwise_core::dataset::{Pipeline, Sharding, SourceDef, Step, approx_bytes};
 use shardwise_core::dispatch::ShardingPolicy;
-use shardwise_core::dispatch::wire::{GetSplits, Split, SplitId, SplitsReply, TaskDef};
+use shardwise_core::dispatch::wire::{
+    GetSplits, SPLIT_RETRY_AFTER_MS, Split, SplitId, SplitsReply, TaskDef,
+};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -444,27 +446,25 @@ impl Task {
         }
     }
 
-    /// Waits for room in the buffer: `Ok((elements, bytes))` that fit, `Err(None)` once the
-    /// task stopped, `Err(Some(problem))` when a coordinated read's round cannot fit in
-    /// `capacity_bytes`.
-    async fn room(&self) -> Result<(usize, u64), Option<Problem>> {
+    /// Waits for room in the buffer (see [`Room`]).
+    async fn room(&self) -> Room {
         self.wait_writable(|st| {
             if st.stopped {
-                return Some(Err(None));
+                return Some(Room::Stopped);
             }
             let len = st.buf.len();
             if len >= self.capacity {
                 return None;
             }
             if st.buf_bytes < self.capacity_bytes || len == 0 {
-                return Some(Ok((
-                    self.capacity - len,
-                    self.capacity_bytes - st.buf_bytes.min(self.capacity_bytes),
-                )));
+                return Some(Room::Fits {
+                    elements: self.capacity - len,
+                    bytes: self.capacity_bytes - st.buf_bytes.min(self.capacity_bytes),
+                });
             }
             if len < self.round_size {
                 // The round still needs elements but the buffer is full: it would never start.
-                return Some(Err(Some(task_failed(
+                return Some(Room::Failed(task_failed(
                     self.def.task_id,
                     Code::ResourceExhausted,
                     &format!(
@@ -472,7 +472,7 @@ impl Task {
                          --max-buffer-bytes ({} bytes)",
                         self.round_size, self.capacity_bytes
                     ),
-                ))));
+                )));
             }
             None
         })
@@ -509,9 +509,9 @@ impl Task {
         let mut held: Vec<SplitId> = Vec::new();
         loop {
             let (room, room_bytes) = match self.room().await {
-                Ok(room) => room,
-                Err(None) => return,
-                Err(Some(p)) => return self.fail(p),
+                Room::Fits { elements, bytes } => (elements, bytes),
+                Room::Stopped => return,
+                Room::Failed(p) => return self.fail(p),
             };
             // Up to `room` elements, stopping once they weigh `room_bytes` (at least one).
             let (mut elements, mut weight, mut stop) = (Vec::new(), 0u64, None);
@@ -550,14 +550,14 @@ impl Task {
                         return;
                     }
                     match self.get_splits(&shared, repetition, &mut held).await {
-                        Ok(Some(splits)) => {
+                        SplitFetch::Splits(splits) => {
                             for s in splits {
                                 pipeline.provide_split(repetition, Some(Value::from(s)));
                             }
                         }
-                        Ok(None) => pipeline.provide_split(repetition, None),
-                        Err(None) => return,
-                        Err(Some(p)) => return self.fail(p),
+                        SplitFetch::EndOfSplits => pipeline.provide_split(repetition, None),
+                        SplitFetch::Stopped => return,
+                        SplitFetch::Failed(p) => return self.fail(p),
                     }
                 }
             }
@@ -576,20 +576,20 @@ impl Task {
         u32::try_from(n).unwrap_or(1)
     }
 
-    /// Get-split with the previous batch acknowledged: `Some(splits)`, or `None` at the end
-    /// of the repetition. `Err(None)`: the task stopped meanwhile.
+    /// Get-split with the previous batch acknowledged, retried while no split is free or the
+    /// dispatcher is unavailable (see [`SplitFetch`]).
     async fn get_splits(
         &self,
         shared: &Shared,
         repetition: u64,
         held: &mut Vec<SplitId>,
-    ) -> Result<Option<Vec<Split>>, Option<Problem>> {
+    ) -> SplitFetch {
         let path = format!("/v1/iterations/{}/splits", self.def.iteration_id);
         let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(2));
         let mut preconditions = 0;
         loop {
             if self.is_stopped() {
-                return Err(None);
+                return SplitFetch::Stopped;
             }
             let req = GetSplits {
                 worker_address: shared.address.clone(),
@@ -605,13 +605,14 @@ impl Task {
                     held.clear();
                     if !reply.splits.is_empty() {
                         *held = reply.split_ids;
-                        return Ok(Some(reply.splits));
+                        return SplitFetch::Splits(reply.splits);
                     }
                     if reply.end_of_splits {
-                        return Ok(None);
+                        return SplitFetch::EndOfSplits;
                     }
                     backoff.reset();
-                    Duration::from_millis(reply.retry_after_ms.unwrap_or(100).clamp(1, 10_000))
+                    let after = reply.retry_after_ms.unwrap_or(SPLIT_RETRY_AFTER_MS);
+                    Duration::from_millis(after.clamp(1, 10_000))
                 }
                 Err(e) if e.is_retryable() => {
                     tracing::debug!(task_id = %self.def.task_id, error = %e, "get-split: retrying");
@@ -629,13 +630,37 @@ impl Task {
                 }
                 Err(e) => {
                     let detail = format!("get-split failed: {e}");
-                    return Err(Some(task_failed(self.def.task_id, e.code(), &detail)));
+                    return SplitFetch::Failed(task_failed(self.def.task_id, e.code(), &detail));
                 }
             };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = self.until_stopped() => return Err(None),
+                () = self.until_stopped() => return SplitFetch::Stopped,
             }
         }
     }
+}
+
+/// What [`Task::room`] found: room for this many elements and bytes, or why production ends.
+#[derive(Debug)]
+enum Room {
+    /// The buffer takes up to `elements` more elements weighing up to `bytes`.
+    Fits { elements: usize, bytes: u64 },
+    /// The task stopped meanwhile.
+    Stopped,
+    /// The task cannot go on (a coordinated read's round does not fit in the byte bound).
+    Failed(Problem),
+}
+
+/// What one get-split round trip (with its retries) gave the producer.
+#[derive(Debug)]
+enum SplitFetch {
+    /// Splits to read (the previous batch is acknowledged).
+    Splits(Vec<Split>),
+    /// The repetition is over for this worker.
+    EndOfSplits,
+    /// The task stopped meanwhile.
+    Stopped,
+    /// The dispatcher refused in a way that is not retried: the task fails with this.
+    Failed(Problem),
 }
