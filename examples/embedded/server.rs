@@ -62,6 +62,23 @@ fn lock(d: &Shared) -> MutexGuard<'_, Driver<FileSink>> {
     d.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Why the embedded dispatcher cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The work dir cannot be owned.
+    #[error(transparent)]
+    WorkDir(#[from] shardwise_gateway::journal::WorkDirError),
+    /// The journal cannot be replayed.
+    #[error(transparent)]
+    Journal(#[from] shardwise_gateway::journal::OpenError),
+    /// The state machine refused the replayed records.
+    #[error(transparent)]
+    Dispatch(#[from] shardwise_core::DispatchError),
+    /// The journal cannot be written, or the listener has no address.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
 /// A running embedded dispatcher.
 #[derive(Debug)]
 pub struct Server {
@@ -75,20 +92,22 @@ pub struct Server {
 
 impl Server {
     /// Replays the journal in `work_dir` (creating it), then serves on `listener`.
-    pub fn start(listener: TcpListener, work_dir: &Path) -> Result<Server, String> {
+    pub fn start(listener: TcpListener, work_dir: &Path) -> Result<Server, StartError> {
         let storage = DirStorage::exclusive(work_dir)?;
-        let (journal, replay) = Journal::open(storage, true).map_err(|e| e.to_string())?;
+        let (journal, replay) = Journal::open(storage, true)?;
         let config = DispatcherConfig { fault_tolerant: true, ..DispatcherConfig::default() };
         let incarnation = format!("embedded-{}", now().0);
-        let d = Dispatcher::recover(config, incarnation, now(), &replay.updates)
-            .map_err(|e| e.to_string())?;
+        let d = Dispatcher::recover(config, incarnation, now(), &replay.updates)?;
         let mut driver = Driver::new(d, FileSink(journal));
         driver.flush(); // a fresh state's start record, on disk before anything is served
         if let Some(e) = driver.failure() {
-            return Err(format!("the journal cannot be written: {e}"));
+            return Err(StartError::Io(std::io::Error::new(
+                e.kind(),
+                format!("the journal cannot be written: {e}"),
+            )));
         }
         let driver: Shared = Arc::new(Mutex::new(driver));
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let accept = {
             let (driver, stop) = (driver.clone(), stop.clone());

@@ -92,6 +92,78 @@ fn create_dir(dir: &Path, what: &str) -> io::Result<()> {
 /// The lock file in a work dir (beside `journal/`, never taken for a segment).
 pub const LOCK_FILE: &str = "lock";
 
+/// Why a work dir cannot be owned (each text names the path that failed).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkDirError {
+    /// The work dir (or its journal directory) cannot be created; the error names it.
+    #[error("{0}")]
+    Create(io::Error),
+    /// The lock file cannot be opened.
+    #[error("cannot open the lock file {}: {source}", path.display())]
+    OpenLock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// Another process holds the lock.
+    #[error(
+        "the work dir {} is in use by another dispatcher ({} holds {}): one dispatcher per work \
+         dir; stop that one first",
+        work_dir.display(),
+        holder.map_or_else(|| "a process that has not written its pid yet".to_owned(), |p| format!("pid {p}")),
+        lock.display()
+    )]
+    InUse {
+        /// The work dir.
+        work_dir: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+        /// The holder's pid, when it has written it.
+        holder: Option<u32>,
+    },
+    /// Locking failed for another reason than another holder.
+    #[error("cannot lock {}: {source}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The pid cannot be written into the lock file.
+    #[error("cannot write the lock file {}: {source}", path.display())]
+    WriteLock {
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// Why `shardwise journal dump` cannot print a journal (each text names the file).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DumpError {
+    /// The work dir has no `journal` directory.
+    #[error("{} has no journal directory", .0.display())]
+    NoJournal(PathBuf),
+    /// The journal directory cannot be listed (the error names it).
+    #[error("{0}")]
+    List(io::Error),
+    /// A segment cannot be read or decoded, or one of its records is not JSON.
+    #[error("{file}: {detail}")]
+    Segment {
+        /// The segment file.
+        file: String,
+        /// What is wrong, and where.
+        detail: String,
+    },
+    /// The output cannot be written.
+    #[error("cannot write the dump: {0}")]
+    Write(io::Error),
+}
+
 /// The exclusive lock that makes one dispatcher the owner of a work dir: `flock` on
 /// `<work_dir>/lock` (which holds the owner's pid), released when this value is dropped or the
 /// process ends in any way.
@@ -104,8 +176,8 @@ pub struct WorkDirLock {
 impl WorkDirLock {
     /// Creates the work dir if needed and takes its lock; an error names the path that failed,
     /// or the dir and the pid of the process holding it.
-    pub fn acquire(work_dir: &Path) -> Result<WorkDirLock, String> {
-        create_dir(work_dir, "the work dir").map_err(|e| e.to_string())?;
+    pub fn acquire(work_dir: &Path) -> Result<WorkDirLock, WorkDirError> {
+        create_dir(work_dir, "the work dir").map_err(WorkDirError::Create)?;
         let path = work_dir.join(LOCK_FILE);
         let mut file = OpenOptions::new()
             .read(true)
@@ -113,31 +185,24 @@ impl WorkDirLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| format!("cannot open the lock file {}: {e}", path.display()))?;
+            .map_err(|source| WorkDirError::OpenLock { path: path.clone(), source })?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 // The holder writes its pid right after it locked; it may not have yet.
                 let mut text = String::new();
                 let _ = (&file).take(32).read_to_string(&mut text);
-                let holder = match text.trim().parse::<u32>() {
-                    Ok(pid) => format!("pid {pid}"),
-                    Err(_) => "a process that has not written its pid yet".to_owned(),
-                };
-                return Err(format!(
-                    "the work dir {} is in use by another dispatcher ({holder} holds {}): one \
-                     dispatcher per work dir; stop that one first",
-                    work_dir.display(),
-                    path.display()
-                ));
+                return Err(WorkDirError::InUse {
+                    work_dir: work_dir.to_owned(),
+                    lock: path,
+                    holder: text.trim().parse::<u32>().ok(),
+                });
             }
-            Err(TryLockError::Error(e)) => {
-                return Err(format!("cannot lock {}: {e}", path.display()));
-            }
+            Err(TryLockError::Error(source)) => return Err(WorkDirError::Lock { path, source }),
         }
         file.set_len(0)
             .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
-            .map_err(|e| format!("cannot write the lock file {}: {e}", path.display()))?;
+            .map_err(|source| WorkDirError::WriteLock { path: path.clone(), source })?;
         Ok(WorkDirLock { _file: file, path })
     }
 
@@ -166,9 +231,9 @@ impl DirStorage {
 
     /// Takes the work dir's lock ([`WorkDirLock::acquire`]), then opens it like
     /// [`DirStorage::open`]; the lock is held until the storage (the journal) is dropped.
-    pub fn exclusive(work_dir: &Path) -> Result<Self, String> {
+    pub fn exclusive(work_dir: &Path) -> Result<Self, WorkDirError> {
         let lock = WorkDirLock::acquire(work_dir)?;
-        let mut storage = DirStorage::open(work_dir).map_err(|e| e.to_string())?;
+        let mut storage = DirStorage::open(work_dir).map_err(WorkDirError::Create)?;
         storage.lock = Some(lock);
         Ok(storage)
     }
@@ -647,25 +712,26 @@ impl Staged {
 /// `shardwise journal dump DIR`: every record of the journal in `work_dir`, one JSON object
 /// per line (`{"segment", "offset", "update"}`), damage reported as it would be at startup
 /// (nothing is modified: a torn tail is reported, not truncated).
-pub fn dump(work_dir: &Path, out: &mut dyn Write) -> Result<usize, String> {
+pub fn dump(work_dir: &Path, out: &mut dyn Write) -> Result<usize, DumpError> {
     // Read only, and without the lock: a running dispatcher keeps its work dir.
     let storage = DirStorage { dir: work_dir.join("journal"), current: None, lock: None };
     if !storage.dir.is_dir() {
-        return Err(format!("{} has no journal directory", work_dir.display()));
+        return Err(DumpError::NoJournal(work_dir.to_owned()));
     }
-    let mut segments = storage.list().map_err(|e| e.to_string())?;
+    let mut segments = storage.list().map_err(DumpError::List)?;
     segments.sort_unstable();
     let mut n = 0;
     for seg in segments {
         let file = storage.describe(seg);
-        let bytes = storage.read(seg).map_err(|e| format!("{file}: {e}"))?;
+        let failed = |detail: String| DumpError::Segment { file: file.clone(), detail };
+        let bytes = storage.read(seg).map_err(|e| failed(e.to_string()))?;
         let decoded = shardwise_core::dispatch::framing::decode_segment(&bytes)
-            .map_err(|e| format!("{file}: {e}"))?;
+            .map_err(|e| failed(e.to_string()))?;
         for r in &decoded.records {
             let update: serde_json::Value = serde_json::from_slice(r.payload)
-                .map_err(|e| format!("{file}: record at byte offset {}: {e}", r.offset))?;
+                .map_err(|e| failed(format!("record at byte offset {}: {e}", r.offset)))?;
             let line = serde_json::json!({"segment": seg, "offset": r.offset, "update": update});
-            writeln!(out, "{line}").map_err(|e| e.to_string())?;
+            writeln!(out, "{line}").map_err(DumpError::Write)?;
             n += 1;
         }
         if let Tail::Torn { offset, reason, .. } = decoded.tail {
@@ -904,7 +970,7 @@ mod tests {
         j.commit().unwrap();
         let pid = std::process::id().to_string();
         assert_eq!(fs::read_to_string(dir.join(LOCK_FILE)).unwrap().trim(), pid);
-        let err = DirStorage::exclusive(&dir).unwrap_err();
+        let err = DirStorage::exclusive(&dir).unwrap_err().to_string();
         assert!(err.contains(&format!("pid {pid}")), "{err}");
         assert!(err.contains(&dir.display().to_string()), "{err}");
         // The lock file is not a segment: dump and replay never see it.

@@ -364,7 +364,7 @@ fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, DriverHandle, MemoryJ
     let journal = MemoryJournal::default();
     let sink = journal.clone();
     let startup: Startup = Box::new(move || {
-        let d = Dispatcher::new(config(), "fuzz".into(), now()).map_err(|e| e.to_string())?;
+        let d = Dispatcher::new(config(), "fuzz".into(), now())?;
         let sink: Box<dyn JournalWriter> = Box::new(sink);
         Ok((d, Some(sink)))
     });
@@ -372,7 +372,7 @@ fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, DriverHandle, MemoryJ
     let actor = DriverHandle::spawn(startup, move |e| {
         let _ = started_tx.send(e);
     });
-    assert_eq!(started_rx.recv().expect("the actor starts"), None);
+    assert!(started_rx.recv().expect("the actor starts").is_none());
     let state = AppState {
         driver: actor.clone(),
         fault_tolerant: true,

@@ -63,9 +63,38 @@ pub struct Stats {
     pub requests: AtomicU64,
 }
 
-/// How the actor starts: a dispatcher built now, or one recovered from a journal.
+/// How the dispatcher starts: built now, or recovered from a journal.
 pub type Startup =
-    Box<dyn FnOnce() -> Result<(Dispatcher, Option<Box<dyn JournalWriter>>), String> + Send>;
+    Box<dyn FnOnce() -> Result<(Dispatcher, Option<Box<dyn JournalWriter>>), StartupError> + Send>;
+
+/// Why the dispatcher could not be built or recovered at startup.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartupError {
+    /// The journal cannot be replayed.
+    #[error(transparent)]
+    Journal(#[from] crate::journal::OpenError),
+    /// The state machine refused its configuration or the replayed records.
+    #[error(transparent)]
+    Dispatch(#[from] shardwise_core::DispatchError),
+}
+
+/// Why the journal stopped: after it, nothing more is acknowledged until a restart.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalFailure {
+    /// The syncer's queue is full: the disk cannot keep up.
+    #[error("{QUEUE_MAX_RECORDS} journal records wait for the disk")]
+    Behind,
+    /// A write, fsync or compaction step failed.
+    #[error("{what}: {source}")]
+    Storage {
+        /// The step that failed.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+}
 
 /// The journal as the syncer uses it (object-safe over the storage type).
 pub trait JournalWriter: Send {
@@ -143,14 +172,18 @@ enum Sink {
 }
 
 impl JournalSink for Sink {
-    type Error = String;
-    fn persist(&mut self, seq: Seq, mut records: Vec<Update>) -> Result<Durability, String> {
+    type Error = JournalFailure;
+    fn persist(
+        &mut self,
+        seq: Seq,
+        mut records: Vec<Update>,
+    ) -> Result<Durability, JournalFailure> {
         let Sink::Syncer(inner) = self else { return Ok(Durability::Now) };
         let mut q = lock(&inner.queue);
         if q.records.len() > QUEUE_MAX_RECORDS {
             // The state already changed: the disk cannot keep up, and acknowledging nothing
             // more is the only safe answer.
-            return Err(format!("{QUEUE_MAX_RECORDS} journal records wait for the disk"));
+            return Err(JournalFailure::Behind);
         }
         q.records.append(&mut records);
         q.last = seq;
@@ -240,7 +273,7 @@ impl DriverHandle {
     /// (for the timer task).
     pub fn spawn(
         startup: Startup,
-        on_started: impl FnOnce(Option<String>) + Send + 'static,
+        on_started: impl FnOnce(Option<StartupError>) + Send + 'static,
     ) -> DriverHandle {
         Self::spawn_with(startup, COMPACT_AT_BYTES, on_started)
     }
@@ -250,7 +283,7 @@ impl DriverHandle {
     pub fn spawn_with(
         startup: Startup,
         compact_at_bytes: u64,
-        on_started: impl FnOnce(Option<String>) + Send + 'static,
+        on_started: impl FnOnce(Option<StartupError>) + Send + 'static,
     ) -> DriverHandle {
         let stats = Arc::new(Stats::default());
         let inner = Arc::new(Inner {
@@ -392,7 +425,7 @@ fn sync(inner: &Inner, mut journal: Box<dyn JournalWriter>) {
             stats.commit_latency.observe(started.elapsed());
             batch.clear();
             if let Err(e) = r {
-                fail(inner, &e, "journal write failed");
+                fail(inner, e, "journal write failed");
                 return;
             }
             if !persisted(inner, last) {
@@ -403,7 +436,7 @@ fn sync(inner: &Inner, mut journal: Box<dyn JournalWriter>) {
             compacting = false;
             let started = std::time::Instant::now();
             if let Err(e) = staged.and_then(|s| journal.finish_compaction(s)) {
-                fail(inner, &e, "journal compaction failed");
+                fail(inner, e, "journal compaction failed");
                 return;
             }
             let finish_us = started.elapsed().as_micros();
@@ -416,7 +449,7 @@ fn sync(inner: &Inner, mut journal: Box<dyn JournalWriter>) {
                 Ok(true) => compacting = true,
                 Ok(false) => return,
                 Err(e) => {
-                    fail(inner, &e, "journal compaction failed");
+                    fail(inner, e, "journal compaction failed");
                     return;
                 }
             }
@@ -434,11 +467,11 @@ fn persisted(inner: &Inner, seq: Seq) -> bool {
     true
 }
 
-fn fail(inner: &Inner, e: &std::io::Error, what: &str) {
+fn fail(inner: &Inner, e: std::io::Error, what: &'static str) {
     tracing::error!(error = %e, "{what}; refusing further requests");
     inner.broken.store(true, Ordering::SeqCst);
     if let Some(core) = lock(&inner.core).as_mut() {
-        core.driver.handle_sink_failure(format!("{what}: {e}"));
+        core.driver.handle_sink_failure(JournalFailure::Storage { what, source: e });
         // Dropping the senders answers every waiter: none of them is acknowledged.
         core.waiters.clear();
     }
@@ -570,7 +603,7 @@ mod tests {
         let actor = DriverHandle::spawn(Box::new(move || Ok((d, journal))), move |e| {
             let _ = tx.send(e);
         });
-        assert_eq!(rx.await.expect("started"), None);
+        assert!(rx.await.expect("started").is_none());
         actor
     }
 
@@ -713,7 +746,7 @@ mod tests {
                 let _ = tx.send(e);
             }
         });
-        assert_eq!(rx.await.expect("started"), None);
+        assert!(rx.await.expect("started").is_none());
         // The first commit crosses the threshold: the compaction begins, and its snapshot
         // write waits for the gate.
         actor.call(heartbeat("w0:1")).await.expect("acknowledged");
@@ -758,7 +791,7 @@ mod tests {
                         let _ = tx.send(e);
                     }
                 });
-            assert_eq!(rx.await.expect("started"), None);
+            assert!(rx.await.expect("started").is_none());
             for i in 0..3 {
                 let a = format!("w{i}:1");
                 actor.call(heartbeat(&a)).await.expect("acknowledged");

@@ -13,7 +13,7 @@ use shardwise_core::dispatch::address::AddressError;
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis};
 
 pub use self::core::DriverHandle;
-use self::core::{JournalWriter, Startup, now};
+use self::core::{JournalWriter, Startup, StartupError, now};
 pub use self::routes::{AppState, api_router};
 use crate::http::{
     DurationError, Running, auth, common_layers, conn, docs, front, incarnation, init_logging,
@@ -227,13 +227,13 @@ pub enum StartError {
     ClusterConfig(#[from] crate::kubernetes::live::ClusterConfigError),
     /// The work dir cannot be owned (another dispatcher holds it, or it cannot be created).
     #[error("refusing to start: {0}")]
-    WorkDir(String),
+    WorkDir(#[from] crate::journal::WorkDirError),
     /// `--host` and `--port` cannot be listened on.
     #[error(transparent)]
     Listen(#[from] crate::http::ListenError),
     /// The journal cannot be replayed (or the state machine not built from it).
     #[error("refusing to start: {0}")]
-    Recovery(String),
+    Recovery(StartupError),
     /// The replay thread ended without an answer.
     #[error("refusing to start: the replay thread ended without an answer (a bug)")]
     RecoveryLost,
@@ -315,7 +315,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     // records with the same ids as this one.
     let storage = match &args.work_dir {
         None => None,
-        Some(dir) => Some(DirStorage::exclusive(dir).map_err(StartError::WorkDir)?),
+        Some(dir) => Some(DirStorage::exclusive(dir)?),
     };
     let (listener, local) = crate::http::listen(&args.host, args.port).await?;
     let fault_tolerant = config.fault_tolerant;
@@ -324,15 +324,14 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     let startup: Startup = Box::new(move || {
         let t = now();
         let (Some(storage), Some(dir)) = (storage, work_dir) else {
-            return Ok((Dispatcher::new(config, inc, t).map_err(|e| e.to_string())?, None));
+            return Ok((Dispatcher::new(config, inc, t)?, None));
         };
-        let (journal, replay) =
-            Journal::open(storage, config.fault_tolerant).map_err(|e| e.to_string())?;
+        let (journal, replay) = Journal::open(storage, config.fault_tolerant)?;
         for w in &replay.warnings {
             tracing::warn!("{w}");
             eprintln!("shardwise dispatcher: warning: {w}");
         }
-        let d = Dispatcher::recover(config, inc, t, &replay.updates).map_err(|e| e.to_string())?;
+        let d = Dispatcher::recover(config, inc, t, &replay.updates)?;
         println!(
             "shardwise dispatcher replayed {} records from {} segments in {}",
             replay.updates.len(),
@@ -342,7 +341,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         let sink: Box<dyn JournalWriter> = Box::new(journal);
         Ok((d, Some(sink)))
     });
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Option<String>>();
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<Option<StartupError>>();
     let driver = DriverHandle::spawn_with(startup, args.compact_at_bytes, move |err| {
         let _ = started_tx.send(err);
     });

@@ -89,7 +89,7 @@ async fn start(storage: Faulty) -> DriverHandle {
     let actor = DriverHandle::spawn(Box::new(move || Ok((d, Some(sink)))), move |e| {
         let _ = tx.send(e);
     });
-    assert_eq!(rx.await.expect("started"), None);
+    assert!(rx.await.expect("started").is_none());
     actor
 }
 

@@ -370,7 +370,7 @@ fn const_scalar(user: &NodeDef, node: &NodeDef) -> Result<i64, GraphError> {
     if tensor.tensor_shape.as_ref().is_some_and(|s| s.unknown_rank || !s.dim.is_empty()) {
         return Err(bad("is not a scalar".into()));
     }
-    match const_ints(tensor).map_err(bad)?[..] {
+    match const_ints(tensor).map_err(|e| bad(e.to_string()))?[..] {
         [value] => Ok(value),
         _ => Err(bad("is not a scalar".into())),
     }
@@ -390,30 +390,55 @@ fn slice_count(user: &NodeDef, node: &NodeDef) -> Result<i64, GraphError> {
     }
 }
 
+/// Why a `Const` tensor is not a usable integer scalar or vector (each text completes "its
+/// input `NAME` ...").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConstError {
+    /// Neither int64 nor int32.
+    #[error("has dtype {0}, not int64 or int32")]
+    Dtype(i32),
+    /// Of rank 2 or more, or of unknown rank.
+    #[error("is neither a scalar nor a vector")]
+    Rank,
+    /// A dimension of unknown size.
+    #[error("has an unknown size")]
+    UnknownSize,
+    /// More elements than the dispatcher reads.
+    #[error("has more than {MAX_CONST_ELEMENTS} elements")]
+    TooLarge,
+    /// `tensor_content` does not hold exactly the shape's elements.
+    #[error("has content of the wrong length for its shape")]
+    ContentLength,
+    /// More typed values than the shape holds.
+    #[error("has more values than its shape holds")]
+    TooManyValues,
+}
+
 /// The values of an int64 or int32 tensor of rank 0 or 1, as TensorFlow reads them: from
 /// `tensor_content` (little-endian) when set, else from the typed field, where fewer values
 /// than elements repeat the last one (none: zeros).
-pub fn const_ints(tensor: &TensorProto) -> Result<Vec<i64>, String> {
+pub fn const_ints(tensor: &TensorProto) -> Result<Vec<i64>, ConstError> {
     let width = match DataType::try_from(tensor.dtype) {
         Ok(DataType::DtInt64) => 8,
         Ok(DataType::DtInt32) => 4,
-        _ => return Err(format!("has dtype {}, not int64 or int32", tensor.dtype)),
+        _ => return Err(ConstError::Dtype(tensor.dtype)),
     };
     let shape = tensor.tensor_shape.clone().unwrap_or_default();
     if shape.unknown_rank || shape.dim.len() > 1 {
-        return Err("is neither a scalar nor a vector".into());
+        return Err(ConstError::Rank);
     }
     let n = match shape.dim.first() {
         None => 1,
-        Some(d) => u64::try_from(d.size).map_err(|_| "has an unknown size".to_owned())?,
+        Some(d) => u64::try_from(d.size).map_err(|_| ConstError::UnknownSize)?,
     };
     if n > MAX_CONST_ELEMENTS {
-        return Err(format!("has more than {MAX_CONST_ELEMENTS} elements"));
+        return Err(ConstError::TooLarge);
     }
     let n = n as usize;
     if !tensor.tensor_content.is_empty() {
         if tensor.tensor_content.len() != n * width {
-            return Err("has content of the wrong length for its shape".into());
+            return Err(ConstError::ContentLength);
         }
         return Ok(tensor
             .tensor_content
@@ -430,7 +455,7 @@ pub fn const_ints(tensor: &TensorProto) -> Result<Vec<i64>, String> {
         tensor.int_val.iter().map(|&v| i64::from(v)).collect()
     };
     if values.len() > n {
-        return Err("has more values than its shape holds".into());
+        return Err(ConstError::TooManyValues);
     }
     let last = values.last().copied().unwrap_or(0);
     Ok(values.iter().copied().chain(std::iter::repeat_n(last, n - values.len())).collect())
