@@ -19,8 +19,8 @@
 //!
 //! Measured per run: calls/s, p50/p99 latency, errors (any non-200 or unexpected reply), the
 //! dispatcher's CPU per call (utime+stime of `/proc/<pid>/stat`, all threads, in clock ticks
-//! assumed to be 100 Hz, the Linux `USER_HZ`), the part of it spent on the dispatcher actor
-//! thread (`/proc/<pid>/task/*/stat`, thread `shardwise-dispat...`), and this process's own
+//! assumed to be 100 Hz, the Linux `USER_HZ`), the part of it spent on the journal thread
+//! (`/proc/<pid>/task/*/stat`, thread `shardwise-journal`: the writes and fsyncs), and this process's own
 //! CPU per call (it shares the machine's cores). Output: a Markdown table per mode and the
 //! issue's goals against TensorFlow's figures in `shared/reference/peer_results.md`.
 //!
@@ -391,7 +391,8 @@ fn ticks_of(stat_path: &Path) -> Option<u64> {
 struct CpuSample {
     /// The whole dispatcher process.
     dispatcher: u64,
-    /// Its actor thread (the state machine and the journal).
+    /// Its journal thread (appends and fsyncs; requests run the state machine on the runtime's
+    /// threads).
     actor: u64,
     /// This process.
     me: u64,
@@ -405,8 +406,8 @@ fn sample_cpu(pid: u32) -> CpuSample {
     if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for entry in dir.flatten() {
             let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            // `comm` keeps 15 bytes of the thread name `shardwise-dispatcher`.
-            if comm.trim_end().starts_with("shardwise-disp") {
+            // `comm` keeps 15 bytes of the thread name `shardwise-journal`.
+            if comm.trim_end().starts_with("shardwise-journ") {
                 actor += ticks_of(&entry.path().join("stat")).unwrap_or(0);
             }
         }
@@ -1133,7 +1134,7 @@ fn print_table(mode: Mode, results: &[RunResult]) {
     println!("\n### {}\n", mode.name());
     println!(
         "| workload | conns | calls | calls/s | p50 µs | p99 µs | errors | dispatcher CPU µs/call \
-         | of which actor thread | dispatcher cores busy | load generator CPU µs/call \
+         | of which journal thread | dispatcher cores busy | load generator CPU µs/call \
          | other processes, cores | journal commits | records per commit |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
