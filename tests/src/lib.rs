@@ -581,3 +581,36 @@ pub fn run_bounded(cmd: &mut Command, timeout: std::time::Duration) -> Run {
     let what = format!("{cmd:?}");
     Process::spawn(cmd).finish(timeout).unwrap_or_else(|e| panic!("{what}: {e}"))
 }
+
+/// Builds a Python venv at `venv` (removing what was there) and `pip install -r
+/// requirements_file` into it, each step bounded (`pip_timeout` for the install); panics with the
+/// step's output when one fails. The caller holds its setup lock and keeps its own stamp.
+pub fn build_venv(
+    venv: &std::path::Path,
+    requirements_file: &std::path::Path,
+    pip_timeout: std::time::Duration,
+) {
+    let _ = std::fs::remove_dir_all(venv);
+    assert_ran(
+        "python3 -m venv",
+        &run_bounded(
+            Command::new("python3").arg("-m").arg("venv").arg(venv),
+            std::time::Duration::from_secs(120),
+        ),
+    );
+    assert_ran(
+        &format!("pip install -r {}", requirements_file.display()),
+        &run_bounded(
+            Command::new(venv.join("bin/python"))
+                .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
+                .arg("-r")
+                .arg(requirements_file),
+            pip_timeout,
+        ),
+    );
+}
+
+/// Panics with `what`, the exit status and both outputs unless `run` exited 0.
+pub fn assert_ran(what: &str, run: &Run) {
+    assert_eq!(run.code, 0, "{what} failed:\nstdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+}

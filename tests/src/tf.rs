@@ -16,17 +16,13 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::{Process, Run, repo_root, run_bounded, target_dir};
+use crate::{Process, Run, assert_ran, repo_root, run_bounded, target_dir};
 
 /// The TensorFlow venv.
 #[derive(Debug)]
 pub struct TfEnv {
     /// `<venv>/bin/python`.
     pub python: PathBuf,
-}
-
-fn check(what: &str, run: &Run) {
-    assert_eq!(run.code, 0, "{what} failed:\nstdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
 }
 
 /// The venv with `tests/tf/requirements.txt`, built at most once per target directory (and
@@ -61,24 +57,7 @@ pub fn tf_env() -> &'static TfEnv {
         let stamped = std::fs::read_to_string(&stamp).is_ok_and(|s| s == requirements);
         if !stamped || !python.exists() {
             let started = Instant::now();
-            let _ = std::fs::remove_dir_all(&venv);
-            check(
-                "python3 -m venv",
-                &run_bounded(
-                    Command::new("python3").arg("-m").arg("venv").arg(&venv),
-                    Duration::from_secs(120),
-                ),
-            );
-            check(
-                "pip install -r tests/tf/requirements.txt",
-                &run_bounded(
-                    Command::new(&python)
-                        .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
-                        .arg("-r")
-                        .arg(&requirements_file),
-                    Duration::from_secs(900),
-                ),
-            );
+            crate::build_venv(&venv, &requirements_file, Duration::from_secs(900));
             std::fs::write(&stamp, &requirements).expect("venv stamp");
             eprintln!("tf: built {} in {:?}", venv.display(), started.elapsed());
         }
@@ -114,7 +93,7 @@ pub fn script(script: &str, args: &[&str]) -> Command {
 /// it fails or takes longer.
 pub fn run_script(name: &str, args: &[&str], timeout: Duration) -> Run {
     let run = run_bounded(&mut script(name, args), timeout);
-    check(&format!("tests/tf/{name} {}", args.join(" ")), &run);
+    assert_ran(&format!("tests/tf/{name} {}", args.join(" ")), &run);
     run
 }
 

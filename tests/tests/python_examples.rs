@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use shardwise_tests::{
-    Dispatcher, Process, Run, TempDir, Worker, repo_root, run_bounded, target_dir,
+    Dispatcher, Process, TempDir, Worker, assert_ran, repo_root, run_bounded, target_dir,
 };
 
 /// The shared Python environment.
@@ -27,10 +27,6 @@ use shardwise_tests::{
 struct PyEnv {
     /// `<venv>/bin/python`.
     python: PathBuf,
-}
-
-fn check(what: &str, run: &Run) {
-    assert_eq!(run.code, 0, "{what} failed:\nstdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
 }
 
 /// The venv with the pinned requirements and the generated SDK, built at most once per
@@ -67,24 +63,7 @@ fn py_env() -> &'static PyEnv {
         };
         if !stamped(&venv_stamp, &requirements) {
             let _ = std::fs::remove_file(&sdk_stamp);
-            let _ = std::fs::remove_dir_all(&venv);
-            check(
-                "python3 -m venv",
-                &run_bounded(
-                    Command::new("python3").arg("-m").arg("venv").arg(&venv),
-                    Duration::from_secs(120),
-                ),
-            );
-            check(
-                "pip install -r examples/python/requirements.txt",
-                &run_bounded(
-                    Command::new(&python)
-                        .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
-                        .arg("-r")
-                        .arg(&requirements_file),
-                    Duration::from_secs(600),
-                ),
-            );
+            shardwise_tests::build_venv(&venv, &requirements_file, Duration::from_secs(600));
             std::fs::write(&venv_stamp, &requirements).expect("venv stamp");
             eprintln!("python_examples: built {} in {:?}", venv.display(), started.elapsed());
         }
@@ -101,10 +80,10 @@ fn py_env() -> &'static PyEnv {
                     .env("PATH", &bin_path),
                 Duration::from_secs(300),
             );
-            check("openapi-python-client generate", &run);
+            assert_ran("openapi-python-client generate", &run);
             // Installed without build isolation: its build backend (poetry-core) is pinned in
             // the venv already, so this needs no index.
-            check(
+            assert_ran(
                 "pip install the generated SDK",
                 &run_bounded(
                     Command::new(&python)

@@ -50,20 +50,7 @@ fn schemathesis() -> &'static PathBuf {
         lock.lock().expect("lock st-setup.lock");
         if !(bin.exists() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == requirements)) {
             let started = Instant::now();
-            let _ = std::fs::remove_dir_all(&venv);
-            for (what, cmd) in [
-                ("python3 -m venv", Command::new("python3").arg("-m").arg("venv").arg(&venv)),
-                (
-                    "pip install -r tests/schemathesis/requirements.txt",
-                    Command::new(venv.join("bin/python"))
-                        .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
-                        .arg("-r")
-                        .arg(&requirements_file),
-                ),
-            ] {
-                let run = run_bounded(cmd, Duration::from_secs(600));
-                assert_eq!(run.code, 0, "{what}:\n{}\n{}", run.stdout, run.stderr);
-            }
+            shardwise_tests::build_venv(&venv, &requirements_file, Duration::from_secs(600));
             std::fs::write(&stamp, &requirements).expect("stamp");
             eprintln!("schemathesis: installed into {} in {:?}", venv.display(), started.elapsed());
         }
