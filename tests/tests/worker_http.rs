@@ -225,23 +225,35 @@ fn data_sharding_reads_the_static_element_shards() {
 fn cr_01_consumers_read_the_same_worker_in_each_round() {
     let d = Dispatcher::start(&[]);
     let _w: Vec<Worker> = (0..2).map(|_| Worker::start(&d.url, WORKER)).collect();
+    let (a, b) = read_two_coordinated_consumers(&d.url, "coordinated");
+    // Round r visits both tasks in order; in each task's round the two consumers get the
+    // task's next two elements: consumer 0 the first, consumer 1 the second.
+    assert_rounds_of_two_tasks(&a, &b);
+}
+
+/// Two consumers of a coordinated read (`num_consumers: 2`) of `range(100).repeat()` under
+/// job `job_name`, 20 elements each, read at the same time.
+fn read_two_coordinated_consumers(url: &str, job_name: &str) -> (Vec<i64>, Vec<i64>) {
     let ds = json!({"source": {"range": {"stop": 100}}, "transforms": [{"repeat": null}]});
     let consumer = |i: u64| {
         let opts = DistributeOptions {
-            job_name: Some("coordinated".into()),
+            job_name: Some(job_name.into()),
             num_consumers: Some(2),
             consumer_index: Some(i),
             ..options()
         };
-        distribute(&d.url, dataset(ds.clone()), opts).take(20).try_collect::<Vec<Value>>()
+        distribute(url, dataset(ds.clone()), opts).take(20).try_collect::<Vec<Value>>()
     };
     let (a, b) = runtime().block_on(async {
         let both = async { tokio::join!(consumer(0), consumer(1)) };
         tokio::time::timeout(Duration::from_secs(60), both).await.expect("in time")
     });
-    let (a, b) = (ints(&a.unwrap()), ints(&b.unwrap()));
-    // Round r visits both tasks in order; in each task's round the two consumers get the
-    // task's next two elements: consumer 0 the first, consumer 1 the second.
+    (ints(&a.unwrap()), ints(&b.unwrap()))
+}
+
+/// Two tasks read in turn, two elements a round: consumer 0 gets 0, 0, 2, 2, ... and
+/// consumer 1 gets 1, 1, 3, 3, ...
+fn assert_rounds_of_two_tasks(a: &[i64], b: &[i64]) {
     let expect_a: Vec<i64> = (0..10).flat_map(|r| [2 * r, 2 * r]).collect();
     let expect_b: Vec<i64> = expect_a.iter().map(|x| x + 1).collect();
     assert_eq!(a, expect_a);
@@ -815,26 +827,9 @@ fn cr_09_coordinated_reads_ignore_worker_tags() {
     let _plain = Worker::start(&d.url, WORKER);
     let _colocated =
         Worker::start(&d.url, &["--tags", "COLOCATED", "--heartbeat-interval", "200ms"]);
-    let ds = json!({"source": {"range": {"stop": 100}}, "transforms": [{"repeat": null}]});
-    let consumer = |i: u64| {
-        let opts = DistributeOptions {
-            job_name: Some("tagged".into()),
-            num_consumers: Some(2),
-            consumer_index: Some(i),
-            ..options()
-        };
-        distribute(&d.url, dataset(ds.clone()), opts).take(20).try_collect::<Vec<Value>>()
-    };
-    let (a, b) = runtime().block_on(async {
-        let both = async { tokio::join!(consumer(0), consumer(1)) };
-        tokio::time::timeout(Duration::from_secs(60), both).await.expect("in time")
-    });
-    let (a, b) = (ints(&a.unwrap()), ints(&b.unwrap()));
+    let (a, b) = read_two_coordinated_consumers(&d.url, "tagged");
     // The same rounds as with untagged workers (CR-01): both tasks in turn, two elements each.
-    let expect_a: Vec<i64> = (0..10).flat_map(|r| [2 * r, 2 * r]).collect();
-    let expect_b: Vec<i64> = expect_a.iter().map(|x| x + 1).collect();
-    assert_eq!(a, expect_a);
-    assert_eq!(b, expect_b);
+    assert_rounds_of_two_tasks(&a, &b);
 }
 
 #[test]
