@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use shardwise_tests::{
-    Dispatcher, Process, TempDir, Worker, assert_ran, repo_root, run_bounded, target_dir,
+    Dispatcher, Process, TempDir, Worker, assert_ran, poll_until, repo_root, run_bounded,
+    target_dir,
 };
 
 /// The shared Python environment.
@@ -241,17 +242,7 @@ fn python_worker_touches_files_only_under_its_data_roots() {
     let flags = ["--heartbeat-interval", "0.05", "--exit-after-tasks", "1", "--data-root", &r];
     let mut w = start_python_worker(&d.url, "python-worker-files:1", &flags);
     let ds = json!({"source": {"files": {"paths": paths, "format": "lines"}}});
-    let dataset = ok("register", &d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))));
-    let job = ok(
-        "job",
-        &d.call(
-            "POST",
-            "/v1/jobs",
-            Some(json!({"dataset_id": dataset["dataset_id"], "processing_mode": "distributed_epoch"})),
-        ),
-    );
-    let path = format!("/v1/jobs/{}/iterations", job["job_id"].as_str().unwrap());
-    ok("iteration", &d.call("POST", &path, Some(json!({}))));
+    distributed_epoch_iteration(&d, ds);
     let run = w.finish(Duration::from_secs(60)).expect("the worker completes its task");
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let processed: Vec<&str> = run.stdout.lines().filter(|l| l.contains(": split ")).collect();
@@ -268,22 +259,15 @@ fn python_worker_touches_files_only_under_its_data_roots() {
     let w =
         start_python_worker(&d.url, "python-worker-noroot:1", &["--heartbeat-interval", "0.05"]);
     let ds = json!({"source": {"files": {"paths": [paths[0].clone()], "format": "lines"}}});
-    let dataset = ok("register", &d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))));
-    let job = ok(
-        "job",
-        &d.call(
-            "POST",
-            "/v1/jobs",
-            Some(json!({"dataset_id": dataset["dataset_id"], "processing_mode": "distributed_epoch"})),
-        ),
-    );
-    let path = format!("/v1/jobs/{}/iterations", job["job_id"].as_str().unwrap());
-    ok("iteration", &d.call("POST", &path, Some(json!({}))));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !w.output().1.contains("allows no data roots") {
-        assert!(Instant::now() < deadline, "no refusal: {:?}", w.output());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    distributed_epoch_iteration(&d, ds);
+    poll_until("the worker refuses the files task", Duration::from_secs(30), || {
+        let (stdout, stderr) = w.output();
+        if stderr.contains("allows no data roots") {
+            Ok(())
+        } else {
+            Err(format!("{stdout}\n{stderr}"))
+        }
+    });
     assert!(w.output().1.contains("--data-root DIR"), "{:?}", w.output());
     assert!(!w.output().0.contains(": split "), "{:?}", w.output());
 }
@@ -338,4 +322,19 @@ fn seed_flow_through_the_generated_sdk_prints_the_range() {
     let job = ok("job", &d.call("GET", "/v1/jobs/5000", None));
     assert_eq!(job["iterations"][0]["finished"], true, "{job}");
     assert_eq!(job["iterations"][0]["num_clients"], 0, "{job}");
+}
+
+/// Registers `ds`, a `distributed_epoch` job over it and an iteration of that job.
+fn distributed_epoch_iteration(d: &Dispatcher, ds: serde_json::Value) {
+    let dataset = ok("register", &d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))));
+    let job = ok(
+        "job",
+        &d.call(
+            "POST",
+            "/v1/jobs",
+            Some(json!({"dataset_id": dataset["dataset_id"], "processing_mode": "distributed_epoch"})),
+        ),
+    );
+    let path = format!("/v1/jobs/{}/iterations", job["job_id"].as_str().unwrap());
+    ok("iteration", &d.call("POST", &path, Some(json!({}))));
 }
