@@ -6,7 +6,7 @@
 //!   messages, generated from Shardwise's own `.proto` subsets under `gateway/proto/`.
 //! - [`graph`]: the DYNAMIC split providers of a dataset, from its `GraphDef`.
 //!
-//! Nothing here is served yet.
+//! The dispatcher serves the protocol (its `grpc` module).
 
 pub mod graph;
 pub mod proto;
