@@ -236,6 +236,7 @@ impl Shared {
             tags: self.tags.clone(),
             worker_uid: Some(self.uid.clone()),
             incarnation,
+            tensorflow: None,
         };
         let reply: WorkerHeartbeatReply = self.rest.post("/v1/workers/heartbeat", &req).await?;
         // All under one lock: a client must never see the old task where the new incarnation
