@@ -268,3 +268,409 @@ fn the_dispatcher_takes_tensorflows_millisecond_test_settings() {
         if w["workers"][0]["alive"] == false { Ok(()) } else { Err(w) }
     });
 }
+
+// ---- TensorFlow datasets, tasks and splits -----------------------------------------------
+
+use shardwise_gateway::tf::proto::tensorflow::{
+    AttrValue, DataType, GraphDef, NodeDef, TensorProto, TensorShapeProto, attr_value,
+};
+use std::sync::{Arc, Mutex};
+use tf::worker_service_server::{WorkerService, WorkerServiceServer};
+
+fn node(name: &str, op: &str, inputs: &[&str]) -> NodeDef {
+    NodeDef {
+        name: name.into(),
+        op: op.into(),
+        input: inputs.iter().map(|&i| i.to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+fn const_node(name: &str, tensor: TensorProto) -> NodeDef {
+    let mut n = node(name, "Const", &[]);
+    n.attr.insert("value".into(), AttrValue { value: Some(attr_value::Value::Tensor(tensor)) });
+    n
+}
+
+fn scalar(name: &str, value: i64) -> NodeDef {
+    const_node(
+        name,
+        TensorProto {
+            dtype: DataType::DtInt64 as i32,
+            tensor_shape: Some(TensorShapeProto::default()),
+            int64_val: vec![value],
+            ..Default::default()
+        },
+    )
+}
+
+/// The serialized graph of `range(start, stop, step)` (as TensorFlow builds it: three `Const`
+/// nodes, a `RangeDataset` and the `_Retval`), plus `extra` nodes off the output's path.
+fn range_graph(start: i64, stop: i64, step: i64, extra: Vec<NodeDef>) -> Vec<u8> {
+    let mut nodes = vec![
+        scalar("start", start),
+        scalar("stop", stop),
+        scalar("step", step),
+        node("range", "RangeDataset", &["start", "stop", "step"]),
+        node("dataset", "_Retval", &["range"]),
+    ];
+    nodes.extend(extra);
+    prost::Message::encode_to_vec(&GraphDef { node: nodes, library: None })
+}
+
+/// The serialized graph of a dataset read from files (no split provider in Shardwise).
+fn tfrecord_graph() -> Vec<u8> {
+    let nodes = vec![
+        scalar("files", 0),
+        node("records", "TFRecordDataset", &["files"]),
+        node("dataset", "_Retval", &["records"]),
+    ];
+    prost::Message::encode_to_vec(&GraphDef { node: nodes, library: None })
+}
+
+fn register(graph: Vec<u8>, compression: i32) -> tf::GetOrRegisterDatasetRequest {
+    tf::GetOrRegisterDatasetRequest {
+        dataset: Some(tf::DatasetDef { graph: graph.into() }),
+        metadata: Some(tf::DataServiceMetadata {
+            optional_element_spec: Some(
+                tf::data_service_metadata::OptionalElementSpec::ElementSpec(vec![1, 2, 3]),
+            ),
+            compression,
+            cardinality: 3,
+        }),
+        optional_dataset_id: None,
+    }
+}
+
+fn job(
+    dataset_id: &str,
+    policy: tf::processing_mode_def::ShardingPolicy,
+) -> tf::GetOrCreateJobRequest {
+    tf::GetOrCreateJobRequest {
+        dataset_id: dataset_id.into(),
+        processing_mode_def: Some(tf::ProcessingModeDef { sharding_policy: policy as i32 }),
+        ..Default::default()
+    }
+}
+
+/// The int64 value of a split tensor (`tensor_content` little-endian, or `int64_val`).
+fn split_value(t: &TensorProto) -> i64 {
+    assert_eq!(t.dtype, DataType::DtInt64 as i32, "{t:?}");
+    assert!(t.tensor_shape.as_ref().is_none_or(|s| s.dim.is_empty()), "a scalar: {t:?}");
+    if t.tensor_content.len() == 8 {
+        i64::from_le_bytes(t.tensor_content[..].try_into().unwrap())
+    } else {
+        assert_eq!(t.int64_val.len(), 1, "{t:?}");
+        t.int64_val[0]
+    }
+}
+
+/// A TensorFlow worker's `WorkerService` on port 0 of this process: records the tasks pushed
+/// to it.
+#[derive(Debug, Default, Clone)]
+struct FakeWorker {
+    got: Arc<Mutex<Vec<tf::TaskDef>>>,
+}
+
+#[tonic::async_trait]
+impl WorkerService for FakeWorker {
+    async fn process_task(
+        &self,
+        request: tonic::Request<tf::ProcessTaskRequest>,
+    ) -> Result<tonic::Response<tf::ProcessTaskResponse>, tonic::Status> {
+        if let Some(t) = request.into_inner().task {
+            self.got.lock().unwrap().push(t);
+        }
+        Ok(tonic::Response::new(tf::ProcessTaskResponse {}))
+    }
+    async fn get_worker_tasks(
+        &self,
+        _: tonic::Request<tf::GetWorkerTasksRequest>,
+    ) -> Result<tonic::Response<tf::GetWorkerTasksResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("fake"))
+    }
+}
+
+impl FakeWorker {
+    /// Serves it on 127.0.0.1, port 0: its address.
+    async fn start(&self) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let incoming = futures::stream::unfold(listener, |l| async move {
+            let r = l.accept().await.map(|(s, _)| s);
+            Some((r, l))
+        });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(WorkerServiceServer::new(self.clone()))
+                .serve_with_incoming(incoming),
+        );
+        addr.to_string()
+    }
+
+    /// Waits until a task was pushed: the tasks so far.
+    async fn wait_for_tasks(&self) -> Vec<tf::TaskDef> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = self.got.lock().unwrap().clone();
+            if !got.is_empty() {
+                return got;
+            }
+            assert!(std::time::Instant::now() < deadline, "no task was pushed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// A 10 MiB graph (a constant off the output's path) is registered and read back byte for
+/// byte: over 4 MiB in both directions. The metadata comes back as sent; registering the same
+/// dataset again answers the same id.
+#[tokio::test]
+async fn a_10_mib_graph_is_registered_and_read_back_byte_identical() {
+    let d = Dispatcher::start(&["--max-body-bytes", "33554432"]);
+    let mut c = client(&d.url).await;
+    let big = const_node(
+        "weights",
+        TensorProto {
+            dtype: DataType::DtInt64 as i32,
+            tensor_content: (0..10u32 << 20).map(|i| (i % 251) as u8).collect(),
+            ..Default::default()
+        },
+    );
+    let graph = range_graph(0, 10, 1, vec![big]);
+    assert!(graph.len() > 10 << 20);
+    let id = c.get_or_register_dataset(register(graph.clone(), 1)).await.unwrap().into_inner();
+    let again = c.get_or_register_dataset(register(graph.clone(), 1)).await.unwrap().into_inner();
+    assert_eq!(again.dataset_id, id.dataset_id, "the same dataset, the same id");
+    let def = c
+        .get_dataset_def(tf::GetDatasetDefRequest { dataset_id: id.dataset_id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(def.dataset_def.unwrap().graph == graph, "the graph comes back byte for byte");
+    let meta = c
+        .get_data_service_metadata(tf::GetDataServiceMetadataRequest {
+            dataset_id: id.dataset_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(meta.metadata, register(Vec::new(), 1).metadata, "the metadata as sent");
+    // REST shows a summary, without the bytes.
+    let rest = http("GET", &d.url, &format!("/v1/datasets/{}", id.dataset_id), None).unwrap();
+    assert_eq!(rest.status, 200, "{}", rest.body);
+    assert!(rest.body.len() < 10_000, "no graph bytes on REST: {} bytes", rest.body.len());
+    // Unknown datasets are NOT_FOUND.
+    let r = c.get_dataset_def(tf::GetDatasetDefRequest { dataset_id: "nope".into() }).await;
+    assert_eq!(r.unwrap_err().code(), tonic::Code::NotFound);
+}
+
+/// The whole TensorFlow-shaped flow with a fake TensorFlow worker: heartbeat, register a
+/// dataset, a DYNAMIC job and iteration, the task pushed to the worker's `ProcessTask`, the
+/// client's heartbeat listing the task with the worker's transfer servers, the splits of
+/// `range(5, 20, 5)` and `end_of_splits`, run-time compression decided once.
+#[tokio::test]
+async fn a_tensorflow_flow_pushes_the_task_and_hands_out_its_splits() {
+    use tf::processing_mode_def::ShardingPolicy::Dynamic;
+    let d = Dispatcher::start(&["--deployment-mode", "colocated"]);
+    let mut c = client(&d.url).await;
+    let fake = FakeWorker::default();
+    let address = fake.start().await;
+    let hb = c.worker_heartbeat(heartbeat(&address, 77)).await.unwrap().into_inner();
+    assert!(hb.new_tasks.is_empty(), "{hb:?}");
+    let graph = range_graph(5, 20, 5, Vec::new());
+    let dataset = c.get_or_register_dataset(register(graph.clone(), 2)).await.unwrap().into_inner();
+    let job = c.get_or_create_job(job(&dataset.dataset_id, Dynamic)).await.unwrap().into_inner();
+    let it = c
+        .get_or_create_iteration(tf::GetOrCreateIterationRequest {
+            job_id: job.job_id,
+            repetition: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // The task reaches the worker at once, without waiting for its heartbeat.
+    let pushed = fake.wait_for_tasks().await;
+    assert_eq!(pushed.len(), 1, "{pushed:?}");
+    let task = &pushed[0];
+    assert_eq!(task.worker_address, address);
+    assert_eq!(task.dataset_id, dataset.dataset_id);
+    assert_eq!(task.num_split_providers, 1);
+    assert_eq!(
+        task.processing_mode_def,
+        Some(tf::ProcessingModeDef { sharding_policy: Dynamic as i32 })
+    );
+    match &task.dataset {
+        Some(tf::task_def::Dataset::DatasetDef(def)) => assert!(def.graph == graph),
+        other => panic!("the graph inline, not {other:?}"),
+    }
+    // Its heartbeat gives the worker the same TaskDef (should it have missed the push).
+    let hb = c.worker_heartbeat(heartbeat(&address, 77)).await.unwrap().into_inner();
+    assert_eq!(hb.new_tasks, pushed, "the heartbeat's task is the pushed one");
+    // The client sees the task, with the worker's transfer servers and uid.
+    let beat = c
+        .client_heartbeat(tf::ClientHeartbeatRequest {
+            iteration_client_id: it.iteration_client_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(beat.deployment_mode, tf::DeploymentMode::Colocated as i32);
+    assert_eq!(beat.task_info.len(), 1, "{beat:?}");
+    let info = &beat.task_info[0];
+    assert_eq!(info.task_id, task.task_id);
+    assert_eq!(info.iteration_id, task.iteration_id);
+    assert_eq!(info.worker_address, address);
+    assert_eq!(info.worker_uid, 77);
+    assert_eq!(info.transfer_servers.len(), 1);
+    assert_eq!(info.transfer_servers[0].protocol, "grpc");
+    assert_eq!(info.transfer_servers[0].address, address);
+    // The splits of range(5, 20, 5) are its elements, then end_of_splits.
+    let mut values = Vec::new();
+    loop {
+        let s = c
+            .get_split(tf::GetSplitRequest {
+                iteration_id: task.iteration_id,
+                repetition: 0,
+                split_provider_index: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if s.end_of_splits {
+            break;
+        }
+        values.push(split_value(&s.split.expect("a split")));
+        assert!(values.len() <= 3, "{values:?}");
+    }
+    assert_eq!(values, [5, 10, 15]);
+    let r = c
+        .get_split(tf::GetSplitRequest {
+            iteration_id: task.iteration_id,
+            repetition: 0,
+            split_provider_index: 7,
+        })
+        .await;
+    assert_eq!(r.unwrap_err().code(), tonic::Code::InvalidArgument);
+    // Compression: the first proposal decides (SNAPPY here), later ones get the decision,
+    // and the metadata says OFF from then on.
+    use tf::disable_compression_at_runtime_response::Decision;
+    for (ask, want) in [(true, true), (false, true)] {
+        let r = c
+            .disable_compression_at_runtime(tf::DisableCompressionAtRuntimeRequest {
+                dataset_id: dataset.dataset_id.clone(),
+                disable_compression_at_runtime: ask,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.decision, Some(Decision::CompressionDisabledAtRuntime(want)));
+    }
+    let meta = c
+        .get_data_service_metadata(tf::GetDataServiceMetadataRequest {
+            dataset_id: dataset.dataset_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(meta.metadata.unwrap().compression, 1, "COMPRESSION_OFF once disabled");
+    let plain = c.get_or_register_dataset(register(range_graph(0, 3, 1, Vec::new()), 1)).await;
+    let r = c
+        .disable_compression_at_runtime(tf::DisableCompressionAtRuntimeRequest {
+            dataset_id: plain.unwrap().into_inner().dataset_id,
+            disable_compression_at_runtime: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.decision, Some(Decision::NoCompressionToDisable(true)));
+    // The worker finishes its task: the iteration is finished for the client.
+    c.worker_update(tf::WorkerUpdateRequest {
+        worker_address: address.clone(),
+        updates: vec![tf::TaskProgress { task_id: task.task_id, completed: true }],
+    })
+    .await
+    .unwrap();
+    let beat = c
+        .client_heartbeat(tf::ClientHeartbeatRequest {
+            iteration_client_id: it.iteration_client_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(beat.iteration_finished, "{beat:?}");
+}
+
+/// An iteration created over REST of a job over a TensorFlow dataset pushes its tasks to the
+/// TensorFlow workers too.
+#[tokio::test]
+async fn a_rest_iteration_of_a_tensorflow_dataset_pushes_its_tasks() {
+    let d = Dispatcher::start(&[]);
+    let mut c = client(&d.url).await;
+    let fake = FakeWorker::default();
+    let address = fake.start().await;
+    c.worker_heartbeat(heartbeat(&address, 5)).await.unwrap();
+    let dataset = c
+        .get_or_register_dataset(register(range_graph(0, 3, 1, Vec::new()), 1))
+        .await
+        .unwrap()
+        .into_inner();
+    let job = json!({"dataset_id": dataset.dataset_id, "processing_mode": "parallel_epochs"});
+    let r = http("POST", &d.url, "/v1/jobs", Some(&job)).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let job_id = r.json()["job_id"].as_str().unwrap().to_owned();
+    let r = http("POST", &d.url, &format!("/v1/jobs/{job_id}/iterations"), Some(&json!({})));
+    let r = r.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json().get("pushed_tasks").is_none(), "REST JSON unchanged: {}", r.body);
+    let pushed = fake.wait_for_tasks().await;
+    assert_eq!(pushed[0].worker_address, address);
+    assert_eq!(pushed[0].num_split_providers, 0, "OFF");
+}
+
+/// DYNAMIC over a graph without a split provider here is refused, naming the op, and the
+/// dispatcher keeps serving; a graph that does not parse is stored as sent and refused only
+/// for DYNAMIC.
+#[tokio::test]
+async fn dynamic_over_an_unsupported_graph_is_refused_naming_the_op() {
+    use tf::processing_mode_def::ShardingPolicy::{Dynamic, Off};
+    let d = Dispatcher::start(&[]);
+    let mut c = client(&d.url).await;
+    let address = "localhost:7001";
+    c.worker_heartbeat(heartbeat(address, 9)).await.unwrap();
+    for (graph, text) in
+        [(tfrecord_graph(), "TFRecordDataset"), (vec![0xff, 0xff, 0xff], "not a GraphDef")]
+    {
+        let dataset = c.get_or_register_dataset(register(graph.clone(), 1)).await;
+        let dataset = dataset.unwrap().into_inner().dataset_id;
+        let def = c
+            .get_dataset_def(tf::GetDatasetDefRequest { dataset_id: dataset.clone() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(def.dataset_def.unwrap().graph == graph, "stored as sent");
+        let refused = match c.get_or_create_job(job(&dataset, Dynamic)).await {
+            Err(s) => s,
+            Ok(j) => c
+                .get_or_create_iteration(tf::GetOrCreateIterationRequest {
+                    job_id: j.into_inner().job_id,
+                    repetition: 0,
+                })
+                .await
+                .unwrap_err(),
+        };
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+        assert!(refused.message().contains(text), "{text:?} not in {:?}", refused.message());
+        // OFF reads it whole: no split provider needed.
+        let off = c.get_or_create_job(job(&dataset, Off)).await.unwrap().into_inner();
+        c.get_or_create_iteration(tf::GetOrCreateIterationRequest {
+            job_id: off.job_id,
+            repetition: 0,
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(c.get_version(tf::GetVersionRequest {}).await.unwrap().into_inner().version, 9);
+}

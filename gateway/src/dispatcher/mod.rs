@@ -379,8 +379,13 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     let driver = DriverHandle::spawn_with(startup, args.compact_at_bytes, move |err| {
         let _ = started_tx.send(err);
     });
+    let pusher = std::sync::Arc::new(grpc::push::Pusher::new());
     let grpc = grpc::router(
-        grpc::DispatcherGrpc::new(driver.clone(), DeploymentMode::tf(args.deployment_mode)),
+        grpc::DispatcherGrpc::new(
+            driver.clone(),
+            DeploymentMode::tf(args.deployment_mode),
+            pusher.clone(),
+        ),
         args.limits(),
         tokens.clone(),
     );
@@ -390,6 +395,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         cluster,
         kube: Default::default(),
         routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),
+        pusher,
     };
     let app = router(state, args.limits(), tokens);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

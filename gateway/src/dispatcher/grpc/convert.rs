@@ -10,10 +10,14 @@ use shardwise_core::dispatch::address::check_worker_address;
 use shardwise_core::dispatch::wire::{
     self, ClientHeartbeatReply, CreateJob, ProcessingMode, WorkerHeartbeatReply,
 };
-use shardwise_core::dispatch::{ShardingPolicy, TargetWorkers, TaskId};
+use shardwise_core::dispatch::{
+    CompressionDecision, DatasetSpec, RegisterTfDataset, ShardingPolicy, SplitProviderDef,
+    TargetWorkers, TaskId, TfDataset, TfSplit, TfWorkerInfo, TransferServer,
+};
 use tonic::Status;
 
 use crate::http::Problem;
+use crate::tf::graph::{self, SplitProvider};
 use crate::tf::proto::tensorflow::data as tf;
 use tf::processing_mode_def::ShardingPolicy as TfPolicy;
 
@@ -139,7 +143,32 @@ pub fn worker_heartbeat(req: tf::WorkerHeartbeatRequest) -> Result<wire::WorkerH
         tags: req.worker_tags,
         worker_uid: worker_uid(req.worker_uid),
         incarnation: None,
+        tensorflow: Some(TfWorkerInfo {
+            transfer_servers: req.transfer_servers.into_iter().map(transfer_server).collect(),
+        }),
     })
+}
+
+/// A worker's `DataTransferServerInfo` as the core keeps it.
+fn transfer_server(t: tf::DataTransferServerInfo) -> TransferServer {
+    TransferServer {
+        protocol: t.protocol,
+        address: t.address,
+        compatibility_info: t.compatibility_info,
+        fall_back_to_grpc_at_client_creation_time: t.fall_back_to_grpc_at_client_creation_time,
+        fall_back_to_grpc_at_get_element_time: t.fall_back_to_grpc_at_get_element_time,
+    }
+}
+
+/// A transfer server as TensorFlow's `DataTransferServerInfo`.
+fn transfer_server_info(t: &TransferServer) -> tf::DataTransferServerInfo {
+    tf::DataTransferServerInfo {
+        protocol: t.protocol.clone(),
+        address: t.address.clone(),
+        compatibility_info: t.compatibility_info.clone(),
+        fall_back_to_grpc_at_client_creation_time: t.fall_back_to_grpc_at_client_creation_time,
+        fall_back_to_grpc_at_get_element_time: t.fall_back_to_grpc_at_get_element_time,
+    }
 }
 
 /// The core's heartbeat reply as TensorFlow's. `new_tasks` holds only TensorFlow tasks.
@@ -160,13 +189,40 @@ pub fn worker_heartbeat_reply(
     Ok(tf::WorkerHeartbeatResponse { new_tasks, tasks_to_delete })
 }
 
-/// A core task as TensorFlow's `TaskDef` for the worker at `worker_address`; `None` for a task
-/// of a declarative dataset (never sent to a TensorFlow worker).
-pub fn task_def(
-    _task: &wire::TaskDef,
-    _worker_address: &str,
-) -> Result<Option<tf::TaskDef>, Status> {
-    Ok(None)
+/// A core task as TensorFlow's `TaskDef` for the worker at `worker_address` (its own address,
+/// as TensorFlow's workers expect): the graph inline as `dataset_def`, `num_consumers` only
+/// when set. `None` for a task of a declarative dataset (never sent to a TensorFlow worker).
+pub fn task_def(task: &wire::TaskDef, worker_address: &str) -> Result<Option<tf::TaskDef>, Status> {
+    use tf::task_def::{Dataset, OptionalNumConsumers};
+    let DatasetSpec::TensorFlow(dataset) = &task.dataset else { return Ok(None) };
+    let optional_num_consumers = match task.num_consumers {
+        None => None,
+        Some(n) => Some(OptionalNumConsumers::NumConsumers(int64("num_consumers", n)?)),
+    };
+    Ok(Some(tf::TaskDef {
+        dataset: Some(Dataset::DatasetDef(tf::DatasetDef { graph: dataset.graph.clone().into() })),
+        dataset_id: task.dataset_id.clone(),
+        task_id: int64("task_id", task.task_id.0)?,
+        iteration_id: int64("iteration_id", task.iteration_id.0)?,
+        num_split_providers: i64::from(task.num_split_providers),
+        worker_address: worker_address.to_owned(),
+        processing_mode_def: Some(processing_mode_def(task.processing_mode)),
+        optional_num_consumers,
+        num_workers: int64("num_workers", task.num_workers.unwrap_or(0))?,
+        worker_index: int64("worker_index", task.worker_index.unwrap_or(0))?,
+        use_cross_trainer_cache: task.cross_trainer_cache,
+    }))
+}
+
+/// The tasks an iteration's creation made for TensorFlow workers, as `(address, TaskDef)`
+/// pairs to push. A task that does not convert (never: ids fit) is left to the heartbeat.
+pub fn pushed_tasks(tasks: &[(String, wire::TaskDef)]) -> Vec<(String, tf::TaskDef)> {
+    tasks
+        .iter()
+        .filter_map(|(address, t)| {
+            task_def(t, address).ok().flatten().map(|def| (address.clone(), def))
+        })
+        .collect()
 }
 
 /// `WorkerUpdateRequest` as the core's update.
@@ -234,11 +290,11 @@ pub fn client_heartbeat_reply(
         .map(|t| {
             Ok(tf::TaskInfo {
                 worker_address: t.worker_address.clone(),
-                transfer_servers: Vec::new(),
+                transfer_servers: t.transfer_servers.iter().map(transfer_server_info).collect(),
                 worker_tags: t.worker_tags.clone(),
                 task_id: int64("task_id", t.task_id.0)?,
-                iteration_id: 0,
-                worker_uid: 0,
+                iteration_id: int64("iteration_id", t.iteration_id.0)?,
+                worker_uid: worker_uid_int(t.worker_uid.as_deref()),
                 starting_round: int64("starting_round", t.starting_round)?,
             })
         })
@@ -253,6 +309,91 @@ pub fn client_heartbeat_reply(
         deployment_mode,
         optional_block_round,
     })
+}
+
+/// A graph's split providers as the core keeps them.
+fn split_provider_def(p: &SplitProvider) -> SplitProviderDef {
+    // A provider's split count is never negative.
+    let len = u64::try_from(p.num_splits()).unwrap_or(0);
+    match *p {
+        SplitProvider::Range { start, step, .. } => SplitProviderDef::Range { start, step, len },
+        SplitProvider::Index { .. } => SplitProviderDef::Slices { len },
+    }
+}
+
+/// The DYNAMIC split providers of a serialized `GraphDef`, or why it has none (a graph that
+/// does not decode is stored all the same: only DYNAMIC refuses it, with this text).
+pub fn split_providers(graph: &[u8]) -> Result<Vec<SplitProviderDef>, String> {
+    graph::split_providers_of(graph)
+        .map(|ps| ps.iter().map(split_provider_def).collect())
+        .map_err(|e| e.to_string())
+}
+
+/// `GetOrRegisterDatasetRequest` as the core's registration of a TensorFlow dataset: the
+/// graph's bytes and the metadata exactly as sent, and the split providers computed here.
+pub fn register_dataset(req: tf::GetOrRegisterDatasetRequest) -> Result<RegisterTfDataset, Status> {
+    use tf::data_service_metadata::OptionalElementSpec;
+    use tf::get_or_register_dataset_request::OptionalDatasetId;
+    let Some(dataset) = req.dataset else {
+        return Err(invalid("GetOrRegisterDataset needs a dataset".into()));
+    };
+    let metadata = req.metadata.unwrap_or_default();
+    let graph: Vec<u8> = dataset.graph.into();
+    let split_providers = split_providers(&graph);
+    Ok(RegisterTfDataset {
+        dataset_id: req.optional_dataset_id.map(|OptionalDatasetId::DatasetId(id)| id),
+        dataset: TfDataset {
+            graph,
+            element_spec: metadata
+                .optional_element_spec
+                .map(|OptionalElementSpec::ElementSpec(spec)| spec),
+            compression: metadata.compression,
+            cardinality: metadata.cardinality,
+            split_providers,
+        },
+    })
+}
+
+/// The TensorFlow dataset of a `GetDataset` reply, else `FAILED_PRECONDITION` (a Shardwise
+/// dataset has no graph).
+pub fn tf_dataset(info: &wire::DatasetInfo) -> Result<&TfDataset, Status> {
+    info.dataset.tensorflow().ok_or_else(|| {
+        Status::failed_precondition(format!(
+            "dataset {} is a Shardwise (declarative) dataset, not a TensorFlow one",
+            shardwise_core::echo::echo(&info.dataset_id)
+        ))
+    })
+}
+
+/// A TensorFlow dataset's metadata as TensorFlow's `GetDataServiceMetadata` answers it.
+pub fn metadata(dataset: &TfDataset) -> tf::DataServiceMetadata {
+    use tf::data_service_metadata::OptionalElementSpec;
+    tf::DataServiceMetadata {
+        optional_element_spec: dataset.element_spec.clone().map(OptionalElementSpec::ElementSpec),
+        compression: dataset.compression,
+        cardinality: dataset.cardinality,
+    }
+}
+
+/// The core's compression decision as TensorFlow's answer.
+pub fn compression_decision(d: CompressionDecision) -> tf::DisableCompressionAtRuntimeResponse {
+    use tf::disable_compression_at_runtime_response::Decision;
+    let decision = match d.compression_disabled {
+        None => Decision::NoCompressionToDisable(true),
+        Some(disabled) => Decision::CompressionDisabledAtRuntime(disabled),
+    };
+    tf::DisableCompressionAtRuntimeResponse { decision: Some(decision) }
+}
+
+/// The core's split as TensorFlow's `GetSplitResponse`: an int64 scalar tensor, as
+/// TensorFlow's dispatcher encodes it ([`graph::int64_scalar`]), or `end_of_splits`.
+pub fn split_reply(s: TfSplit) -> tf::GetSplitResponse {
+    match s.split {
+        Some(v) => {
+            tf::GetSplitResponse { split: Some(graph::int64_scalar(v)), end_of_splits: false }
+        }
+        None => tf::GetSplitResponse { split: None, end_of_splits: true },
+    }
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ struct Gate {
     limits: Limits,
 }
 
-/// The gRPC service as a router for [`crate::http::conn::serve`]: the RPCs of `service`
+/// The gRPC service as a router for `http::conn::serve`: the RPCs of `service`
 /// behind the token check and the request limits of `limits` (its `max_body_bytes` bounds a
 /// request message; replies are unbounded).
 pub fn router(

@@ -1,11 +1,17 @@
 //! The RPCs of `tensorflow.data.DispatcherService`, each translated (by [`super::convert`]) to
 //! the core request REST uses for the same thing and answered from its reply.
 
+use std::sync::Arc;
+
 use shardwise_core::dispatch::wire::{CreateIteration, MaybeRemove};
-use shardwise_core::dispatch::{ClientId, JobId, ListWorkers, ReleaseClient, TaskId};
+use shardwise_core::dispatch::{
+    ClientId, DisableCompression, GetDataset, IterationId, JobId, ListWorkers, ReleaseClient,
+    TaskId, TfGetSplit,
+};
 use tonic::{Request, Response, Status};
 
 use super::convert::{self, from_problem, id, int64};
+use super::push::Pusher;
 use crate::dispatcher::core::DriverHandle;
 use crate::tf::proto::tensorflow::data as tf;
 use tf::dispatcher_service_server::DispatcherService;
@@ -24,12 +30,28 @@ pub struct DispatcherGrpc {
     driver: DriverHandle,
     /// TensorFlow's `DeploymentMode` value of `--deployment-mode`.
     deployment_mode: i32,
+    /// Pushes the tasks a new iteration made to TensorFlow workers.
+    pusher: Arc<Pusher>,
 }
 
 impl DispatcherGrpc {
-    /// The service over `driver`, answering `deployment_mode` (a `tf::DeploymentMode`).
-    pub fn new(driver: DriverHandle, deployment_mode: tf::DeploymentMode) -> DispatcherGrpc {
-        DispatcherGrpc { driver, deployment_mode: deployment_mode as i32 }
+    /// The service over `driver`, answering `deployment_mode`, pushing new tasks with
+    /// `pusher` (shared with the REST front).
+    pub fn new(
+        driver: DriverHandle,
+        deployment_mode: tf::DeploymentMode,
+        pusher: Arc<Pusher>,
+    ) -> DispatcherGrpc {
+        DispatcherGrpc { driver, deployment_mode: deployment_mode as i32, pusher }
+    }
+
+    /// The TensorFlow dataset `dataset_id`.
+    async fn tf_dataset(
+        &self,
+        dataset_id: String,
+    ) -> Result<shardwise_core::dispatch::TfDataset, Status> {
+        let info = self.driver.call(GetDataset { dataset_id }).await.map_err(from_problem)?;
+        convert::tf_dataset(&info).cloned()
     }
 }
 
@@ -58,16 +80,26 @@ impl DispatcherService for DispatcherGrpc {
 
     async fn get_dataset_def(
         &self,
-        _request: Request<tf::GetDatasetDefRequest>,
+        request: Request<tf::GetDatasetDefRequest>,
     ) -> Answer<tf::GetDatasetDefResponse> {
-        Err(Status::unimplemented("GetDatasetDef is not served yet"))
+        let dataset = self.tf_dataset(request.into_inner().dataset_id).await?;
+        Ok(Response::new(tf::GetDatasetDefResponse {
+            dataset_def: Some(tf::DatasetDef { graph: dataset.graph.into() }),
+        }))
     }
 
     async fn get_split(
         &self,
-        _request: Request<tf::GetSplitRequest>,
+        request: Request<tf::GetSplitRequest>,
     ) -> Answer<tf::GetSplitResponse> {
-        Err(Status::unimplemented("GetSplit is not served yet"))
+        let req = request.into_inner();
+        let iteration = IterationId(id("iteration_id", req.iteration_id)?);
+        let body = TfGetSplit {
+            repetition: convert::count("repetition", req.repetition)?,
+            split_provider_index: convert::count("split_provider_index", req.split_provider_index)?,
+        };
+        let split = self.driver.call((iteration, body)).await.map_err(from_problem)?;
+        Ok(Response::new(convert::split_reply(split)))
     }
 
     async fn get_version(
@@ -79,9 +111,15 @@ impl DispatcherService for DispatcherGrpc {
 
     async fn get_or_register_dataset(
         &self,
-        _request: Request<tf::GetOrRegisterDatasetRequest>,
+        request: Request<tf::GetOrRegisterDatasetRequest>,
     ) -> Answer<tf::GetOrRegisterDatasetResponse> {
-        Err(Status::unimplemented("GetOrRegisterDataset is not served yet"))
+        // Reading the graph (megabytes, maybe) is work for a blocking thread.
+        let req =
+            tokio::task::spawn_blocking(move || convert::register_dataset(request.into_inner()))
+                .await
+                .map_err(|_| Status::internal("reading the dataset's graph failed (a bug)"))??;
+        let reply = self.driver.call(req).await.map_err(from_problem)?;
+        Ok(Response::new(tf::GetOrRegisterDatasetResponse { dataset_id: reply.dataset_id }))
     }
 
     async fn get_or_create_job(
@@ -102,6 +140,7 @@ impl DispatcherService for DispatcherGrpc {
         let repetition = convert::count("repetition", req.repetition)?;
         let body = CreateIteration { repetition, consumer_index: None };
         let reply = self.driver.call((job, body)).await.map_err(from_problem)?;
+        self.pusher.push(convert::pushed_tasks(&reply.pushed_tasks));
         Ok(Response::new(tf::GetOrCreateIterationResponse {
             iteration_client_id: int64("iteration_client_id", reply.client_id.0)?,
         }))
@@ -157,9 +196,12 @@ impl DispatcherService for DispatcherGrpc {
 
     async fn get_data_service_metadata(
         &self,
-        _request: Request<tf::GetDataServiceMetadataRequest>,
+        request: Request<tf::GetDataServiceMetadataRequest>,
     ) -> Answer<tf::GetDataServiceMetadataResponse> {
-        Err(Status::unimplemented("GetDataServiceMetadata is not served yet"))
+        let dataset = self.tf_dataset(request.into_inner().dataset_id).await?;
+        Ok(Response::new(tf::GetDataServiceMetadataResponse {
+            metadata: Some(convert::metadata(&dataset)),
+        }))
     }
 
     async fn get_data_service_config(
@@ -194,8 +236,14 @@ impl DispatcherService for DispatcherGrpc {
 
     async fn disable_compression_at_runtime(
         &self,
-        _request: Request<tf::DisableCompressionAtRuntimeRequest>,
+        request: Request<tf::DisableCompressionAtRuntimeRequest>,
     ) -> Answer<tf::DisableCompressionAtRuntimeResponse> {
-        Err(Status::unimplemented("DisableCompressionAtRuntime is not served yet"))
+        let req = request.into_inner();
+        let body = DisableCompression {
+            dataset_id: req.dataset_id,
+            disable: req.disable_compression_at_runtime,
+        };
+        let decision = self.driver.call(body).await.map_err(from_problem)?;
+        Ok(Response::new(convert::compression_decision(decision)))
     }
 }
