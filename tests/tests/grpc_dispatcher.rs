@@ -674,3 +674,77 @@ async fn dynamic_over_an_unsupported_graph_is_refused_naming_the_op() {
     }
     assert_eq!(c.get_version(tf::GetVersionRequest {}).await.unwrap().into_inner().version, 9);
 }
+
+/// `range(0, 10)` with the `RangeDataset` node's attributes written in `order` (TensorFlow
+/// writes protobuf maps in hash order: two processes write one dataset in two ways).
+fn range_graph_with_attrs_in_order(order: &[&str]) -> Vec<u8> {
+    use prost::Message as _;
+    fn field(number: u32, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        prost::encoding::encode_key(number, prost::encoding::WireType::LengthDelimited, &mut out);
+        prost::encoding::encode_varint(bytes.len() as u64, &mut out);
+        out.extend_from_slice(bytes);
+        out
+    }
+    let mut range = node("range", "RangeDataset", &["start", "stop", "step"]).encode_to_vec();
+    for name in order {
+        let mut one = NodeDef::default();
+        one.attr.insert(
+            (*name).to_owned(),
+            AttrValue { value: Some(attr_value::Value::I(name.len() as i64)) },
+        );
+        range.extend(one.encode_to_vec());
+    }
+    let nodes = [
+        scalar("start", 0).encode_to_vec(),
+        scalar("stop", 10).encode_to_vec(),
+        scalar("step", 1).encode_to_vec(),
+        range,
+        node("dataset", "_Retval", &["range"]).encode_to_vec(),
+    ];
+    nodes.iter().flat_map(|n| field(1, n)).collect()
+}
+
+/// Two serializations of one dataset (its maps in different orders, as two TensorFlow
+/// processes write it) are one dataset: the same id, so clients of both share a job by name.
+#[tokio::test]
+async fn two_serializations_of_one_dataset_are_one_dataset() {
+    use tf::processing_mode_def::ShardingPolicy::Off;
+    let d = Dispatcher::start(&[]);
+    let mut c = client(&d.url).await;
+    let a = range_graph_with_attrs_in_order(&["metadata", "output_types", "output_shapes"]);
+    let b = range_graph_with_attrs_in_order(&["output_shapes", "metadata", "output_types"]);
+    assert_ne!(a, b);
+    let other = range_graph_with_attrs_in_order(&["metadata", "output_types"]);
+    let id_a = c.get_or_register_dataset(register(a.clone(), 1)).await.unwrap().into_inner();
+    let id_b = c.get_or_register_dataset(register(b, 1)).await.unwrap().into_inner();
+    let id_other = c.get_or_register_dataset(register(other, 1)).await.unwrap().into_inner();
+    assert_eq!(id_a.dataset_id, id_b.dataset_id);
+    assert_ne!(id_a.dataset_id, id_other.dataset_id);
+    // Other metadata: another dataset.
+    let id_snappy = c.get_or_register_dataset(register(a.clone(), 2)).await.unwrap().into_inner();
+    assert_ne!(id_a.dataset_id, id_snappy.dataset_id);
+    // The first serialization is kept, as sent.
+    let def = c
+        .get_dataset_def(tf::GetDatasetDefRequest { dataset_id: id_a.dataset_id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(def.dataset_def.unwrap().graph == a);
+    // A job named by both clients is one job.
+    let named = |id: &str| tf::GetOrCreateJobRequest {
+        optional_job_name: Some(tf::get_or_create_job_request::OptionalJobName::JobName(
+            "j".into(),
+        )),
+        ..job(id, Off)
+    };
+    let j1 = c.get_or_create_job(named(&id_a.dataset_id)).await.unwrap().into_inner();
+    let j2 = c.get_or_create_job(named(&id_b.dataset_id)).await.unwrap().into_inner();
+    assert_eq!(j1.job_id, j2.job_id);
+    // An explicit id is kept.
+    let mut explicit = register(a, 1);
+    explicit.optional_dataset_id =
+        Some(tf::get_or_register_dataset_request::OptionalDatasetId::DatasetId("mine".into()));
+    let r = c.get_or_register_dataset(explicit).await.unwrap().into_inner();
+    assert_eq!(r.dataset_id, "mine");
+}

@@ -17,6 +17,7 @@ use shardwise_core::dispatch::{
 use tonic::Status;
 
 use crate::http::Problem;
+use crate::tf::fingerprint::fingerprint;
 use crate::tf::graph::{self, SplitProvider};
 use crate::tf::proto::tensorflow::data as tf;
 use tf::processing_mode_def::ShardingPolicy as TfPolicy;
@@ -330,7 +331,9 @@ pub fn split_providers(graph: &[u8]) -> Result<Vec<SplitProviderDef>, String> {
 }
 
 /// `GetOrRegisterDatasetRequest` as the core's registration of a TensorFlow dataset: the
-/// graph's bytes and the metadata exactly as sent, and the split providers computed here.
+/// graph's bytes and the metadata exactly as sent, the split providers computed here, and the
+/// id the client gave or else `tf-` and the dataset's [fingerprint] (so the registration is a
+/// get-or-register by content, whatever order TensorFlow wrote the graph's maps in).
 pub fn register_dataset(req: tf::GetOrRegisterDatasetRequest) -> Result<RegisterTfDataset, Status> {
     use tf::data_service_metadata::OptionalElementSpec;
     use tf::get_or_register_dataset_request::OptionalDatasetId;
@@ -340,13 +343,28 @@ pub fn register_dataset(req: tf::GetOrRegisterDatasetRequest) -> Result<Register
     let metadata = req.metadata.unwrap_or_default();
     let graph: Vec<u8> = dataset.graph.into();
     let split_providers = split_providers(&graph);
+    let element_spec =
+        metadata.optional_element_spec.map(|OptionalElementSpec::ElementSpec(spec)| spec);
+    // Without an id, the dataset's fingerprint names it: another process's serialization of
+    // the same dataset (its maps in another order) gets the same id, as on TensorFlow's
+    // dispatcher, so clients in different processes share jobs by name.
+    let dataset_id = match req.optional_dataset_id {
+        Some(OptionalDatasetId::DatasetId(id)) => id,
+        None => format!(
+            "tf-{}",
+            fingerprint(
+                &graph,
+                element_spec.as_deref(),
+                metadata.compression,
+                metadata.cardinality
+            )
+        ),
+    };
     Ok(RegisterTfDataset {
-        dataset_id: req.optional_dataset_id.map(|OptionalDatasetId::DatasetId(id)| id),
+        dataset_id: Some(dataset_id),
         dataset: TfDataset {
             graph,
-            element_spec: metadata
-                .optional_element_spec
-                .map(|OptionalElementSpec::ElementSpec(spec)| spec),
+            element_spec,
             compression: metadata.compression,
             cardinality: metadata.cardinality,
             split_providers,
