@@ -108,6 +108,20 @@ async fn a_grpc_worker_registers_and_is_listed_by_grpc_and_rest() {
     assert_eq!(addresses, ["localhost:7001"]);
     let rest = http("GET", &d.url, "/v1/workers", None).unwrap().json();
     assert_eq!(rest["workers"][0]["worker_address"], "localhost:7001", "{rest}");
+    // A Shardwise worker beside it: REST lists both kinds; an address keeps its kind.
+    let hb = json!({"worker_address": "localhost:7002"});
+    assert_eq!(http("POST", &d.url, "/v1/workers/heartbeat", Some(&hb)).unwrap().status, 200);
+    let rest = http("GET", &d.url, "/v1/workers", None).unwrap().json();
+    assert_eq!(rest["workers"].as_array().unwrap().len(), 2, "{rest}");
+    let s = c.worker_heartbeat(heartbeat("localhost:7002", 78)).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{s:?}");
+    // A declarative dataset has no graph to give a TensorFlow worker.
+    let ds = json!({"dataset": {"source": {"range": {"stop": 3}}}});
+    let r = http("POST", &d.url, "/v1/datasets", Some(&ds)).unwrap();
+    let id = r.json()["dataset_id"].as_str().unwrap().to_owned();
+    let s = c.get_dataset_def(tf::GetDatasetDefRequest { dataset_id: id }).await.unwrap_err();
+    assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{s:?}");
+    assert!(s.message().contains("not a TensorFlow one"), "{}", s.message());
 }
 
 /// Hostile inputs are typed statuses, never INTERNAL or a crash: negative ids, unknown enum

@@ -374,13 +374,14 @@ pub fn register_dataset(req: tf::GetOrRegisterDatasetRequest) -> Result<Register
 
 /// The TensorFlow dataset of a `GetDataset` reply, else `FAILED_PRECONDITION` (a Shardwise
 /// dataset has no graph).
-pub fn tf_dataset(info: &wire::DatasetInfo) -> Result<&TfDataset, Status> {
-    info.dataset.tensorflow().ok_or_else(|| {
-        Status::failed_precondition(format!(
+pub fn tf_dataset(info: wire::DatasetInfo) -> Result<TfDataset, Status> {
+    match info.dataset {
+        DatasetSpec::TensorFlow(dataset) => Ok(*dataset),
+        DatasetSpec::Declarative(_) => Err(Status::failed_precondition(format!(
             "dataset {} is a Shardwise (declarative) dataset, not a TensorFlow one",
             shardwise_core::echo::echo(&info.dataset_id)
-        ))
-    })
+        ))),
+    }
 }
 
 /// A TensorFlow dataset's metadata as TensorFlow's `GetDataServiceMetadata` answers it.

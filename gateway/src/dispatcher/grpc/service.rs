@@ -51,7 +51,7 @@ impl DispatcherGrpc {
         dataset_id: String,
     ) -> Result<shardwise_core::dispatch::TfDataset, Status> {
         let info = self.driver.call(GetDataset { dataset_id }).await.map_err(from_problem)?;
-        convert::tf_dataset(&info).cloned()
+        convert::tf_dataset(info)
     }
 }
 
