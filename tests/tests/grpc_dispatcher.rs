@@ -588,7 +588,11 @@ async fn a_tensorflow_flow_pushes_the_task_and_hands_out_its_splits() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(meta.metadata.unwrap().compression, 1, "COMPRESSION_OFF once disabled");
+    assert_eq!(
+        meta.metadata.unwrap().compression,
+        2,
+        "the metadata as sent (SNAPPY), as TensorFlow answers it, also once disabled"
+    );
     let plain = c.get_or_register_dataset(register(range_graph(0, 3, 1, Vec::new()), 1)).await;
     let r = c
         .disable_compression_at_runtime(tf::DisableCompressionAtRuntimeRequest {

@@ -12,8 +12,8 @@ use super::state::{
     Iteration, Job, SplitRef, State, Task, Update, apply, footprint_declarative, footprint_tf,
 };
 use super::tensorflow::{
-    COMPRESSION_OFF, COMPRESSION_SNAPPY, CompressionDecision, DatasetSpec, DisableCompression,
-    RegisterTfDataset, TfGetSplit, TfSplit,
+    COMPRESSION_SNAPPY, CompressionDecision, DatasetSpec, DisableCompression, RegisterTfDataset,
+    TfGetSplit, TfSplit,
 };
 use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TaskId};
 use super::wire::{
@@ -1065,16 +1065,11 @@ impl Dispatcher {
     fn dataset(&self, dataset_id: &str) -> Result<DatasetInfo, DispatchError> {
         let ds =
             self.state.datasets.get(dataset_id).ok_or_else(|| not_found_dataset(dataset_id))?;
-        let mut dataset = ds.spec.clone();
-        // As TensorFlow's GetDataServiceMetadata: OFF once workers disabled compression.
-        if let DatasetSpec::TensorFlow(tf) = &mut dataset
-            && ds.compression_disabled == Some(true)
-        {
-            tf.compression = COMPRESSION_OFF;
-        }
+        // The metadata as the client sent it, also after workers disabled compression: as
+        // TensorFlow's GetDataServiceMetadata, whose clients read each element's own form.
         Ok(DatasetInfo {
             dataset_id: ds.id.clone(),
-            dataset,
+            dataset: ds.spec.clone(),
             metadata: ds.metadata.clone(),
             compression_disabled: ds.compression_disabled,
         })

@@ -584,9 +584,10 @@ pub struct DatasetRegistered {
 }
 
 // (Doc comments of REST types are the OpenAPI document's descriptions, so this is a plain
-// comment.) For a TensorFlow dataset `dataset` is the whole `TfDataset`, with `compression` as
-// TensorFlow's `GetDataServiceMetadata` answers it (OFF once workers disabled compression at
-// run time); its REST form is `{"tensorflow": summary}`, without the graph's bytes.
+// comment.) For a TensorFlow dataset `dataset` is the whole `TfDataset` as the client sent it
+// (TensorFlow's `GetDataServiceMetadata` answers the metadata as sent, also after workers
+// disabled compression at run time: `compression_disabled` says that); its REST form is
+// `{"tensorflow": summary}`, without the graph's bytes.
 /// `GET /v1/datasets/{dataset_id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
