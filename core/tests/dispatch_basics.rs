@@ -96,6 +96,7 @@ impl Harness {
                     tags: vec![],
                     worker_uid: None,
                     incarnation: None,
+                    tensorflow: None,
                 },
             )
             .unwrap();
@@ -587,6 +588,7 @@ fn a_restarted_worker_process_gives_back_its_splits_at_once() {
                     tags: vec![],
                     worker_uid: Some(uid.into()),
                     incarnation: None,
+                    tensorflow: None,
                 },
             )
             .unwrap();

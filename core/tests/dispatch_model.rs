@@ -1171,6 +1171,7 @@ impl Sut {
                     tags: Vec::new(),
                     worker_uid: Some(format!("u{uid}")),
                     incarnation: None,
+                    tensorflow: None,
                 };
                 let r = self.d.call(now, req.clone()).unwrap();
                 assert_eq!(r.incarnation, inc);
@@ -1636,6 +1637,7 @@ fn heartbeat(
         tags: Vec::new(),
         worker_uid: None,
         incarnation: None,
+        tensorflow: None,
     };
     d.call(Millis(now), req.clone()).unwrap()
 }

@@ -14,8 +14,9 @@
 //! * [`kubernetes`]: the Kubernetes API client, the live cluster of `--cluster-config` and the
 //!   `shardwise resolve` plumbing. Uses [`http`] (problems).
 //! * [`dispatcher`]: the dispatcher process: its arguments, start and run, the driver handle
-//!   around the core, and the REST front (each resource's routes in one file, merged once).
-//!   Uses [`http`], [`journal`], [`kubernetes`].
+//!   around the core, the REST front (each resource's routes in one file, merged once) and
+//!   TensorFlow's `DispatcherService` over gRPC on the same port. Uses [`http`], [`journal`],
+//!   [`kubernetes`], [`tf`].
 //! * [`worker`]: the worker process and its data plane. Uses [`http`].
 //! * [`client`]: the Rust client ([`client::distribute`]). Uses [`http`].
 //! * [`openapi`]: the one document, assembled from the routes [`dispatcher`] and [`worker`]
@@ -23,8 +24,8 @@
 //!   servers serve the checked-in copy, which a test keeps equal to it).
 //!
 //! The direction is one way (a test, `modules_have_no_import_cycle`, checks it from the
-//! sources): `http`, `journal` <- `kubernetes` <- `dispatcher`; `http` <- `worker`, `client`;
-//! `dispatcher`, `worker` <- `openapi`.
+//! sources): `http`, `journal` <- `kubernetes` <- `dispatcher`; `tf` <- `dispatcher`; `http`
+//! <- `worker`, `client`; `dispatcher`, `worker` <- `openapi`.
 //!
 //! * [`tf`]: TensorFlow's tf.data service protocol (generated types of the project's own
 //!   `.proto` subsets) and the DYNAMIC split providers of a dataset's GraphDef. Uses nothing

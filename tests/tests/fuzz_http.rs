@@ -379,6 +379,7 @@ fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, DriverHandle, MemoryJ
         cluster: None,
         kube: Default::default(),
         routes: Arc::new(RouteMetrics::for_document(&api_router().1)),
+        pusher: Default::default(),
     };
     let limits = LimitConfig { max_body_bytes: 1 << 20, ..LimitConfig::default() };
     let app = router(state, limits, None);

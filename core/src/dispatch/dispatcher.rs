@@ -8,7 +8,13 @@ use super::address::check_plausible;
 use super::config::DispatcherConfig;
 use super::error::DispatchError;
 use super::protocol::{Output, Reply, Request, Response, Seq, Ticket};
-use super::state::{Iteration, Job, SplitRef, State, Task, Update, apply, footprint};
+use super::state::{
+    Iteration, Job, SplitRef, State, Task, Update, apply, footprint_declarative, footprint_tf,
+};
+use super::tensorflow::{
+    COMPRESSION_OFF, COMPRESSION_SNAPPY, CompressionDecision, DatasetSpec, DisableCompression,
+    RegisterTfDataset, TfGetSplit, TfSplit,
+};
 use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TaskId};
 use super::wire::{
     ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetInfo,
@@ -38,6 +44,14 @@ pub enum Event {
         /// Iteration.
         iteration_id: IterationId,
     },
+}
+
+/// A consumer of a coordinated-read iteration: its index, or, for a client that gave none
+/// (TensorFlow's clients), its client id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Consumer {
+    Index(u64),
+    Client(ClientId),
 }
 
 /// A computed reply waiting for the batch it depends on to be persisted.
@@ -77,7 +91,7 @@ pub struct Dispatcher {
     events: VecDeque<Event>,
     next_check: Millis,
     /// Coordinated reads: per iteration, the latest round each consumer reported.
-    rounds: BTreeMap<IterationId, BTreeMap<u64, u64>>,
+    rounds: BTreeMap<IterationId, BTreeMap<Consumer, u64>>,
     /// Coordinated reads: removal votes per task: the round and the consumers that voted.
     removal_votes: BTreeMap<TaskId, (u64, BTreeSet<u64>)>,
 }
@@ -305,6 +319,16 @@ impl Dispatcher {
             Request::Dataset(r) => Response::Dataset(self.dataset(&r.dataset_id)?),
             Request::Job(r) => Response::Job(self.job_info(r.job_id)?),
             Request::Metrics(_) => Response::Metrics(self.metrics()),
+            Request::RegisterTfDataset(r) => Response::DatasetRegistered(DatasetRegistered {
+                dataset_id: self.register_tf_dataset(r)?,
+                incarnation: self.incarnation.clone(),
+            }),
+            Request::DisableCompression(r) => {
+                Response::CompressionDecision(self.disable_compression(&r)?)
+            }
+            Request::TfGetSplit(iteration_id, r) => {
+                Response::TfSplit(self.tf_get_split(iteration_id, r)?)
+            }
         })
     }
 
@@ -347,16 +371,23 @@ impl Dispatcher {
             .datasets
             .get(&job.dataset_id)
             .ok_or_else(|| not_found_dataset(&job.dataset_id))?;
+        let num_split_providers = match (&dataset.spec, job.policy) {
+            (_, policy) if policy != ShardingPolicy::Dynamic => 0,
+            (DatasetSpec::Declarative(_), _) => 1,
+            (DatasetSpec::TensorFlow(tf), _) => {
+                u32::try_from(tf.num_split_providers()).unwrap_or(u32::MAX)
+            }
+        };
         Ok(TaskDef {
             task_id: task.id,
             iteration_id: it.id,
             job_id: job.id,
             dataset_id: job.dataset_id.clone(),
-            dataset: dataset.def.clone(),
+            dataset: dataset.spec.clone(),
             processing_mode: job.policy,
             num_workers: task.shard.map(|s| s.0),
             worker_index: task.shard.map(|s| s.1),
-            num_split_providers: u32::from(job.policy == ShardingPolicy::Dynamic),
+            num_split_providers,
             split_size: job.split_size,
             num_consumers: job.num_consumers,
             starting_round: task.starting_round,
@@ -391,8 +422,8 @@ impl Dispatcher {
         iteration_id: IterationId,
         worker: &str,
         late: bool,
-    ) -> Result<(), DispatchError> {
-        let Some(it) = self.state.iterations.get(&iteration_id) else { return Ok(()) };
+    ) -> Result<Option<TaskId>, DispatchError> {
+        let Some(it) = self.state.iterations.get(&iteration_id) else { return Ok(None) };
         let policy = self.state.jobs.get(&it.job_id).map_or(ShardingPolicy::Off, |j| j.policy);
         let pending = late && it.num_consumers.is_some();
         let shard = self.shard_of(policy, worker)?;
@@ -401,8 +432,9 @@ impl Dispatcher {
         } else {
             0
         };
+        let id = TaskId(self.state.next_task_id);
         let task = Task {
-            id: TaskId(self.state.next_task_id),
+            id,
             iteration_id,
             worker_address: worker.to_owned(),
             shard,
@@ -415,7 +447,23 @@ impl Dispatcher {
         } else {
             self.commit(Update::CreateTask { task });
         }
-        Ok(())
+        Ok(Some(id))
+    }
+
+    /// Whether the iteration's dataset is a TensorFlow dataset (whose tasks go only to
+    /// TensorFlow workers; declarative datasets' tasks only to Shardwise workers).
+    fn iteration_is_tf(&self, iteration_id: IterationId) -> bool {
+        self.state
+            .iterations
+            .get(&iteration_id)
+            .and_then(|it| self.state.jobs.get(&it.job_id))
+            .and_then(|j| self.state.datasets.get(&j.dataset_id))
+            .is_some_and(|d| d.spec.is_tensorflow())
+    }
+
+    /// Whether the worker at `addr` is a TensorFlow worker.
+    fn worker_is_tf(&self, addr: &str) -> bool {
+        self.state.heartbeat_index.get(addr).is_some_and(|w| w.tensorflow)
     }
 
     /// Worker heartbeat: registers a new worker (giving it a task in every unfinished
@@ -445,10 +493,12 @@ impl Dispatcher {
         }
         // Fast path: a live worker of this incarnation, same uid, reporting exactly its tasks.
         // One probe of the heartbeat index, whatever the number of workers.
+        let tensorflow = req.tensorflow.is_some();
         if req.incarnation.as_ref().is_none_or(|i| *i == self.incarnation)
             && self.state.open_round_robin.is_empty()
             && let Some(w) = self.state.heartbeat_index.get_mut(addr)
             && w.alive
+            && w.tensorflow == tensorflow
             && (req.worker_uid.is_none() || w.uid_is(req.worker_uid.as_deref()))
             && w.tasks() == req.current_tasks
         {
@@ -458,6 +508,18 @@ impl Dispatcher {
                 tasks_to_delete: Vec::new(),
                 incarnation: self.incarnation.clone(),
             });
+        }
+        if let Some(w) = self.state.heartbeat_index.get(addr)
+            && w.tensorflow != tensorflow
+        {
+            let kind = |tf: bool| if tf { "TensorFlow" } else { "Shardwise" };
+            return Err(DispatchError::FailedPrecondition(format!(
+                "a {} worker is registered at {}: this heartbeat is from a {} worker. A worker's \
+                 kind is fixed when it registers; run the other kind at another address",
+                kind(w.tensorflow),
+                echo(addr),
+                kind(tensorflow)
+            )));
         }
         let known = self.state.workers.get(addr).map(|w| (w.alive, w.uid.clone()));
         let uid = req.worker_uid.clone();
@@ -471,15 +533,24 @@ impl Dispatcher {
                     address: addr.to_owned(),
                     tags: req.tags.clone(),
                     uid,
+                    tensorflow: req.tensorflow.clone(),
                 });
                 self.join_unfinished_iterations(addr, true)?;
             }
             Some((false, _)) => {
-                self.commit(Update::WorkerRevived { address: addr.to_owned(), uid });
+                self.commit(Update::WorkerRevived {
+                    address: addr.to_owned(),
+                    uid,
+                    tensorflow: req.tensorflow.clone(),
+                });
                 self.join_unfinished_iterations(addr, false)?;
             }
             Some((true, old)) if uid.is_some() && old != uid => {
-                self.commit(Update::WorkerRestarted { address: addr.to_owned(), uid });
+                self.commit(Update::WorkerRestarted {
+                    address: addr.to_owned(),
+                    uid,
+                    tensorflow: req.tensorflow.clone(),
+                });
                 self.rejoin_round_robin(addr)?;
             }
             Some((true, _)) => self.rejoin_round_robin(addr)?,
@@ -536,12 +607,14 @@ impl Dispatcher {
                 .map(|t| t.iteration_id)
                 .collect()
         };
+        let tensorflow = self.worker_is_tf(addr);
         let open: Vec<IterationId> = self
             .state
             .iterations
             .values()
             .filter(|i| !i.finished && !has_task.contains(&i.id))
             .map(|i| i.id)
+            .filter(|i| self.iteration_is_tf(*i) == tensorflow)
             .collect();
         for it in open {
             self.create_task(it, addr, true)?;
@@ -561,8 +634,14 @@ impl Dispatcher {
             .filter_map(|t| self.state.tasks.get(t))
             .map(|t| t.iteration_id)
             .collect();
-        let missing: Vec<IterationId> =
-            self.state.open_round_robin.iter().filter(|i| !mine.contains(i)).copied().collect();
+        let tensorflow = w.tensorflow.is_some();
+        let missing: Vec<IterationId> = self
+            .state
+            .open_round_robin
+            .iter()
+            .filter(|i| !mine.contains(i) && self.iteration_is_tf(**i) == tensorflow)
+            .copied()
+            .collect();
         for it in missing {
             self.create_task(it, addr, true)?;
         }
@@ -611,13 +690,15 @@ impl Dispatcher {
 
     /// The caller is the worker registered at `addr`: NOT_FOUND when none is, and
     /// PERMISSION_DENIED when it registered with a uid and `uid` is another (or none). A
-    /// worker that registered without a uid is known by its address alone. The registered
-    /// uid is never quoted back: it is what proves a request comes from that worker.
+    /// worker that registered without a uid is known by its address alone, and so is a
+    /// TensorFlow worker asking without one (TensorFlow's `WorkerUpdateRequest` has none).
+    /// The registered uid is never quoted back: it is what proves a request comes from that
+    /// worker.
     fn check_worker_identity(&self, addr: &str, uid: Option<&str>) -> Result<(), DispatchError> {
         let Some(w) = self.state.heartbeat_index.get(addr) else {
             return Err(worker_not_found(addr));
         };
-        if !w.holds_uid(uid) {
+        if !(w.holds_uid(uid) || (w.tensorflow && uid.is_none())) {
             return Err(uid_mismatch(addr, uid));
         }
         Ok(())
@@ -648,43 +729,38 @@ impl Dispatcher {
                 )));
             }
             if let Some(existing) = self.state.datasets.get(id) {
-                if existing.def == req.dataset && existing.metadata == metadata {
+                if existing.spec == req.dataset && existing.metadata == metadata {
                     return Ok(id.clone());
                 }
                 return Err(DispatchError::InvalidArgument(format!(
                     "Datasets with the same ID should have the same structure, got diff for \
                      dataset ID {id}: the {} differs. To fix this error, make sure you're \
                      registering the same dataset with the same ID.",
-                    if existing.def == req.dataset { "metadata" } else { "definition" }
+                    if existing.spec.is_tensorflow() {
+                        "kind (a TensorFlow dataset has this id)"
+                    } else if existing.spec == req.dataset {
+                        "metadata"
+                    } else {
+                        "definition"
+                    }
                 )));
             }
         }
-        let (fingerprint, bytes) = footprint(&req.dataset, &metadata);
+        let (fingerprint, bytes) = footprint_declarative(&req.dataset, &metadata);
         if req.dataset_id.is_none()
             && let Some(id) = self.state.datasets_by_fingerprint.get(&fingerprint).and_then(|ids| {
                 ids.iter().find(|id| {
                     self.state
                         .datasets
                         .get(*id)
-                        .is_some_and(|d| d.def == req.dataset && d.metadata == metadata)
+                        .is_some_and(|d| d.spec == req.dataset && d.metadata == metadata)
                 })
             })
         {
             // The same dataset again (TensorFlow's GetOrRegisterDataset): nothing changes.
             return Ok(id.clone());
         }
-        let max = self.config.max_dataset_bytes;
-        let total = self.state.dataset_bytes.saturating_add(bytes);
-        if total > max {
-            return Err(DispatchError::ResourceExhausted(format!(
-                "the dispatcher's datasets are full: they hold {} bytes (definitions and \
-                 metadata, encoded as JSON) and this dataset has {bytes} more, past \
-                 max_dataset_bytes = {max}. Raise it (shardwise dispatcher \
-                 --max-dataset-bytes), or register smaller datasets (a `files` source rather \
-                 than a long `list`)",
-                self.state.dataset_bytes
-            )));
-        }
+        self.check_dataset_bytes(bytes)?;
         let id = req.dataset_id.clone().unwrap_or_else(|| self.state.peek_dataset_id());
         self.commit(Update::RegisterDataset {
             dataset_id: id.clone(),
@@ -692,6 +768,163 @@ impl Dispatcher {
             metadata,
         });
         Ok(id)
+    }
+
+    /// A new dataset of `bytes` must fit in `max_dataset_bytes`.
+    fn check_dataset_bytes(&self, bytes: u64) -> Result<(), DispatchError> {
+        let max = self.config.max_dataset_bytes;
+        let total = self.state.dataset_bytes.saturating_add(bytes);
+        if total > max {
+            return Err(DispatchError::ResourceExhausted(format!(
+                "the dispatcher's datasets are full: they hold {} bytes (definitions and \
+                 metadata encoded as JSON, TensorFlow graphs and element specs) and this \
+                 dataset has {bytes} more, past max_dataset_bytes = {max}. Raise it (shardwise \
+                 dispatcher --max-dataset-bytes), or register smaller datasets (a `files` \
+                 source rather than a long `list`)",
+                self.state.dataset_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Get-or-register a TensorFlow dataset. An explicit id that exists is the answer when
+    /// the metadata matches (TensorFlow's get-or-register compares the metadata, not the
+    /// graph, which differs between clients of the same pipeline). Without an id, the same
+    /// graph and metadata get the id they have. A new dataset must fit in `max_dataset_bytes`
+    /// (its graph and element spec).
+    fn register_tf_dataset(&mut self, req: RegisterTfDataset) -> Result<String, DispatchError> {
+        let new = req.dataset;
+        if let Some(id) = &req.dataset_id {
+            if !valid_id(id) {
+                return Err(DispatchError::InvalidArgument(format!(
+                    "dataset_id {} must be 1 to 256 characters of A-Z a-z 0-9 - _ . = /",
+                    echo(id)
+                )));
+            }
+            if let Some(existing) = self.state.datasets.get(id) {
+                let what = match existing.spec.tensorflow() {
+                    None => "kind (a declarative dataset has this id)",
+                    Some(t) if t.element_spec != new.element_spec => "element_spec",
+                    Some(t) if t.compression != new.compression => "compression",
+                    Some(t) if t.cardinality != new.cardinality => "cardinality",
+                    Some(_) => return Ok(id.clone()),
+                };
+                return Err(DispatchError::InvalidArgument(format!(
+                    "Datasets with the same ID should have the same structure, got diff for \
+                     dataset ID {id}: the {what} differs. To fix this error, make sure you're \
+                     registering the same dataset with the same ID."
+                )));
+            }
+        }
+        let (fingerprint, bytes) = footprint_tf(&new);
+        if req.dataset_id.is_none()
+            && let Some(id) = self.state.datasets_by_fingerprint.get(&fingerprint).and_then(|ids| {
+                ids.iter().find(|id| {
+                    self.state
+                        .datasets
+                        .get(*id)
+                        .and_then(|d| d.spec.tensorflow())
+                        .is_some_and(|t| t.same_content(&new))
+                })
+            })
+        {
+            return Ok(id.clone());
+        }
+        self.check_dataset_bytes(bytes)?;
+        let id = req.dataset_id.unwrap_or_else(|| self.state.peek_dataset_id());
+        self.commit(Update::RegisterTfDataset { dataset_id: id.clone(), dataset: Box::new(new) });
+        Ok(id)
+    }
+
+    /// TensorFlow's `DisableCompressionAtRuntime`: the first proposal for a SNAPPY dataset
+    /// decides (journaled); later ones get that decision. Other datasets have no compression
+    /// to disable (`None`).
+    fn disable_compression(
+        &mut self,
+        req: &DisableCompression,
+    ) -> Result<CompressionDecision, DispatchError> {
+        let ds = self
+            .state
+            .datasets
+            .get(&req.dataset_id)
+            .ok_or_else(|| not_found_dataset(&req.dataset_id))?;
+        if ds.spec.tensorflow().is_none_or(|t| t.compression != COMPRESSION_SNAPPY) {
+            return Ok(CompressionDecision { compression_disabled: None });
+        }
+        if let Some(decided) = ds.compression_disabled {
+            return Ok(CompressionDecision { compression_disabled: Some(decided) });
+        }
+        self.commit(Update::DecideCompression {
+            dataset_id: req.dataset_id.clone(),
+            disabled: req.disable,
+        });
+        Ok(CompressionDecision { compression_disabled: Some(req.disable) })
+    }
+
+    /// TensorFlow's `GetSplit`: the next split of one provider of a TensorFlow DYNAMIC
+    /// iteration, journaled before it is answered, so a restarted dispatcher never hands it
+    /// out again (at-most-once: TensorFlow workers do not acknowledge splits). A repetition
+    /// above the provider's starts it at index 0; one below it, or past the last split, is
+    /// `end_of_splits` (`None`).
+    fn tf_get_split(
+        &mut self,
+        iteration_id: IterationId,
+        req: TfGetSplit,
+    ) -> Result<TfSplit, DispatchError> {
+        let it = self.state.iterations.get(&iteration_id).ok_or_else(|| {
+            DispatchError::NotFound(format!("Iteration id {iteration_id} not found"))
+        })?;
+        let Some(cursors) = &it.tf_splits else {
+            return Err(DispatchError::FailedPrecondition(if it.splits.is_some() {
+                format!(
+                    "iteration {iteration_id} is of a declarative dataset: its Shardwise workers \
+                     get splits with POST /v1/iterations/{iteration_id}/splits"
+                )
+            } else {
+                format!(
+                    "Cannot get split for iteration {iteration_id}, since it is not a \
+                     distributed_epoch iteration."
+                )
+            }));
+        };
+        let index = usize::try_from(req.split_provider_index)
+            .ok()
+            .filter(|i| *i < cursors.len())
+            .ok_or_else(|| {
+            DispatchError::InvalidArgument(format!(
+                "split_provider_index {} is out of range: iteration {iteration_id} has {} \
+                     split providers",
+                req.split_provider_index,
+                cursors.len()
+            ))
+        })?;
+        let cursor = cursors[index];
+        let provider = self
+            .state
+            .jobs
+            .get(&it.job_id)
+            .and_then(|j| self.state.datasets.get(&j.dataset_id))
+            .and_then(|d| d.spec.tensorflow())
+            .and_then(|t| t.split_providers.as_ref().ok())
+            .and_then(|p| p.get(index))
+            .copied();
+        let Some(provider) = provider else {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "iteration {iteration_id} has no split provider {index}"
+            )));
+        };
+        if req.repetition < cursor.repetition {
+            return Ok(TfSplit { split: None });
+        }
+        let next = if req.repetition > cursor.repetition { 0 } else { cursor.next_index };
+        let Some(split) = provider.split(next) else { return Ok(TfSplit { split: None }) };
+        self.commit(Update::TfSplitHandedOut {
+            iteration_id,
+            split_provider_index: req.split_provider_index,
+            repetition: req.repetition,
+            index: next,
+        });
+        Ok(TfSplit { split: Some(split) })
     }
 
     /// Get-or-create a job. Reusing a name requires the same dataset and parameters.
@@ -727,8 +960,8 @@ impl Dispatcher {
                 "Cross-trainer caching requires named jobs. Got empty `job_name`.".into(),
             ));
         }
-        let dataset = &self.state.datasets[&req.dataset_id].def;
         let n = self.state.worker_list.len() as u64;
+        let spec = &self.state.datasets[&req.dataset_id].spec;
         let sharding = match policy {
             ShardingPolicy::Off => Sharding::Off,
             ShardingPolicy::Dynamic => Sharding::Dynamic,
@@ -739,11 +972,25 @@ impl Dispatcher {
             }
             ShardingPolicy::Hint => Sharding::Hint { num_workers: n.max(1), worker_index: 0 },
         };
-        validate_sharding(dataset, sharding).map_err(|e| match e.code() {
-            Code::NotFound => DispatchError::NotFound(e.message().to_owned()),
-            Code::FailedPrecondition => DispatchError::FailedPrecondition(e.message().to_owned()),
-            _ => DispatchError::InvalidArgument(e.message().to_owned()),
-        })?;
+        match spec {
+            DatasetSpec::Declarative(dataset) => {
+                validate_sharding(dataset, sharding).map_err(|e| match e.code() {
+                    Code::NotFound => DispatchError::NotFound(e.message().to_owned()),
+                    Code::FailedPrecondition => {
+                        DispatchError::FailedPrecondition(e.message().to_owned())
+                    }
+                    _ => DispatchError::InvalidArgument(e.message().to_owned()),
+                })?;
+            }
+            // TensorFlow's workers shard graphs themselves; DYNAMIC needs split providers.
+            DatasetSpec::TensorFlow(tf) => {
+                if policy == ShardingPolicy::Dynamic
+                    && let Err(why) = &tf.split_providers
+                {
+                    return Err(DispatchError::FailedPrecondition(why.clone()));
+                }
+            }
+        }
         if policy.is_static() && self.state.worker_list.is_empty() {
             return Err(DispatchError::FailedPrecondition(format!(
                 "Static sharding policy {} needs the dispatcher's fixed worker list \
@@ -818,10 +1065,18 @@ impl Dispatcher {
     fn dataset(&self, dataset_id: &str) -> Result<DatasetInfo, DispatchError> {
         let ds =
             self.state.datasets.get(dataset_id).ok_or_else(|| not_found_dataset(dataset_id))?;
+        let mut dataset = ds.spec.clone();
+        // As TensorFlow's GetDataServiceMetadata: OFF once workers disabled compression.
+        if let DatasetSpec::TensorFlow(tf) = &mut dataset
+            && ds.compression_disabled == Some(true)
+        {
+            tf.compression = COMPRESSION_OFF;
+        }
         Ok(DatasetInfo {
             dataset_id: ds.id.clone(),
-            dataset: ds.def.clone(),
+            dataset,
             metadata: ds.metadata.clone(),
+            compression_disabled: ds.compression_disabled,
         })
     }
 
@@ -835,6 +1090,7 @@ impl Dispatcher {
                 tags: w.tags.clone(),
                 tasks: w.tasks.iter().copied().collect(),
                 alive: w.alive,
+                tensorflow: w.tensorflow.clone(),
             })
             .collect();
         WorkersList { workers }
@@ -884,8 +1140,10 @@ impl Dispatcher {
             splits_handed_out: st
                 .iterations
                 .values()
-                .filter_map(|i| i.splits.as_ref())
-                .map(|x| x.handed_out)
+                .map(|i| {
+                    i.splits.as_ref().map_or(0, |x| x.handed_out)
+                        + i.tf_splits.iter().flatten().map(|c| c.handed_out).sum::<u64>()
+                })
                 .sum(),
         }
     }
@@ -899,18 +1157,13 @@ impl Dispatcher {
     ) -> Result<IterationLease, DispatchError> {
         let job = self.job(job_id)?.clone();
         if let Some(n) = job.num_consumers {
-            match req.consumer_index {
-                Some(i) if i < n => {}
-                Some(i) => {
-                    return Err(DispatchError::InvalidArgument(format!(
-                        "consumer_index {i} is out of range for a job with {n} consumers"
-                    )));
-                }
-                None => {
-                    return Err(DispatchError::InvalidArgument(
-                        "a coordinated-read job needs a consumer_index".into(),
-                    ));
-                }
+            // Without an index (TensorFlow's clients) a consumer is known by its client id.
+            if let Some(i) = req.consumer_index
+                && i >= n
+            {
+                return Err(DispatchError::InvalidArgument(format!(
+                    "consumer_index {i} is out of range for a job with {n} consumers"
+                )));
             }
         } else if req.consumer_index.is_some() {
             return Err(DispatchError::InvalidArgument(
@@ -924,26 +1177,38 @@ impl Dispatcher {
             .get(&key)
             .filter(|id| self.state.iterations.get(id).is_some_and(|i| !i.garbage_collected))
             .copied();
+        let mut pushed_tasks = Vec::new();
         let iteration_id = match existing {
             Some(id) => id,
             None => {
                 let id = IterationId(self.state.next_iteration_id);
-                let total_splits = if job.policy == ShardingPolicy::Dynamic {
-                    let ds = self
-                        .state
-                        .datasets
-                        .get(&job.dataset_id)
-                        .ok_or_else(|| not_found_dataset(&job.dataset_id))?;
-                    Some(num_splits(&ds.def.source, job.split_size))
-                } else {
-                    None
-                };
-                // Validate shards before journaling anything.
+                let ds = self
+                    .state
+                    .datasets
+                    .get(&job.dataset_id)
+                    .ok_or_else(|| not_found_dataset(&job.dataset_id))?;
+                let tensorflow = ds.spec.is_tensorflow();
+                let (mut total_splits, mut tf_split_providers) = (None, None);
+                if job.policy == ShardingPolicy::Dynamic {
+                    match &ds.spec {
+                        DatasetSpec::Declarative(def) => {
+                            total_splits = Some(num_splits(&def.source, job.split_size));
+                        }
+                        DatasetSpec::TensorFlow(tf) => match &tf.split_providers {
+                            Ok(p) => tf_split_providers = Some(p.len() as u64),
+                            Err(why) => {
+                                return Err(DispatchError::FailedPrecondition(why.clone()));
+                            }
+                        },
+                    }
+                }
+                // Tasks of TensorFlow datasets go to TensorFlow workers only, and declarative
+                // datasets' to Shardwise workers only. Validate shards before journaling.
                 let workers: Vec<String> = self
                     .state
                     .workers
                     .values()
-                    .filter(|w| w.alive)
+                    .filter(|w| w.alive && w.tensorflow.is_some() == tensorflow)
                     .map(|w| w.address.clone())
                     .collect();
                 for w in &workers {
@@ -954,9 +1219,15 @@ impl Dispatcher {
                     job_id,
                     repetition: req.repetition,
                     total_splits,
+                    tf_split_providers,
                 });
                 for w in workers {
-                    self.create_task(id, &w, false)?;
+                    let task = self.create_task(id, &w, false)?;
+                    if let Some(task) = task.and_then(|t| self.state.tasks.get(&t))
+                        && tensorflow
+                    {
+                        pushed_tasks.push((w, self.task_def(task)?));
+                    }
                 }
                 id
             }
@@ -968,7 +1239,12 @@ impl Dispatcher {
             consumer_index: req.consumer_index,
         });
         self.client_deadline.insert(client_id, now.plus(self.config.client_first_heartbeat_grace));
-        Ok(IterationLease { iteration_id, client_id, incarnation: self.incarnation.clone() })
+        Ok(IterationLease {
+            iteration_id,
+            client_id,
+            incarnation: self.incarnation.clone(),
+            pushed_tasks,
+        })
     }
 
     fn client_iteration(&self, client_id: ClientId) -> Result<IterationId, DispatchError> {
@@ -995,10 +1271,17 @@ impl Dispatcher {
         req: &ClientHeartbeat,
     ) -> Result<ClientHeartbeatReply, DispatchError> {
         let iteration_id = self.client_iteration(client_id)?;
-        let consumer = self.state.clients.get(&client_id).and_then(|c| c.consumer_index);
         let it = self.state.iterations.get(&iteration_id).ok_or_else(|| {
             DispatchError::NotFound(format!("Iteration id {iteration_id} not found"))
         })?;
+        // Coordinated reads: a consumer is its index, or its client id when it has none.
+        let consumer = match (it.num_consumers, self.state.clients.get(&client_id)) {
+            (Some(_), Some(c)) => Some(match c.consumer_index {
+                Some(i) => Consumer::Index(i),
+                None => Consumer::Client(c.id),
+            }),
+            _ => None,
+        };
         if it.garbage_collected {
             return Err(DispatchError::FailedPrecondition(
                 "The requested iteration has been garbage collected due to inactivity. Consider \
@@ -1020,12 +1303,21 @@ impl Dispatcher {
                 target = estimate.saturating_add(step);
                 rejected_new_target = Some(target);
             }
-            let ready = rejected_new_target.is_none() && front.ready_consumers.contains(&consumer);
+            let already = match consumer {
+                Consumer::Index(i) => front.ready_consumers.contains(&i),
+                Consumer::Client(c) => front.ready_clients.contains(&c),
+            };
+            let ready = rejected_new_target.is_none() && already;
             let accepted = !ready && req.blocked_round.is_some_and(|b| b <= target);
             if rejected_new_target.is_some() || accepted {
+                let (consumer_index, client_id) = match consumer {
+                    Consumer::Index(i) => (i, None),
+                    Consumer::Client(c) => (0, Some(c)),
+                };
                 self.commit(Update::ConsumerRound {
                     iteration_id,
-                    consumer_index: consumer,
+                    consumer_index,
+                    client_id,
                     rejected_new_target,
                     accepted,
                 });
@@ -1062,6 +1354,12 @@ impl Dispatcher {
                     starting_round: t.starting_round,
                     finished: t.finished,
                     worker_lost: t.abandoned,
+                    iteration_id: t.iteration_id,
+                    transfer_servers: worker
+                        .and_then(|w| w.tensorflow.as_ref())
+                        .map(|tf| tf.transfer_servers.clone())
+                        .unwrap_or_default(),
+                    worker_uid: worker.and_then(|w| w.uid.clone()),
                 }
             })
             .collect()
@@ -1135,10 +1433,17 @@ impl Dispatcher {
             DispatchError::NotFound(format!("Iteration id {iteration_id} not found"))
         })?;
         let Some(splits) = &it.splits else {
-            return Err(DispatchError::FailedPrecondition(format!(
-                "Cannot get split for iteration {iteration_id}, since it is not a \
-                 distributed_epoch iteration."
-            )));
+            return Err(DispatchError::FailedPrecondition(if it.tf_splits.is_some() {
+                format!(
+                    "iteration {iteration_id} is of a TensorFlow dataset: its TensorFlow workers \
+                     get splits with TensorFlow's GetSplit, not this route"
+                )
+            } else {
+                format!(
+                    "Cannot get split for iteration {iteration_id}, since it is not a \
+                     distributed_epoch iteration."
+                )
+            }));
         };
         if req.split_provider_index != 0 {
             return Err(DispatchError::InvalidArgument(format!(
@@ -1257,9 +1562,12 @@ impl Dispatcher {
         let values: Vec<Split> = match self.state.datasets.get(dataset_id) {
             Some(ds) => sent
                 .iter()
-                .filter_map(|s| match chunk_at(&ds.def.source, job_split_size, s.index) {
-                    Some((start, stop)) => Some(Split::Chunk { start, stop }),
-                    None => split_at(&ds.def.source, job_split_size, s.index).map(Split::Item),
+                .filter_map(|s| {
+                    let source = &ds.spec.declarative()?.source;
+                    match chunk_at(source, job_split_size, s.index) {
+                        Some((start, stop)) => Some(Split::Chunk { start, stop }),
+                        None => split_at(source, job_split_size, s.index).map(Split::Item),
+                    }
                 })
                 .collect(),
             None => return Err(not_found_dataset(dataset_id)),

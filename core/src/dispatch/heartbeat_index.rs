@@ -141,6 +141,8 @@ pub(crate) struct HeartbeatEntry {
     uid: Option<SmallBytes<UID_INLINE>>,
     /// [`Worker::tasks`].
     tasks: TaskList,
+    /// Whether it is a TensorFlow worker ([`Worker::tensorflow`] is set).
+    pub(crate) tensorflow: bool,
     /// When the dispatcher last heard from the worker (`None`: not since it registered or
     /// since the index was built). Liveness, not durable state: `apply` never sets it, the
     /// dispatcher does, and a recovered dispatcher counts every worker as heard from.
@@ -153,6 +155,7 @@ impl HeartbeatEntry {
             alive: w.alive,
             uid: w.uid.as_deref().map(|u| SmallBytes::new(u.as_bytes())),
             tasks: TaskList::new(&w.tasks),
+            tensorflow: w.tensorflow.is_some(),
             seen: None,
         }
     }
@@ -206,6 +209,7 @@ impl HeartbeatIndex {
         match self.0.get_mut(address.as_bytes()) {
             Some(e) => {
                 e.alive = w.alive;
+                e.tensorflow = w.tensorflow.is_some();
                 if !e.uid_is(w.uid.as_deref()) {
                     e.uid = w.uid.as_deref().map(|u| SmallBytes::new(u.as_bytes()));
                 }
@@ -330,6 +334,7 @@ mod tests {
             alive: true,
             uid: uid.map(Into::into),
             tasks: tasks.iter().map(|t| TaskId(*t)).collect(),
+            tensorflow: None,
         }
     }
 

@@ -140,6 +140,7 @@ mod heartbeat_index;
 pub mod journal;
 mod protocol;
 pub mod state;
+pub mod tensorflow;
 pub mod types;
 pub mod wire;
 
@@ -154,6 +155,10 @@ pub use protocol::{
     Request, Response, Seq, Ticket,
 };
 pub use state::{IndexDrift, NotInWorkerList, State, Update, apply};
+pub use tensorflow::{
+    CompressionDecision, DatasetSpec, DisableCompression, RegisterTfDataset, SplitProviderDef,
+    TfDataset, TfGetSplit, TfSplit, TfWorkerInfo, TransferServer,
+};
 pub use types::{
     ClientId, IdError, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId,
 };

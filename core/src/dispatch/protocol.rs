@@ -8,6 +8,9 @@
 
 use super::error::DispatchError;
 use super::state::Update;
+use super::tensorflow::{
+    CompressionDecision, DisableCompression, RegisterTfDataset, TfGetSplit, TfSplit,
+};
 use super::types::{ClientId, IterationId, JobId, TaskId};
 use super::wire::{
     ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetInfo,
@@ -58,6 +61,12 @@ pub enum Request {
     Job(GetJob),
     /// The figures `/metrics` reports.
     Metrics(GetMetrics),
+    /// Get-or-register a TensorFlow dataset (answered like [`Request::RegisterDataset`]).
+    RegisterTfDataset(RegisterTfDataset),
+    /// TensorFlow's `DisableCompressionAtRuntime`.
+    DisableCompression(DisableCompression),
+    /// TensorFlow's `GetSplit` (one split of a TensorFlow DYNAMIC iteration).
+    TfGetSplit(IterationId, TfGetSplit),
 }
 
 /// Release a client lease (`DELETE /v1/clients/{client_id}`).
@@ -127,6 +136,10 @@ pub enum Response {
     Job(JobInfo),
     /// To [`Request::Metrics`].
     Metrics(MetricsFigures),
+    /// To [`Request::DisableCompression`].
+    CompressionDecision(CompressionDecision),
+    /// To [`Request::TfGetSplit`].
+    TfSplit(TfSplit),
 }
 
 /// What a request gets back: its response, or why it was refused.
@@ -213,6 +226,8 @@ into_request! {
     GetDataset => Dataset;
     GetJob => Job;
     GetMetrics => Metrics;
+    RegisterTfDataset => RegisterTfDataset;
+    DisableCompression => DisableCompression;
 }
 
 into_request! {
@@ -220,6 +235,7 @@ into_request! {
     ClientId, ClientHeartbeat => ClientHeartbeat;
     IterationId, GetSplits => GetSplits;
     TaskId, MaybeRemove => MaybeRemoveTask;
+    IterationId, TfGetSplit => TfGetSplit;
 }
 
 call! {
@@ -237,4 +253,7 @@ call! {
     GetDataset => Dataset: DatasetInfo;
     GetJob => Job: JobInfo;
     GetMetrics => Metrics: MetricsFigures;
+    RegisterTfDataset => DatasetRegistered: DatasetRegistered;
+    DisableCompression => CompressionDecision: CompressionDecision;
+    (IterationId, TfGetSplit) => TfSplit: TfSplit;
 }

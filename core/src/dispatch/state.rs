@@ -12,20 +12,76 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::heartbeat_index::HeartbeatIndex;
+use super::tensorflow::{DatasetSpec, TfDataset, TfWorkerInfo};
 use super::types::{
     ClientId, FIRST_DATASET_ID, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId,
 };
 use crate::dataset::DatasetDef;
 
 /// A registered dataset.
+///
+/// In records a declarative dataset is `{"id", "def", "metadata"}` (as before TensorFlow
+/// datasets existed) and a TensorFlow one `{"id", "tensorflow", "metadata"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "DatasetRecord", into = "DatasetRecord")]
 pub struct Dataset {
     /// Its id (generated decimal ids start at 1000).
     pub id: String,
-    /// The definition workers run.
-    pub def: DatasetDef,
-    /// Opaque client metadata (TensorFlow's element spec, compression, cardinality).
+    /// The definition workers run: declarative, or a TensorFlow graph with its metadata.
+    pub spec: DatasetSpec,
+    /// Opaque client metadata of a declarative dataset (`null` for TensorFlow datasets, whose
+    /// metadata is part of [`TfDataset`]).
     pub metadata: Value,
+    /// TensorFlow datasets: whether compression was disabled at run time, once decided
+    /// (TensorFlow's `DisableCompressionAtRuntime`).
+    pub compression_disabled: Option<bool>,
+}
+
+/// [`Dataset`]'s record form.
+#[derive(Serialize, Deserialize)]
+struct DatasetRecord {
+    id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    def: Option<DatasetDef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tensorflow: Option<Box<TfDataset>>,
+    #[serde(default)]
+    metadata: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compression_disabled: Option<bool>,
+}
+
+impl TryFrom<DatasetRecord> for Dataset {
+    type Error = String;
+    fn try_from(r: DatasetRecord) -> Result<Self, String> {
+        let spec = match (r.def, r.tensorflow) {
+            (Some(def), None) => DatasetSpec::Declarative(def),
+            (None, Some(tf)) => DatasetSpec::TensorFlow(tf),
+            _ => return Err(format!("dataset {} needs exactly one of def and tensorflow", r.id)),
+        };
+        Ok(Dataset {
+            id: r.id,
+            spec,
+            metadata: r.metadata,
+            compression_disabled: r.compression_disabled,
+        })
+    }
+}
+
+impl From<Dataset> for DatasetRecord {
+    fn from(d: Dataset) -> Self {
+        let (def, tensorflow) = match d.spec {
+            DatasetSpec::Declarative(def) => (Some(def), None),
+            DatasetSpec::TensorFlow(tf) => (None, Some(tf)),
+        };
+        DatasetRecord {
+            id: d.id,
+            def,
+            tensorflow,
+            metadata: d.metadata,
+            compression_disabled: d.compression_disabled,
+        }
+    }
 }
 
 /// A registered worker.
@@ -43,6 +99,10 @@ pub struct Worker {
     pub uid: Option<String>,
     /// Tasks assigned to it that are neither finished nor removed.
     pub tasks: BTreeSet<TaskId>,
+    /// A TensorFlow worker's own fields (its transfer servers); `None`: a Shardwise worker.
+    /// The kind is fixed at registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensorflow: Option<TfWorkerInfo>,
 }
 
 /// A job: a named, shareable consumer of one dataset with fixed parameters.
@@ -150,6 +210,23 @@ pub struct Iteration {
     pub num_consumers: Option<u64>,
     /// Coordinated reads: late tasks waiting for the consumers' agreement, first in front.
     pub pending: VecDeque<PendingTask>,
+    /// DYNAMIC iterations of TensorFlow datasets: one cursor per split provider (TensorFlow
+    /// workers never acknowledge splits: no leases, at-most-once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tf_splits: Option<Vec<TfSplitCursor>>,
+}
+
+/// Where a TensorFlow DYNAMIC split provider is: the next split it hands out is `next_index`
+/// of `repetition`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TfSplitCursor {
+    /// The provider's current repetition.
+    pub repetition: u64,
+    /// The next split index in it.
+    pub next_index: u64,
+    /// Splits handed out so far, for metrics.
+    #[serde(default)]
+    pub handed_out: u64,
 }
 
 /// A coordinated-read task that joined late: sent to its worker at once, shown to clients
@@ -162,6 +239,9 @@ pub struct PendingTask {
     pub target_round: u64,
     /// Consumers (by index) that agreed to block before `target_round`.
     pub ready_consumers: BTreeSet<u64>,
+    /// Consumers without an index (TensorFlow's clients), by client id, that agreed.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub ready_clients: BTreeSet<ClientId>,
     /// Rejected proposals so far (each doubles the distance of the next one).
     pub failures: u32,
 }
@@ -357,7 +437,35 @@ pub struct State {
 /// and the length of that encoding. Equal fingerprints do not prove equal datasets (the
 /// dispatcher compares them before it deduplicates); the fingerprint only finds candidates.
 /// Encoded as a stream, without building the JSON text.
-pub fn footprint(def: &DatasetDef, metadata: &Value) -> (u64, u64) {
+pub fn footprint(spec: &DatasetSpec, metadata: &Value) -> (u64, u64) {
+    match spec {
+        DatasetSpec::Declarative(def) => footprint_declarative(def, metadata),
+        DatasetSpec::TensorFlow(tf) => footprint_tf(tf),
+    }
+}
+
+/// [`footprint`] of a TensorFlow dataset: a hash of the graph and metadata as sent (not the
+/// providers, derived from the graph), and the bytes `max_dataset_bytes` counts (the graph
+/// and the element spec).
+pub fn footprint_tf(tf: &TfDataset) -> (u64, u64) {
+    use std::hash::{DefaultHasher, Hasher};
+    let mut hasher = DefaultHasher::new();
+    hasher.write(b"tensorflow");
+    hasher.write(&tf.graph);
+    match &tf.element_spec {
+        Some(e) => {
+            hasher.write_u8(1);
+            hasher.write(e);
+        }
+        None => hasher.write_u8(0),
+    }
+    hasher.write_i32(tf.compression);
+    hasher.write_i64(tf.cardinality);
+    (hasher.finish(), tf.bytes())
+}
+
+/// [`footprint`] of a declarative dataset.
+pub fn footprint_declarative(def: &DatasetDef, metadata: &Value) -> (u64, u64) {
     use std::hash::{DefaultHasher, Hasher};
     struct Sink {
         hasher: DefaultHasher,
@@ -394,6 +502,32 @@ pub enum Update {
         /// Client metadata.
         metadata: Value,
     },
+    /// A TensorFlow dataset was registered.
+    RegisterTfDataset {
+        /// Id.
+        dataset_id: String,
+        /// The dataset, as sent.
+        dataset: Box<TfDataset>,
+    },
+    /// The run-time compression of a TensorFlow dataset was decided (the first
+    /// `DisableCompressionAtRuntime`).
+    DecideCompression {
+        /// Dataset.
+        dataset_id: String,
+        /// Whether compression is disabled.
+        disabled: bool,
+    },
+    /// A TensorFlow DYNAMIC split was handed out: the provider's cursor moves past it.
+    TfSplitHandedOut {
+        /// Iteration.
+        iteration_id: IterationId,
+        /// Provider.
+        split_provider_index: u64,
+        /// Its repetition.
+        repetition: u64,
+        /// Its index in the repetition.
+        index: u64,
+    },
     /// A worker registered (first heartbeat).
     RegisterWorker {
         /// Address.
@@ -403,6 +537,9 @@ pub enum Update {
         /// The process's id.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         uid: Option<String>,
+        /// A TensorFlow worker's fields (`None`: a Shardwise worker).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tensorflow: Option<TfWorkerInfo>,
     },
     /// A worker's process restarted at the same address (a new uid): the splits it held are
     /// handed out again; its tasks stay assigned and restart from the beginning.
@@ -411,6 +548,9 @@ pub enum Update {
         address: String,
         /// The new process's id.
         uid: Option<String>,
+        /// A TensorFlow worker's fields of the new process (its transfer servers).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tensorflow: Option<TfWorkerInfo>,
     },
     /// A worker missed heartbeats for the worker timeout.
     WorkerLost {
@@ -424,6 +564,9 @@ pub enum Update {
         /// The process's id.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         uid: Option<String>,
+        /// A TensorFlow worker's fields (its transfer servers, refreshed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tensorflow: Option<TfWorkerInfo>,
     },
     /// A job was created.
     CreateJob {
@@ -440,6 +583,9 @@ pub enum Update {
         repetition: u64,
         /// DYNAMIC: splits per repetition.
         total_splits: Option<u64>,
+        /// DYNAMIC of a TensorFlow dataset: its number of split providers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tf_split_providers: Option<u64>,
     },
     /// A task was created.
     CreateTask {
@@ -455,8 +601,11 @@ pub enum Update {
     ConsumerRound {
         /// Iteration.
         iteration_id: IterationId,
-        /// The consumer.
+        /// The consumer (when it has an index; 0 when `client_id` names it).
         consumer_index: u64,
+        /// The consumer, when it is a client without a consumer index (TensorFlow's clients).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_id: Option<ClientId>,
         /// The proposal was rejected (the consumer is already past it): the new round.
         rejected_new_target: Option<u64>,
         /// The consumer agreed to block before the (possibly new) target round.
@@ -660,7 +809,7 @@ impl State {
         self.datasets_by_fingerprint.clear();
         self.dataset_bytes = 0;
         for ds in self.datasets.values() {
-            let (fingerprint, bytes) = footprint(&ds.def, &ds.metadata);
+            let (fingerprint, bytes) = footprint(&ds.spec, &ds.metadata);
             self.datasets_by_fingerprint.entry(fingerprint).or_default().insert(ds.id.clone());
             self.dataset_bytes += bytes;
         }
@@ -717,6 +866,28 @@ impl State {
         let r = f(w);
         self.heartbeat_index.sync(address, w);
         Some(r)
+    }
+
+    /// Adds (or, never in practice, replaces) a dataset and keeps its derived indexes.
+    fn insert_dataset(&mut self, ds: Dataset) {
+        let (fingerprint, bytes) = footprint(&ds.spec, &ds.metadata);
+        let id = ds.id.clone();
+        // (The dispatcher never registers an id twice; replay of any journal stays exact.)
+        if let Some(old) = self.datasets.insert(id.clone(), ds) {
+            let (old_fingerprint, old_bytes) = footprint(&old.spec, &old.metadata);
+            if let Some(ids) = self.datasets_by_fingerprint.get_mut(&old_fingerprint) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.datasets_by_fingerprint.remove(&old_fingerprint);
+                }
+            }
+            self.dataset_bytes = self.dataset_bytes.saturating_sub(old_bytes);
+        }
+        self.datasets_by_fingerprint.entry(fingerprint).or_default().insert(id);
+        self.dataset_bytes += bytes;
+        while self.datasets.contains_key(&self.next_dataset_id.to_string()) {
+            self.next_dataset_id += 1;
+        }
     }
 
     /// The next generated dataset id that is not taken.
@@ -796,33 +967,38 @@ pub fn apply(state: &mut State, update: &Update) {
     }
     match update {
         Update::RegisterDataset { dataset_id, def, metadata } => {
-            let replaced = state.datasets.insert(
-                dataset_id.clone(),
-                Dataset { id: dataset_id.clone(), def: def.clone(), metadata: metadata.clone() },
-            );
-            // (The dispatcher never registers an id twice; replay of any journal stays exact.)
-            if let Some(old) = replaced {
-                let (fingerprint, bytes) = footprint(&old.def, &old.metadata);
-                if let Some(ids) = state.datasets_by_fingerprint.get_mut(&fingerprint) {
-                    ids.remove(dataset_id);
-                    if ids.is_empty() {
-                        state.datasets_by_fingerprint.remove(&fingerprint);
-                    }
-                }
-                state.dataset_bytes = state.dataset_bytes.saturating_sub(bytes);
-            }
-            let (fingerprint, bytes) = footprint(def, metadata);
-            state
-                .datasets_by_fingerprint
-                .entry(fingerprint)
-                .or_default()
-                .insert(dataset_id.clone());
-            state.dataset_bytes += bytes;
-            while state.datasets.contains_key(&state.next_dataset_id.to_string()) {
-                state.next_dataset_id += 1;
+            state.insert_dataset(Dataset {
+                id: dataset_id.clone(),
+                spec: DatasetSpec::Declarative(def.clone()),
+                metadata: metadata.clone(),
+                compression_disabled: None,
+            });
+        }
+        Update::RegisterTfDataset { dataset_id, dataset } => {
+            state.insert_dataset(Dataset {
+                id: dataset_id.clone(),
+                spec: DatasetSpec::TensorFlow(dataset.clone()),
+                metadata: Value::Null,
+                compression_disabled: None,
+            });
+        }
+        Update::DecideCompression { dataset_id, disabled } => {
+            if let Some(ds) = state.datasets.get_mut(dataset_id) {
+                ds.compression_disabled = Some(*disabled);
             }
         }
-        Update::RegisterWorker { address, tags, uid } => {
+        Update::TfSplitHandedOut { iteration_id, split_provider_index, repetition, index } => {
+            let cursor =
+                state.iterations.get_mut(iteration_id).and_then(|i| i.tf_splits.as_mut()).and_then(
+                    |c| usize::try_from(*split_provider_index).ok().and_then(|p| c.get_mut(p)),
+                );
+            if let Some(c) = cursor {
+                c.repetition = *repetition;
+                c.next_index = index.saturating_add(1);
+                c.handed_out += 1;
+            }
+        }
+        Update::RegisterWorker { address, tags, uid, tensorflow } => {
             state.worker_list.bind(address);
             let w = state.workers.entry(address.clone()).or_insert_with(|| Worker {
                 address: address.clone(),
@@ -830,11 +1006,18 @@ pub fn apply(state: &mut State, update: &Update) {
                 alive: true,
                 uid: uid.clone(),
                 tasks: BTreeSet::new(),
+                tensorflow: tensorflow.clone(),
             });
             state.heartbeat_index.sync(address, w);
         }
-        Update::WorkerRestarted { address, uid } => {
-            if state.update_worker(address, |w| w.uid = uid.clone()).is_none() {
+        Update::WorkerRestarted { address, uid, tensorflow } => {
+            let restarted = state.update_worker(address, |w| {
+                w.uid = uid.clone();
+                if tensorflow.is_some() {
+                    w.tensorflow = tensorflow.clone();
+                }
+            });
+            if restarted.is_none() {
                 return;
             }
             for it in state.iterations.keys().copied().collect::<Vec<_>>() {
@@ -862,11 +1045,14 @@ pub fn apply(state: &mut State, update: &Update) {
                 state.recompute_finished(it);
             }
         }
-        Update::WorkerRevived { address, uid } => {
+        Update::WorkerRevived { address, uid, tensorflow } => {
             let Some(tasks) = state.update_worker(address, |w| {
                 w.alive = true;
                 if uid.is_some() {
                     w.uid = uid.clone();
+                }
+                if tensorflow.is_some() {
+                    w.tensorflow = tensorflow.clone();
                 }
                 w.tasks.iter().copied().collect::<Vec<TaskId>>()
             }) else {
@@ -890,7 +1076,13 @@ pub fn apply(state: &mut State, update: &Update) {
             state.jobs_by_name.insert(job.name.clone(), job.id);
             state.jobs.insert(job.id, job.clone());
         }
-        Update::CreateIteration { iteration_id, job_id, repetition, total_splits } => {
+        Update::CreateIteration {
+            iteration_id,
+            job_id,
+            repetition,
+            total_splits,
+            tf_split_providers,
+        } => {
             bump(&mut state.next_iteration_id, iteration_id.0);
             let job = state.jobs.get(job_id);
             let job_name = job.map(|j| j.name.clone()).unwrap_or_default();
@@ -914,6 +1106,8 @@ pub fn apply(state: &mut State, update: &Update) {
                     splits: total_splits.map(|total| SplitState { total, ..SplitState::default() }),
                     num_consumers,
                     pending: VecDeque::new(),
+                    tf_splits: tf_split_providers
+                        .map(|n| vec![TfSplitCursor::default(); usize::try_from(n).unwrap_or(0)]),
                 },
             );
         }
@@ -932,25 +1126,36 @@ pub fn apply(state: &mut State, update: &Update) {
                     task_id: task.id,
                     target_round: task.starting_round,
                     ready_consumers: BTreeSet::new(),
+                    ready_clients: BTreeSet::new(),
                     failures: 0,
                 });
             }
             state.update_worker(&task.worker_address, |w| w.tasks.insert(task.id));
             state.tasks.insert(task.id, task.clone());
         }
-        Update::ConsumerRound { iteration_id, consumer_index, rejected_new_target, accepted } => {
+        Update::ConsumerRound {
+            iteration_id,
+            consumer_index,
+            client_id,
+            rejected_new_target,
+            accepted,
+        } => {
             let Some(it) = state.iterations.get_mut(iteration_id) else { return };
             let needed = it.num_consumers.unwrap_or(1);
             let Some(front) = it.pending.front_mut() else { return };
             if let Some(target) = rejected_new_target {
                 front.failures = front.failures.saturating_add(1);
                 front.ready_consumers.clear();
+                front.ready_clients.clear();
                 front.target_round = *target;
             }
             if *accepted {
-                front.ready_consumers.insert(*consumer_index);
+                match client_id {
+                    Some(c) => front.ready_clients.insert(*c),
+                    None => front.ready_consumers.insert(*consumer_index),
+                };
             }
-            if front.ready_consumers.len() as u64 >= needed {
+            if (front.ready_consumers.len() + front.ready_clients.len()) as u64 >= needed {
                 let (task_id, round) = (front.task_id, front.target_round);
                 it.pending.pop_front();
                 it.tasks.push(task_id);

@@ -39,7 +39,7 @@ macro_rules! id_type {
         $(#[$doc])*
         ///
         /// On the wire an id is a decimal string (`"5000"`); a JSON integer is accepted too.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub struct $name(pub u64);
 
         impl $name {

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::error::DispatchError;
 use super::state::SplitRef;
+use super::tensorflow::{DatasetSpec, TfWorkerInfo, TransferServer};
 use super::types::{ClientId, IterationId, JobId, ShardingPolicy, TargetWorkers, TaskId};
 use crate::dataset::DatasetDef;
 use crate::echo::echo;
@@ -143,6 +144,10 @@ pub struct WorkerHeartbeat {
     /// applies `tasks_to_delete` before `new_tasks`.
     #[serde(default)]
     pub incarnation: Option<String>,
+    /// A TensorFlow worker's own fields (its transfer servers). Not part of the REST form:
+    /// `None` is a Shardwise worker. A worker's kind is fixed when it registers.
+    #[serde(skip)]
+    pub tensorflow: Option<TfWorkerInfo>,
 }
 
 /// A task as a worker needs it.
@@ -157,14 +162,18 @@ pub struct TaskDef {
     pub job_id: JobId,
     /// Dataset.
     pub dataset_id: String,
+    // Declarative for a Shardwise worker (the REST form is the `DatasetDef`), the TensorFlow
+    // dataset for a TensorFlow worker (which never reads REST).
     /// The dataset definition.
-    pub dataset: DatasetDef,
+    #[cfg_attr(feature = "openapi", schema(value_type = DatasetDef))]
+    pub dataset: DatasetSpec,
     /// The sharding policy.
     pub processing_mode: ShardingPolicy,
     /// Static sharding: number of shards.
     pub num_workers: Option<u64>,
     /// Static sharding: this worker's shard.
     pub worker_index: Option<u64>,
+    // TensorFlow datasets: the dataset's number of providers.
     /// DYNAMIC: split providers (always 1 for declarative datasets), else 0.
     pub num_split_providers: u32,
     /// Elements per split (DYNAMIC range/list sources).
@@ -282,7 +291,7 @@ pub struct CreateIteration {
 }
 
 /// Reply to get-or-create iteration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IterationLease {
     /// Iteration.
@@ -291,6 +300,10 @@ pub struct IterationLease {
     pub client_id: ClientId,
     /// Incarnation.
     pub incarnation: String,
+    /// The tasks this call created on TensorFlow workers, by worker address, to push to them
+    /// (`WorkerService.ProcessTask`) once the reply is released. Not part of the REST form.
+    #[serde(skip)]
+    pub pushed_tasks: Vec<(String, TaskDef)>,
 }
 
 /// `POST /v1/clients/{client_id}/heartbeat`.
@@ -327,6 +340,15 @@ pub struct TaskInfo {
     pub finished: bool,
     /// The worker was lost: reading it will fail; skip it.
     pub worker_lost: bool,
+    /// The task's iteration (not part of the REST form).
+    #[serde(skip)]
+    pub iteration_id: IterationId,
+    /// A TensorFlow worker's transfer servers (not part of the REST form).
+    #[serde(skip)]
+    pub transfer_servers: Vec<TransferServer>,
+    /// The worker's `worker_uid`, if it registered with one (not part of the REST form).
+    #[serde(skip)]
+    pub worker_uid: Option<String>,
 }
 
 /// Reply to a client heartbeat.
@@ -537,6 +559,10 @@ pub struct WorkerInfo {
     pub tasks: Vec<TaskId>,
     /// False once it missed heartbeats for the worker timeout.
     pub alive: bool,
+    /// A TensorFlow worker's own fields; `None`: a Shardwise worker (not part of the REST
+    /// form).
+    #[serde(skip)]
+    pub tensorflow: Option<TfWorkerInfo>,
 }
 
 /// `GET /v1/workers`.
@@ -557,6 +583,10 @@ pub struct DatasetRegistered {
     pub incarnation: String,
 }
 
+// (Doc comments of REST types are the OpenAPI document's descriptions, so this is a plain
+// comment.) For a TensorFlow dataset `dataset` is the whole `TfDataset`, with `compression` as
+// TensorFlow's `GetDataServiceMetadata` answers it (OFF once workers disabled compression at
+// run time); its REST form is `{"tensorflow": summary}`, without the graph's bytes.
 /// `GET /v1/datasets/{dataset_id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -564,9 +594,14 @@ pub struct DatasetInfo {
     /// Id.
     pub dataset_id: String,
     /// Definition.
-    pub dataset: DatasetDef,
+    #[cfg_attr(feature = "openapi", schema(value_type = DatasetDef))]
+    pub dataset: DatasetSpec,
     /// Client metadata.
     pub metadata: Value,
+    /// TensorFlow datasets: the run-time compression decision, once made (not part of the
+    /// REST form).
+    #[serde(skip)]
+    pub compression_disabled: Option<bool>,
 }
 
 /// `POST /v1/jobs`.

@@ -1136,6 +1136,7 @@ impl Sim {
                     tags,
                     worker_uid,
                     incarnation,
+                    tensorflow: None,
                 };
                 let mut r = self.call(hb.clone()).unwrap_or_else(|| Err(unavailable()));
                 if self.reply_lost() {
@@ -1215,8 +1216,11 @@ impl Sim {
                     if w.tasks.contains_key(&def.task_id) || w.deleted.contains(&def.task_id) {
                         continue;
                     }
-                    let pipeline =
-                        Pipeline::new(&def.dataset, sharding_of(&def)).map_err(|e| e.to_string());
+                    let pipeline = Pipeline::new(
+                        def.dataset.declarative().expect("a declarative task"),
+                        sharding_of(&def),
+                    )
+                    .map_err(|e| e.to_string());
                     w.tasks.insert(
                         def.task_id,
                         WorkerTask {

@@ -1,6 +1,8 @@
-//! `shardwise dispatcher`: the v1 REST API over the dispatcher state machine.
+//! `shardwise dispatcher`: the v1 REST API over the dispatcher state machine, and TensorFlow's
+//! `tensorflow.data.DispatcherService` over gRPC on the same port ([`grpc`]).
 
 pub mod core;
+pub mod grpc;
 pub mod routes;
 #[cfg(test)]
 mod storage_faults;
@@ -75,7 +77,8 @@ pub struct DispatcherArgs {
     /// `GET /v1/cluster`; Kubernetes resolvers without inline pods are kept live by watches.
     #[arg(long, env = "SHARDWISE_CLUSTER_CONFIG", value_name = "FILE")]
     pub cluster_config: Option<PathBuf>,
-    /// Largest accepted request body, in bytes.
+    /// Largest accepted request body, in bytes (and gRPC request message: well over
+    /// TensorFlow's 4 MiB; gRPC replies are not bounded).
     #[arg(long, env = "SHARDWISE_MAX_BODY_BYTES", default_value_t = 16 << 20)]
     pub max_body_bytes: usize,
     /// The time a client may take to send a request's headers (from connecting, or from the
@@ -106,6 +109,36 @@ pub struct DispatcherArgs {
     /// dataset takes up to about 36 times its encoded size (a `list` of one-digit numbers).
     #[arg(long, env = "SHARDWISE_MAX_DATASET_BYTES", default_value_t = shardwise_core::dispatch::DEFAULT_MAX_DATASET_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_dataset_bytes: u64,
+    /// TensorFlow's `DispatcherConfig.deployment_mode`, answered to TensorFlow clients
+    /// (`GetDataServiceConfig`, `ClientHeartbeat`): `colocated` (each client reads the worker
+    /// in its own process), `remote` (workers on other hosts) or `hybrid` (both). Unset:
+    /// TensorFlow's default, DEPLOYMENT_MODE_UNSPECIFIED.
+    #[arg(long, env = "SHARDWISE_DEPLOYMENT_MODE", value_enum)]
+    pub deployment_mode: Option<DeploymentMode>,
+}
+
+/// `--deployment-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeploymentMode {
+    /// DEPLOYMENT_MODE_COLOCATED.
+    Colocated,
+    /// DEPLOYMENT_MODE_REMOTE.
+    Remote,
+    /// DEPLOYMENT_MODE_HYBRID.
+    Hybrid,
+}
+
+impl DeploymentMode {
+    /// TensorFlow's enum value (unset: UNSPECIFIED).
+    pub fn tf(mode: Option<DeploymentMode>) -> crate::tf::proto::tensorflow::data::DeploymentMode {
+        use crate::tf::proto::tensorflow::data::DeploymentMode as Tf;
+        match mode {
+            None => Tf::Unspecified,
+            Some(DeploymentMode::Colocated) => Tf::Colocated,
+            Some(DeploymentMode::Remote) => Tf::Remote,
+            Some(DeploymentMode::Hybrid) => Tf::Hybrid,
+        }
+    }
 }
 
 /// A `--worker-addresses` entry, trimmed: empty, or what
@@ -144,6 +177,7 @@ impl Default for DispatcherArgs {
             max_in_flight: 0,
             compact_at_bytes: core::COMPACT_AT_BYTES,
             max_dataset_bytes: shardwise_core::dispatch::DEFAULT_MAX_DATASET_BYTES,
+            deployment_mode: None,
         }
     }
 }
@@ -345,18 +379,29 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     let driver = DriverHandle::spawn_with(startup, args.compact_at_bytes, move |err| {
         let _ = started_tx.send(err);
     });
+    let pusher = std::sync::Arc::new(grpc::push::Pusher::new());
+    let grpc = grpc::router(
+        grpc::DispatcherGrpc::new(
+            driver.clone(),
+            DeploymentMode::tf(args.deployment_mode),
+            pusher.clone(),
+        ),
+        args.limits(),
+        tokens.clone(),
+    );
     let state = AppState {
         driver,
         fault_tolerant,
         cluster,
         kube: Default::default(),
         routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),
+        pusher,
     };
     let app = router(state, args.limits(), tokens);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let read_timeout = args.read_timeout;
     let task = tokio::spawn(async move {
-        conn::serve(listener, app, read_timeout, async move {
+        conn::serve(listener, app, Some(grpc), read_timeout, async move {
             let _ = stop_rx.await;
         })
         .await;

@@ -246,30 +246,71 @@ fn unauthenticated(detail: &str) -> Response {
     res
 }
 
-/// Checks the access of `route` (the matched route template, else the path) against the
-/// request's bearer token: the answer that refuses it, if it does not pass.
-pub fn authorize(tokens: &Tokens, route: &str, req: &Request) -> Result<(), Response> {
-    let need = access(req.method(), route);
+/// Why a caller was refused: no valid token ([`Code::Unauthenticated`]) or a token whose role
+/// may not do this ([`Code::PermissionDenied`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No bearer token, or not a valid one.
+    Unauthenticated(&'static str),
+    /// A valid token of a role that may not call this; the text names the roles that may.
+    PermissionDenied(String),
+}
+
+impl Refusal {
+    /// Its status class.
+    pub fn code(&self) -> Code {
+        match self {
+            Refusal::Unauthenticated(_) => Code::Unauthenticated,
+            Refusal::PermissionDenied(_) => Code::PermissionDenied,
+        }
+    }
+
+    /// What to tell the caller.
+    pub fn detail(&self) -> &str {
+        match self {
+            Refusal::Unauthenticated(d) => d,
+            Refusal::PermissionDenied(d) => d,
+        }
+    }
+}
+
+/// Checks the `Authorization` header of a call that requires `need` (named by `what` in the
+/// refusal, e.g. `post /v1/jobs`; made only when refused): the refusal, if it does not pass. Shared by the REST routes
+/// and the gRPC service (whose metadata are HTTP/2 headers).
+pub fn check(
+    tokens: &Tokens,
+    need: Access,
+    what: impl FnOnce() -> String,
+    headers: &axum::http::HeaderMap,
+) -> Result<(), Refusal> {
     if need == Access::Open {
         return Ok(());
     }
-    let presented =
-        req.headers().get(header::AUTHORIZATION).and_then(|v| bearer_token(v.as_bytes()));
+    let presented = headers.get(header::AUTHORIZATION).and_then(|v| bearer_token(v.as_bytes()));
     let Some(presented) = presented else {
-        return Err(unauthenticated("this route needs `Authorization: Bearer <token>`"));
+        return Err(Refusal::Unauthenticated("this route needs `Authorization: Bearer <token>`"));
     };
     let Some(role) = tokens.role_of(presented) else {
-        return Err(unauthenticated("the bearer token is not valid"));
+        return Err(Refusal::Unauthenticated("the bearer token is not valid"));
     };
     if need.allows(role) {
         Ok(())
     } else {
-        Err(Problem::new(
-            Code::PermissionDenied,
-            format!("{} {route} needs {}", req.method().as_str().to_lowercase(), need.describe()),
-        )
-        .into_response())
+        Err(Refusal::PermissionDenied(format!("{} needs {}", what(), need.describe())))
     }
+}
+
+/// Checks the access of `route` (the matched route template, else the path) against the
+/// request's bearer token: the answer that refuses it, if it does not pass.
+pub fn authorize(tokens: &Tokens, route: &str, req: &Request) -> Result<(), Response> {
+    let need = access(req.method(), route);
+    let what = || format!("{} {route}", req.method().as_str().to_lowercase());
+    check(tokens, need, what, req.headers()).map_err(|refused| match refused {
+        Refusal::Unauthenticated(detail) => unauthenticated(detail),
+        Refusal::PermissionDenied(detail) => {
+            Problem::new(Code::PermissionDenied, detail).into_response()
+        }
+    })
 }
 
 #[cfg(test)]

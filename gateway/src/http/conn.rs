@@ -1,14 +1,25 @@
 //! Serving connections with bounded read times (`--read-timeout`), for the dispatcher and the
-//! worker alike.
+//! worker alike, in HTTP/1.1 and in HTTP/2 over cleartext (prior knowledge, as gRPC clients
+//! speak it) on the same port.
 //!
+//! * **Protocol.** A connection whose first bytes are HTTP/2's connection preface
+//!   (`PRI * HTTP/2.0...`) is served as HTTP/2, any other as HTTP/1.1. The first bytes must
+//!   arrive within the read timeout (else the connection is closed); an HTTP/1 request differs
+//!   from the preface at its first or second byte, so it is decided at its first read.
 //! * **Headers.** Each HTTP/1 connection is served by hyper with a header read timeout: from
 //!   the moment it waits for a request (a new connection, or a kept-alive one after its last
 //!   answer) to the end of the request's headers. A client that sends half its headers, or
-//!   nothing, is disconnected when it passes (there is no request to answer yet).
+//!   nothing, is disconnected when it passes (there is no request to answer yet). An HTTP/2
+//!   connection has its preface bounded the same way, a bounded header list per stream
+//!   ([`H2_MAX_HEADER_LIST_BYTES`]), at most [`H2_MAX_CONCURRENT_STREAMS`] streams at once,
+//!   and keepalive pings that close it when the peer stops answering.
 //! * **Bodies.** The route layer of `front` reads a request's whole body before the
 //!   route's handler runs, within the same bound; a body that does not arrive in time is answered `408` (a problem,
 //!   with `Connection: close`). A request without a body (a long poll such as
 //!   `GET /v1/cluster?wait=30s`) has nothing to wait for and is not bounded by it.
+//! * **gRPC.** A request with `content-type: application/grpc...` goes to the gRPC router
+//!   when the server has one (the dispatcher's `tensorflow.data.DispatcherService`); every
+//!   other request goes to the REST app.
 //!
 //! Everything else `serve` does is what `axum::serve` did: `TCP_NODELAY`, the peer's address
 //! as `ConnectInfo<SocketAddr>` (the rate limiter's key), and a graceful shutdown that stops
@@ -16,25 +27,49 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
+use axum::http::header;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tower::ServiceExt as _;
 
 /// The default of `--read-timeout`.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// HTTP/2: streams one connection may have open at once.
+pub const H2_MAX_CONCURRENT_STREAMS: u32 = 256;
+/// HTTP/2: the largest header list of one request (names and values, decoded).
+pub const H2_MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
+/// HTTP/2: a ping is sent after this long without frames from the peer...
+pub const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// ...and the connection is closed when its answer does not come within this.
+pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// HTTP/2's connection preface (RFC 9113, section 3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether a request is a gRPC call (`content-type: application/grpc`, `+proto`, ...).
+pub fn is_grpc(req: &Request) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
 /// Serves `app` on `listener` until `shutdown` resolves, then stops gracefully: no new
 /// connections, in-flight requests finish, idle connections are closed. Each connection's
-/// headers must arrive within `read_timeout`.
+/// headers must arrive within `read_timeout`. gRPC requests go to `grpc` when given.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
+    grpc: Option<Router>,
     read_timeout: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -76,31 +111,219 @@ pub(crate) async fn serve(
         // back by Nagle's algorithm until the previous one is acknowledged (a delayed ACK,
         // ~40 ms).
         let _ = tcp.set_nodelay(true);
-        let service = app.clone().map_request(move |mut req: Request<Incoming>| {
+        let (app, grpc) = (app.clone(), grpc.clone());
+        let service = tower::service_fn(move |mut req: Request<Incoming>| {
             req.extensions_mut().insert(ConnectInfo(peer));
-            req.map(Body::new)
+            let req = req.map(Body::new);
+            let target = match &grpc {
+                Some(grpc) if is_grpc(&req) => grpc.clone(),
+                _ => app.clone(),
+            };
+            target.oneshot(req)
         });
+        let service = TowerToHyperService::new(service);
         let mut closing = closing_rx.clone();
         connections.spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(read_timeout);
-            let conn =
-                builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service));
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, error = %e, "connection ended");
-                    }
+            let sniffed = tokio::select! {
+                s = tokio::time::timeout(read_timeout, sniff(tcp)) => s,
+                _ = closing.wait_for(|c| *c) => return,
+            };
+            let (io, h2) = match sniffed {
+                Ok(Ok(sniffed)) => sniffed,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "connection ended before a request");
                     return;
                 }
-                _ = closing.wait_for(|c| *c) => {}
+                Err(_) => {
+                    tracing::debug!(%peer, "no request within the read timeout; closing");
+                    return;
+                }
+            };
+            let io = TokioIo::new(io);
+            // The same steps for either protocol: serve until the connection ends, or until
+            // the server closes (then finish in-flight requests and close).
+            macro_rules! drive {
+                ($conn:expr) => {{
+                    let mut conn = std::pin::pin!($conn);
+                    tokio::select! {
+                        r = conn.as_mut() => {
+                            if let Err(e) = r {
+                                tracing::debug!(%peer, error = %e, "connection ended");
+                            }
+                            return;
+                        }
+                        _ = closing.wait_for(|c| *c) => {}
+                    }
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }};
             }
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
+            if h2 {
+                let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                builder
+                    .timer(TokioTimer::new())
+                    .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+                    .max_header_list_size(H2_MAX_HEADER_LIST_BYTES)
+                    .keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+                    .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT);
+                drive!(builder.serve_connection(io, service));
+            } else {
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder.timer(TokioTimer::new()).header_read_timeout(read_timeout);
+                drive!(builder.serve_connection(io, service));
+            }
         });
     }
     drop(listener);
     let _ = closing_tx.send(true);
     while connections.join_next().await.is_some() {}
+}
+
+/// Reads a connection's first bytes until they are, or cannot be, HTTP/2's preface: the
+/// connection with those bytes put back in front, and whether it speaks HTTP/2. An error when
+/// the peer closes first.
+async fn sniff(mut tcp: tokio::net::TcpStream) -> std::io::Result<(Prefixed, bool)> {
+    let mut head = [0u8; H2_PREFACE.len()];
+    let mut len = 0;
+    let h2 = loop {
+        let n = tcp.read(&mut head[len..]).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        len += n;
+        if head[..len] != H2_PREFACE[..len] {
+            break false;
+        }
+        if len == H2_PREFACE.len() {
+            break true;
+        }
+    };
+    Ok((Prefixed { head: head[..len].to_vec(), at: 0, tcp }, h2))
+}
+
+/// A connection whose first bytes were read already: they are read again first.
+#[derive(Debug)]
+struct Prefixed {
+    head: Vec<u8>,
+    at: usize,
+    tcp: tokio::net::TcpStream,
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.at < this.head.len() {
+            let n = buf.remaining().min(this.head.len() - this.at);
+            buf.put_slice(&this.head[this.at..this.at + n]);
+            this.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use tokio::io::AsyncWriteExt as _;
+
+    async fn server(grpc: Option<Router>) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/who", get(|| async { "rest" }));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve(listener, app, grpc, Duration::from_millis(300), async move {
+            let _ = rx.await;
+        }));
+        (addr, tx)
+    }
+
+    /// HTTP/1.1 and HTTP/2 with prior knowledge on one port; gRPC content types go to the
+    /// gRPC router, everything else to the REST app, in either protocol.
+    #[tokio::test]
+    async fn one_port_serves_http1_and_http2_and_routes_grpc_by_content_type() {
+        let grpc = Router::new().route("/who", axum::routing::post(|| async { "grpc" }));
+        let (addr, _stop) = server(Some(grpc)).await;
+        let url = format!("http://{addr}/who");
+        let h1 = reqwest::Client::builder().http1_only().build().unwrap();
+        let r = h1.get(&url).send().await.unwrap();
+        assert_eq!(r.version(), reqwest::Version::HTTP_11);
+        assert_eq!(r.text().await.unwrap(), "rest");
+
+        // HTTP/2 prior knowledge, by hand (reqwest is built without its http2 feature).
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        for (content_type, method, want) in [
+            ("application/json", "GET", "rest"),
+            ("application/grpc", "POST", "grpc"),
+            ("application/grpc+proto", "POST", "grpc"),
+        ] {
+            let req = axum::http::Request::builder()
+                .method(method)
+                .uri(&url)
+                .header(header::CONTENT_TYPE, content_type)
+                .body(http_body_util::Empty::<axum::body::Bytes>::new())
+                .unwrap();
+            let res = send.send_request(req).await.unwrap();
+            assert_eq!(res.version(), axum::http::Version::HTTP_2);
+            let body = http_body_util::BodyExt::collect(res.into_body()).await.unwrap();
+            assert_eq!(body.to_bytes(), want.as_bytes(), "{content_type}");
+        }
+    }
+
+    /// A connection that sends nothing, or only the start of the HTTP/2 preface, is closed
+    /// after the read timeout.
+    #[tokio::test]
+    async fn a_silent_or_half_preface_connection_is_closed_after_the_read_timeout() {
+        let (addr, _stop) = server(None).await;
+        for sent in [&b""[..], &H2_PREFACE[..10]] {
+            let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tcp.write_all(sent).await.unwrap();
+            let started = std::time::Instant::now();
+            let mut buf = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut buf));
+            let n = read.await.expect("closed in time").unwrap_or(0);
+            assert_eq!(n, 0, "{sent:?}");
+            assert!(started.elapsed() < Duration::from_secs(5), "{sent:?}");
+        }
+    }
 }

@@ -99,12 +99,35 @@ impl Limits {
     }
 }
 
-fn with_retry_after(p: Problem, seconds: u64) -> Response {
-    let mut res = p.into_response();
-    if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
-        res.headers_mut().insert(header::RETRY_AFTER, v);
+/// Why a request was refused before its handler ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// `RESOURCE_EXHAUSTED` (too large, too many from this address) or `UNAVAILABLE` (too
+    /// many in flight).
+    pub code: Code,
+    /// The HTTP status within the class (413, 429, 503).
+    pub status: u16,
+    /// What to tell the caller.
+    pub detail: String,
+    /// Seconds to wait before retrying, if it is worth retrying.
+    pub retry_after: Option<u64>,
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        let mut p = Problem::new(self.code, self.detail);
+        if self.status == 413 {
+            p.status = 413;
+            p.title = "Payload too large".into();
+        }
+        let mut res = p.into_response();
+        if let Some(seconds) = self.retry_after
+            && let Ok(v) = HeaderValue::from_str(&seconds.to_string())
+        {
+            res.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        res
     }
-    res
 }
 
 impl Limits {
@@ -114,6 +137,15 @@ impl Limits {
         &self,
         req: &Request,
     ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Response> {
+        self.check(req).map_err(IntoResponse::into_response)
+    }
+
+    /// Like [`Limits::admit`], with the refusal as a value (for fronts that answer in
+    /// another protocol, e.g. gRPC statuses).
+    pub fn check(
+        &self,
+        req: &Request,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Refused> {
         admit(self, req)
     }
 }
@@ -121,23 +153,22 @@ impl Limits {
 fn admit(
     limits: &Limits,
     req: &Request,
-) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Response> {
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Refused> {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > limits.config.max_body_bytes as u64) {
-        let mut p = Problem::new(
-            Code::ResourceExhausted,
-            format!(
+        return Err(Refused {
+            code: Code::ResourceExhausted,
+            status: 413,
+            detail: format!(
                 "the request body is too large (the limit is {} bytes)",
                 limits.config.max_body_bytes
             ),
-        );
-        p.status = 413;
-        p.title = "Payload too large".into();
-        return Err(p.into_response());
+            retry_after: None,
+        });
     }
     if limits.config.rate_per_sec > 0 {
         // Without the peer's address (a server not started with connect info) every request
@@ -147,34 +178,32 @@ fn admit(
             .get::<ConnectInfo<SocketAddr>>()
             .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
         if let Err(wait) = limits.take(ip, Instant::now()) {
-            return Err(with_retry_after(
-                Problem::new(
-                    Code::ResourceExhausted,
-                    format!(
-                        "too many requests from this address (limit {}/s, burst {}): retry after \
-                         {wait} s",
-                        limits.config.rate_per_sec,
-                        limits.burst()
-                    ),
+            return Err(Refused {
+                code: Code::ResourceExhausted,
+                status: 429,
+                detail: format!(
+                    "too many requests from this address (limit {}/s, burst {}): retry after \
+                     {wait} s",
+                    limits.config.rate_per_sec,
+                    limits.burst()
                 ),
-                wait,
-            ));
+                retry_after: Some(wait),
+            });
         }
     }
     match &limits.in_flight {
         None => Ok(None),
         Some(sem) => match Arc::clone(sem).try_acquire_owned() {
             Ok(p) => Ok(Some(p)),
-            Err(_) => Err(with_retry_after(
-                Problem::new(
-                    Code::Unavailable,
-                    format!(
-                        "overloaded: {} requests are in flight already; retry shortly",
-                        limits.config.max_in_flight
-                    ),
+            Err(_) => Err(Refused {
+                code: Code::Unavailable,
+                status: 503,
+                detail: format!(
+                    "overloaded: {} requests are in flight already; retry shortly",
+                    limits.config.max_in_flight
                 ),
-                1,
-            )),
+                retry_after: Some(1),
+            }),
         },
     }
 }

@@ -5,9 +5,12 @@
 //!   (`tensorflow.data.DispatcherService`, `tensorflow.data.WorkerService`) and the graph
 //!   messages, generated from Shardwise's own `.proto` subsets under `gateway/proto/`.
 //! - [`graph`]: the DYNAMIC split providers of a dataset, from its `GraphDef`.
+//! - [`fingerprint`]: one fingerprint for every serialization of one dataset (TensorFlow
+//!   writes protobuf maps in hash order).
 //!
-//! Nothing here is served yet.
+//! The dispatcher serves the protocol (its `grpc` module).
 
+pub mod fingerprint;
 pub mod graph;
 pub mod proto;
 

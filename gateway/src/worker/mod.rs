@@ -236,6 +236,7 @@ impl Shared {
             tags: self.tags.clone(),
             worker_uid: Some(self.uid.clone()),
             incarnation,
+            tensorflow: None,
         };
         let reply: WorkerHeartbeatReply = self.rest.post("/v1/workers/heartbeat", &req).await?;
         // All under one lock: a client must never see the old task where the new incarnation
@@ -552,7 +553,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
     let read_timeout = args.read_timeout;
     let task = tokio::spawn(async move {
         // Bounded header and body reads, TCP_NODELAY, graceful shutdown: as on the dispatcher.
-        crate::http::conn::serve(listener, app, read_timeout, async move {
+        crate::http::conn::serve(listener, app, None, read_timeout, async move {
             let _ = stop_rx.await;
         })
         .await;

@@ -499,7 +499,11 @@ impl Task {
     async fn produce(self: Arc<Self>, shared: Arc<Shared>) {
         let id = self.def.task_id;
         let mut pipeline = match sharding_of(&self.def).and_then(|s| {
-            Pipeline::with_limits(&self.def.dataset, s, shared.limits)
+            // The dispatcher sends TensorFlow datasets' tasks to TensorFlow workers only.
+            let def = self.def.dataset.declarative().ok_or_else(|| {
+                task_failed(id, Code::FailedPrecondition, "a TensorFlow dataset's task")
+            })?;
+            Pipeline::with_limits(def, s, shared.limits)
                 .map_err(|e| task_failed(id, e.code(), e.message()))
         }) {
             Ok(p) => p,
@@ -565,10 +569,10 @@ impl Task {
     }
 
     fn max_splits(&self) -> u32 {
-        let n = match &self.def.dataset.source {
-            SourceDef::Files(_) => 1,
-            SourceDef::Splits(_) => self.capacity.min(MAX_SPLITS),
-            SourceDef::Range(_) | SourceDef::List(_) => self
+        let n = match self.def.dataset.declarative().map(|d| &d.source) {
+            None | Some(SourceDef::Files(_)) => 1,
+            Some(SourceDef::Splits(_)) => self.capacity.min(MAX_SPLITS),
+            Some(SourceDef::Range(_) | SourceDef::List(_)) => self
                 .capacity
                 .div_ceil(usize::try_from(self.def.split_size.max(1)).unwrap_or(usize::MAX))
                 .clamp(1, MAX_SPLITS),

@@ -66,5 +66,8 @@ pub(super) async fn create_iteration(
     Body(req): Body<CreateIteration>,
 ) -> ApiResult {
     let id: JobId = parse_id("job_id", &raw)?;
-    ok(&s.driver.call((id, req)).await?)
+    let lease = s.driver.call((id, req)).await?;
+    // An iteration of a TensorFlow dataset made tasks for TensorFlow workers: tell them now.
+    s.pusher.push(crate::dispatcher::grpc::convert::pushed_tasks(&lease.pushed_tasks));
+    ok(&lease)
 }

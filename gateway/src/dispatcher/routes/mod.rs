@@ -41,6 +41,9 @@ pub struct AppState {
     pub kube: Arc<KubeSlot>,
     /// Per-route request counters and latencies.
     pub routes: Arc<RouteMetrics>,
+    /// Pushes new tasks of TensorFlow datasets to TensorFlow workers (`ProcessTask`), for
+    /// REST and gRPC alike.
+    pub pusher: Arc<super::grpc::push::Pusher>,
 }
 
 /// The API routes and their part of the OpenAPI document (before state and layers): every

@@ -1,0 +1,370 @@
+//! What TensorFlow's clients and workers bring to the dispatcher, as plain data: datasets
+//! stored opaquely (a serialized `GraphDef` and the client's metadata, exactly as sent), the
+//! DYNAMIC split providers a front computed from the graph, TensorFlow workers' transfer
+//! servers, and the requests only TensorFlow speaks (run-time compression, one-split
+//! get-split). The core never parses a graph: the gRPC front does, once, at registration.
+//!
+//! In records (journal, snapshot) bytes are base64 strings (RFC 4648 standard alphabet, padded).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::dataset::DatasetDef;
+
+/// `DataServiceMetadata.COMPRESSION_UNSPECIFIED`.
+pub const COMPRESSION_UNSPECIFIED: i32 = 0;
+/// `DataServiceMetadata.COMPRESSION_OFF`.
+pub const COMPRESSION_OFF: i32 = 1;
+/// `DataServiceMetadata.COMPRESSION_SNAPPY`: the only kind a worker may disable at run time.
+pub const COMPRESSION_SNAPPY: i32 = 2;
+/// `DataServiceMetadata.COMPRESSION_FORCED_SNAPPY`.
+pub const COMPRESSION_FORCED_SNAPPY: i32 = 3;
+
+/// The name of a `DataServiceMetadata.Compression` value (`"SNAPPY"`, ...; unknown values as
+/// their number).
+pub fn compression_name(compression: i32) -> String {
+    match compression {
+        COMPRESSION_UNSPECIFIED => "UNSPECIFIED".into(),
+        COMPRESSION_OFF => "OFF".into(),
+        COMPRESSION_SNAPPY => "SNAPPY".into(),
+        COMPRESSION_FORCED_SNAPPY => "FORCED_SNAPPY".into(),
+        n => n.to_string(),
+    }
+}
+
+/// A TensorFlow dataset, stored exactly as the client sent it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TfDataset {
+    /// The serialized `GraphDef` (`DatasetDef.graph`), as sent.
+    #[serde(with = "b64")]
+    pub graph: Vec<u8>,
+    /// `DataServiceMetadata.element_spec` (absent is not empty).
+    #[serde(default, with = "b64_opt", skip_serializing_if = "Option::is_none")]
+    pub element_spec: Option<Vec<u8>>,
+    /// `DataServiceMetadata.compression`, as sent.
+    pub compression: i32,
+    /// `DataServiceMetadata.cardinality`.
+    pub cardinality: i64,
+    /// The DYNAMIC split providers, in TensorFlow's provider order, computed by the front from
+    /// the graph; `Err` holds why there are none (it names the op without a split provider),
+    /// the refusal text of a DYNAMIC iteration of this dataset.
+    pub split_providers: Result<Vec<SplitProviderDef>, String>,
+}
+
+impl fmt::Debug for TfDataset {
+    /// Byte fields by length: a graph may be megabytes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TfDataset")
+            .field("graph_bytes", &self.graph.len())
+            .field("element_spec_bytes", &self.element_spec.as_ref().map(Vec::len))
+            .field("compression", &self.compression)
+            .field("cardinality", &self.cardinality)
+            .field("split_providers", &self.split_providers)
+            .finish()
+    }
+}
+
+impl TfDataset {
+    /// Whether `other` is the same dataset: the same graph and metadata (the split providers
+    /// are derived from the graph, so they are not compared).
+    pub fn same_content(&self, other: &TfDataset) -> bool {
+        self.graph == other.graph
+            && self.element_spec == other.element_spec
+            && self.compression == other.compression
+            && self.cardinality == other.cardinality
+    }
+
+    /// The bytes it holds, as `max_dataset_bytes` counts them: the graph and the element spec.
+    pub fn bytes(&self) -> u64 {
+        (self.graph.len() + self.element_spec.as_ref().map_or(0, Vec::len)) as u64
+    }
+
+    /// The number of DYNAMIC split providers (0 when there are none).
+    pub fn num_split_providers(&self) -> usize {
+        self.split_providers.as_ref().map_or(0, Vec::len)
+    }
+
+    /// What `GET /v1/datasets/{id}` shows of it: no bytes, only their size.
+    pub fn summary(&self) -> Value {
+        json!({
+            "graph_bytes": self.graph.len(),
+            "element_spec_bytes": self.element_spec.as_ref().map(Vec::len),
+            "cardinality": self.cardinality,
+            "compression": compression_name(self.compression),
+            "split_providers": match &self.split_providers {
+                Ok(p) => serde_json::to_value(p).unwrap_or(Value::Null),
+                Err(e) => json!({"unsupported": e}),
+            },
+        })
+    }
+}
+
+/// One DYNAMIC split provider of a TensorFlow dataset, as TensorFlow's provider gives splits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SplitProviderDef {
+    /// `Dataset.range(start, stop, step)`: the split of index `i` is the element value
+    /// `start + i * step`, for `i` in `0..len`.
+    Range {
+        /// First value.
+        start: i64,
+        /// Step (not 0).
+        step: i64,
+        /// Number of elements.
+        len: u64,
+    },
+    /// `from_tensor_slices`: the split of index `i` is `i`, for `i` in `0..len`.
+    Slices {
+        /// Number of slices.
+        len: u64,
+    },
+}
+
+impl SplitProviderDef {
+    /// Splits per repetition.
+    pub fn len(&self) -> u64 {
+        match *self {
+            SplitProviderDef::Range { len, .. } | SplitProviderDef::Slices { len } => len,
+        }
+    }
+
+    /// Whether the provider has no split.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The split of index `i` (an int64 scalar's value); `None` past the end (or where a
+    /// wrongly computed provider would overflow: never a panic).
+    pub fn split(&self, i: u64) -> Option<i64> {
+        if i >= self.len() {
+            return None;
+        }
+        match *self {
+            SplitProviderDef::Range { start, step, .. } => {
+                i64::try_from(i).ok()?.checked_mul(step)?.checked_add(start)
+            }
+            SplitProviderDef::Slices { .. } => i64::try_from(i).ok(),
+        }
+    }
+}
+
+/// A data transfer server of a TensorFlow worker (`DataTransferServerInfo`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferServer {
+    /// E.g. `grpc`.
+    pub protocol: String,
+    /// Where clients reach it.
+    pub address: String,
+    /// Opaque, passed to clients.
+    #[serde(default, with = "b64", skip_serializing_if = "Vec::is_empty")]
+    pub compatibility_info: Vec<u8>,
+    /// Passed to clients.
+    #[serde(default)]
+    pub fall_back_to_grpc_at_client_creation_time: bool,
+    /// Passed to clients.
+    #[serde(default)]
+    pub fall_back_to_grpc_at_get_element_time: bool,
+}
+
+/// What a TensorFlow worker's heartbeat carries beside a Shardwise worker's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TfWorkerInfo {
+    /// Its transfer servers (clients need the `grpc` one).
+    #[serde(default)]
+    pub transfer_servers: Vec<TransferServer>,
+}
+
+/// A dataset of either kind: declarative (run by Shardwise workers) or TensorFlow (run by
+/// TensorFlow workers).
+///
+/// Serialized (REST), a declarative dataset is its [`DatasetDef`] exactly as before; a
+/// TensorFlow dataset is `{"tensorflow": summary}` ([`TfDataset::summary`], no graph bytes).
+/// Decoding reads only the declarative form (REST never sends a TensorFlow dataset; records
+/// store datasets in their own form, see [`super::state::Dataset`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatasetSpec {
+    /// A Shardwise dataset.
+    Declarative(DatasetDef),
+    /// A TensorFlow dataset.
+    TensorFlow(Box<TfDataset>),
+}
+
+impl DatasetSpec {
+    /// The declarative definition, if it is one.
+    pub fn declarative(&self) -> Option<&DatasetDef> {
+        match self {
+            DatasetSpec::Declarative(d) => Some(d),
+            DatasetSpec::TensorFlow(_) => None,
+        }
+    }
+    /// The TensorFlow dataset, if it is one.
+    pub fn tensorflow(&self) -> Option<&TfDataset> {
+        match self {
+            DatasetSpec::Declarative(_) => None,
+            DatasetSpec::TensorFlow(t) => Some(t),
+        }
+    }
+    /// Whether it is a TensorFlow dataset.
+    pub fn is_tensorflow(&self) -> bool {
+        matches!(self, DatasetSpec::TensorFlow(_))
+    }
+}
+
+impl PartialEq<DatasetDef> for DatasetSpec {
+    fn eq(&self, other: &DatasetDef) -> bool {
+        self.declarative() == Some(other)
+    }
+}
+
+impl From<DatasetDef> for DatasetSpec {
+    fn from(d: DatasetDef) -> Self {
+        DatasetSpec::Declarative(d)
+    }
+}
+
+impl Serialize for DatasetSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            DatasetSpec::Declarative(d) => d.serialize(s),
+            DatasetSpec::TensorFlow(t) => json!({"tensorflow": t.summary()}).serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DatasetSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        DatasetDef::deserialize(d).map(DatasetSpec::Declarative)
+    }
+}
+
+/// Get-or-register a TensorFlow dataset (TensorFlow's `GetOrRegisterDataset`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisterTfDataset {
+    /// An explicit id: when it exists it is the answer (TensorFlow's get-or-register).
+    pub dataset_id: Option<String>,
+    /// The dataset.
+    pub dataset: TfDataset,
+}
+
+/// TensorFlow's `DisableCompressionAtRuntime`: a worker proposes whether to disable the
+/// dataset's compression; the first proposal decides for every worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisableCompression {
+    /// The dataset.
+    pub dataset_id: String,
+    /// The proposal.
+    pub disable: bool,
+}
+
+/// Reply to [`DisableCompression`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompressionDecision {
+    /// The decision; `None` when the dataset is not SNAPPY-compressed (TensorFlow's
+    /// `no_compression_to_disable`).
+    pub compression_disabled: Option<bool>,
+}
+
+/// TensorFlow's `GetSplit`: one split of one provider, for a TensorFlow DYNAMIC iteration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TfGetSplit {
+    /// The worker's repetition of the provider.
+    pub repetition: u64,
+    /// Which provider.
+    pub split_provider_index: u64,
+}
+
+/// Reply to [`TfGetSplit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TfSplit {
+    /// The split (an int64 scalar's value); `None`: `end_of_splits`.
+    pub split: Option<i64>,
+}
+
+/// Bytes as a base64 string.
+pub(crate) mod b64 {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        STANDARD.decode(text.as_bytes()).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Optional bytes as an optional base64 string.
+pub(crate) mod b64_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(
+        bytes: &Option<Vec<u8>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => super::b64::serialize(b, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrap(#[serde(with = "super::b64")] Vec<u8>);
+        Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_and_slice_providers_give_tensorflows_splits() {
+        let r = SplitProviderDef::Range { start: 5, step: 5, len: 3 };
+        assert_eq!(
+            (0..4).map(|i| r.split(i)).collect::<Vec<_>>(),
+            [Some(5), Some(10), Some(15), None]
+        );
+        let s = SplitProviderDef::Slices { len: 3 };
+        assert_eq!(
+            (0..4).map(|i| s.split(i)).collect::<Vec<_>>(),
+            [Some(0), Some(1), Some(2), None]
+        );
+        // A provider computed wrongly overflows to "no split", never a panic.
+        let bad = SplitProviderDef::Range { start: i64::MAX, step: 1, len: 3 };
+        assert_eq!(bad.split(1), None);
+        assert_eq!(SplitProviderDef::Slices { len: u64::MAX }.split(u64::MAX - 1), None);
+    }
+
+    #[test]
+    fn bytes_are_base64_in_records_and_absent_element_spec_is_not_empty() {
+        let t = TfDataset {
+            graph: vec![0, 1, 2, 255],
+            element_spec: Some(Vec::new()),
+            compression: COMPRESSION_SNAPPY,
+            cardinality: -2,
+            split_providers: Err("op Foo has no split provider".into()),
+        };
+        let text = serde_json::to_string(&t).unwrap();
+        assert!(text.contains("\"graph\":\"AAEC/w==\""), "{text}");
+        assert!(text.contains("\"element_spec\":\"\""), "{text}");
+        let back: TfDataset = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, t);
+        let none = TfDataset { element_spec: None, ..t };
+        let back: TfDataset = serde_json::from_str(&serde_json::to_string(&none).unwrap()).unwrap();
+        assert_eq!(back.element_spec, None);
+        assert!(
+            serde_json::from_str::<TfDataset>(
+                r#"{"graph":"!!","compression":0,"cardinality":0,"split_providers":{"Ok":[]}}"#
+            )
+            .is_err()
+        );
+    }
+}
