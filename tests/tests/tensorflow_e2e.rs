@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use shardwise_tests::tf::{TfServer, client, client_result};
-use shardwise_tests::{Dispatcher, Process, TempDir};
+use shardwise_tests::{Dispatcher, Process, TempDir, Worker, http, ok};
 
 /// How long a client may take to import TensorFlow, read and print (a busy 2-core machine).
 const CLIENT_DEADLINE: Duration = Duration::from_secs(180);
@@ -23,7 +23,6 @@ enum Kind {
     /// TensorFlow's `DispatchServer`, in its own Python process.
     TensorFlow,
     /// `shardwise dispatcher`.
-    #[expect(dead_code, reason = "its scenarios come with the gRPC dispatcher")]
     Shardwise,
 }
 
@@ -56,6 +55,8 @@ struct Cluster {
     /// How many workers a client waits for (GetWorkers) before it starts its iteration.
     expected_workers: usize,
     clients: Vec<(String, Process)>,
+    /// `shardwise worker`s (a mixed fleet).
+    shardwise_workers: Vec<Worker>,
     /// Output of processes that are gone (a killed dispatcher, finished clients).
     gone: Vec<String>,
 }
@@ -70,6 +71,7 @@ impl Cluster {
             workers: Vec::new(),
             expected_workers: 0,
             clients: Vec::new(),
+            shardwise_workers: Vec::new(),
             gone: Vec::new(),
         };
         cluster.start_dispatcher();
@@ -120,6 +122,13 @@ impl Cluster {
     /// `grpc://127.0.0.1:PORT`, as clients are given it.
     fn service(&self) -> String {
         format!("grpc://{}", self.address())
+    }
+
+    fn shardwise(&self) -> &Dispatcher {
+        match &self.dispatcher {
+            Some(Running::Shardwise(d)) => d,
+            _ => panic!("not a running shardwise dispatcher"),
+        }
     }
 
     /// Starts TensorFlow workers, one per entry (`Some(port)`: on that port), all importing
@@ -228,6 +237,9 @@ impl Drop for Cluster {
             let (out, err) = p.output();
             eprintln!("==== {label}:\n{out}\n{err}");
         }
+        for w in &self.shardwise_workers {
+            eprintln!("==== shardwise worker {}:\n{}", w.url, w.output());
+        }
     }
 }
 
@@ -241,6 +253,13 @@ fn elements(result: &Value) -> Vec<i64> {
 fn sorted(mut v: Vec<i64>) -> Vec<i64> {
     v.sort_unstable();
     v
+}
+
+/// A counter of the dispatcher's `/metrics` (0 when it is not there yet).
+fn metric(d: &Dispatcher, name: &str) -> u64 {
+    let text = d.call("GET", "/metrics", None).body;
+    let line = text.lines().find(|l| l.split_whitespace().next() == Some(name));
+    line.and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// Two ports nobody listens on now: bound to port 0 and closed again. A static worker list
@@ -322,6 +341,15 @@ fn restart_mid_epoch(kind: Kind, mode: &str) {
     let i = cluster.add_workers(&[None], |c| c.spawn_client(&args));
     let paused = cluster.clients[i].1.wait_for_line(|l| l == "PAUSED", CLIENT_DEADLINE);
     assert!(paused.is_some(), "the client never read 10 elements");
+    if kind == Kind::Shardwise {
+        // Mid-epoch indeed: the iteration is not finished, and (DYNAMIC) most splits are still
+        // to be handed out when the dispatcher dies.
+        let d = cluster.shardwise();
+        let job = ok(&d.call("GET", "/v1/jobs/5000", None));
+        assert_eq!(job["iterations"][0]["finished"], false, "{job}");
+        let splits = metric(d, "shardwise_splits_handed_out_total");
+        assert!(splits < 400, "{splits} of 500 splits handed out before the kill");
+    }
     cluster.kill_dispatcher();
     cluster.restart_dispatcher();
     cluster.clients[i].1.send_line("go").expect("the client's stdin");
@@ -355,6 +383,76 @@ fn dynamic_unsupported_source(kind: Kind, expected: &[(&str, &str, &str)]) {
     }
     let seed = cluster.read(&["--dataset", "range_10"]);
     assert_eq!(elements(&seed), (0..10).collect::<Vec<_>>());
+}
+
+/// A mixed fleet on one Shardwise dispatcher: a TensorFlow worker and a `shardwise worker`. A
+/// TensorFlow client reads `range(10)` in parallel epochs exactly once (only the TensorFlow
+/// worker serves a TensorFlow dataset); a declarative dataset read over REST is served by the
+/// Shardwise worker only; `GET /v1/workers` shows both.
+fn mixed_fleet() {
+    let mut cluster = Cluster::start(Kind::Shardwise, Config::default());
+    let shardwise_worker =
+        Worker::start(&cluster.shardwise().url, &["--heartbeat-interval", "200ms"]);
+    let shardwise_address = shardwise_worker.address().to_owned();
+    cluster.shardwise_workers.push(shardwise_worker);
+    // GetWorkers lists the Shardwise worker too: the client waits for both.
+    cluster.expected_workers += 1;
+    let i = cluster.add_workers(&[None], |c| c.spawn_client(&["--dataset", "range_10"]));
+    let result = cluster.finish(i);
+    assert_eq!(elements(&result), (0..10).collect::<Vec<_>>(), "once, from the TensorFlow worker");
+    let tf_address = cluster.workers[0].address();
+
+    let d = cluster.shardwise();
+    let workers = ok(&d.call("GET", "/v1/workers", None));
+    let mut listed: Vec<&str> = workers["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["worker_address"].as_str().expect("address"))
+        .collect();
+    listed.sort_unstable();
+    let mut both = vec![tf_address.as_str(), shardwise_address.as_str()];
+    both.sort_unstable();
+    assert_eq!(listed, both, "{workers}");
+
+    // A declarative dataset over REST: its tasks are the Shardwise worker's only.
+    let ds = json!({"source": {"range": {"stop": 5}}});
+    let id =
+        ok(&d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))))["dataset_id"].clone();
+    let job = ok(&d.call(
+        "POST",
+        "/v1/jobs",
+        Some(json!({"dataset_id": id, "processing_mode": "parallel_epochs"})),
+    ));
+    let iteration = format!("/v1/jobs/{}/iterations", job["job_id"].as_str().expect("job id"));
+    let lease = ok(&d.call("POST", &iteration, Some(json!({}))));
+    let heartbeat =
+        format!("/v1/clients/{}/heartbeat", lease["client_id"].as_str().expect("client"));
+    let tasks = shardwise_tests::poll_until(
+        "the declarative dataset's task",
+        Duration::from_secs(20),
+        || {
+            let hb = ok(&d.call("POST", &heartbeat, Some(json!({}))));
+            let tasks = hb["tasks"].as_array().cloned().unwrap_or_default();
+            if tasks.is_empty() { Err(hb) } else { Ok(tasks) }
+        },
+    );
+    assert_eq!(tasks.len(), 1, "one task, on the Shardwise worker: {tasks:?}");
+    assert_eq!(tasks[0]["worker_address"], shardwise_address.as_str(), "{tasks:?}");
+    let task = tasks[0]["task_id"].as_str().expect("task id").to_owned();
+    let worker_url = format!("http://{shardwise_address}");
+    let mut read = Vec::new();
+    shardwise_tests::poll_until("the task's elements", Duration::from_secs(20), || {
+        let r = http("GET", &worker_url, &format!("/v1/tasks/{task}/elements?max=10"), None)
+            .map_err(|e| e.to_string())?;
+        if r.status == 404 {
+            return Err("404".to_owned());
+        }
+        let v = ok(&r);
+        read.extend(shardwise_tests::ints(v["elements"].as_array().expect("elements")));
+        if v["end_of_sequence"] == true { Ok(()) } else { Err(v.to_string()) }
+    });
+    assert_eq!(read, (0..5).collect::<Vec<_>>());
 }
 
 // ---- against TensorFlow's own dispatcher ----
@@ -393,4 +491,52 @@ fn tensorflow_dispatcher_restart_mid_distributed_epoch() {
 fn tensorflow_dispatcher_dynamic_unsupported_source() {
     // TensorFlow's dispatcher splits interleave's input; an SQL source it cannot split.
     dynamic_unsupported_source(Kind::TensorFlow, &[("sql", "UnimplementedError", "SqlDataset")]);
+}
+
+// ---- against `shardwise dispatcher` ----
+
+#[test]
+fn shardwise_dispatcher_seed_example() {
+    seed_example(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_distributed_epoch_two_workers() {
+    distributed_epoch_two_workers(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_static_sharding_file_or_data() {
+    static_sharding_file_or_data(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_coordinated_reads() {
+    coordinated_reads(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_restart_mid_parallel_epochs() {
+    restart_mid_epoch(Kind::Shardwise, "parallel_epochs");
+}
+
+#[test]
+fn shardwise_dispatcher_restart_mid_distributed_epoch() {
+    restart_mid_epoch(Kind::Shardwise, "distributed_epoch");
+}
+
+#[test]
+fn shardwise_dispatcher_dynamic_unsupported_source() {
+    dynamic_unsupported_source(
+        Kind::Shardwise,
+        &[
+            ("sql", "FailedPreconditionError", "SqlDataset"),
+            ("interleave", "FailedPreconditionError", "InterleaveDataset"),
+        ],
+    );
+}
+
+#[test]
+fn shardwise_dispatcher_mixed_fleet() {
+    mixed_fleet();
 }
