@@ -302,6 +302,13 @@ fn static_sharding_file_or_data(kind: Kind) {
     let i = cluster.add_workers(&[Some(ports[0]), Some(ports[1])], |c| c.spawn_client(&args));
     let got = elements(&cluster.finish(i));
     assert_eq!(sorted(got), (0..10).collect::<Vec<_>>(), "every element exactly once");
+    if kind == Kind::Shardwise {
+        // Static sharding indeed (not a DYNAMIC epoch that would read the same): one task per
+        // listed worker.
+        let job = ok(&cluster.shardwise().call("GET", "/v1/jobs/5000", None));
+        assert_eq!(job["processing_mode"]["sharding_policy"], "FILE_OR_DATA", "{job}");
+        assert_eq!(job["iterations"][0]["tasks"].as_array().map(Vec::len), Some(2), "{job}");
+    }
 }
 
 /// Coordinated reads: two consumers (`num_consumers=2`, consumer_index 0 and 1, one job name)
