@@ -482,14 +482,32 @@ pub struct Process {
     stdout: std::sync::Arc<std::sync::Mutex<String>>,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
     readers: Vec<std::thread::JoinHandle<()>>,
+    stdin: Option<std::process::ChildStdin>,
 }
 
 impl Process {
     /// Spawns `cmd` with no stdin and piped stdout and stderr.
     pub fn spawn(cmd: &mut Command) -> Process {
+        Self::spawn_with_stdin(cmd.stdin(Stdio::null()))
+    }
+
+    /// Spawns `cmd` with piped stdin (see [`Process::send_line`]), stdout and stderr.
+    pub fn spawn_piped(cmd: &mut Command) -> Process {
+        let mut p = Self::spawn_with_stdin(cmd.stdin(Stdio::piped()));
+        p.stdin = p.child.stdin.take();
+        p
+    }
+
+    /// Writes `line` and a newline to its stdin (spawned with [`Process::spawn_piped`]).
+    pub fn send_line(&mut self, line: &str) -> std::io::Result<()> {
+        let stdin = self.stdin.as_mut().ok_or_else(|| std::io::Error::other("no stdin pipe"))?;
+        stdin.write_all(format!("{line}\n").as_bytes())?;
+        stdin.flush()
+    }
+
+    fn spawn_with_stdin(cmd: &mut Command) -> Process {
         use std::io::{BufRead, Read};
         let mut child = cmd
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -514,7 +532,7 @@ impl Process {
                 err.lock().expect("stderr lock").push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        Process { child, lines, stdout, stderr, readers: vec![out_reader, err_reader] }
+        Process { child, lines, stdout, stderr, readers: vec![out_reader, err_reader], stdin: None }
     }
 
     /// Waits (at most `timeout`) for a stdout line `pred` accepts, skipping the others.

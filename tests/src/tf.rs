@@ -148,9 +148,20 @@ impl TfServer {
     /// Starts `service.py ROLE ARGS` and waits (at most 120 s: TensorFlow's import is slow on
     /// a busy machine) for its `PORT <port>` line.
     pub fn start(role: &str, args: &[&str]) -> TfServer {
+        TfServer::ready(role, TfServer::spawn(role, args))
+    }
+
+    /// Starts `service.py ROLE ARGS` without waiting for it: [`TfServer::ready`] does, so that
+    /// several TensorFlow processes import TensorFlow at the same time.
+    pub fn spawn(role: &str, args: &[&str]) -> Process {
         let mut all = vec![role];
         all.extend_from_slice(args);
-        let mut process = Process::spawn(&mut script("service.py", &all));
+        Process::spawn(&mut script("service.py", &all))
+    }
+
+    /// Waits (at most 120 s) for the `PORT <port>` line of a server [`TfServer::spawn`]
+    /// started; panics with its output when it exits or never prints it.
+    pub fn ready(role: &str, mut process: Process) -> TfServer {
         let line = process.wait_for_line(|l| l.starts_with("PORT "), Duration::from_secs(120));
         let port = line.and_then(|l| l["PORT ".len()..].trim().parse().ok());
         let Some(port) = port else {
@@ -181,4 +192,18 @@ impl TfServer {
     pub fn output(&self) -> (String, String) {
         self.process.output()
     }
+}
+
+/// `python tests/tf/e2e.py read SERVICE ARGS`: a TensorFlow `distribute` client in its own
+/// process, stdin piped (for `--pause-after`). It prints one JSON line ([`client_result`]).
+pub fn client(service: &str, args: &[&str]) -> Process {
+    let mut all = vec!["read", service];
+    all.extend_from_slice(args);
+    Process::spawn_piped(&mut script("e2e.py", &all))
+}
+
+/// The JSON line a [`client`] printed last (`{"elements": [...]}` or `{"error": ..., "code":
+/// ...}`), `None` when it printed none.
+pub fn client_result(stdout: &str) -> Option<serde_json::Value> {
+    stdout.lines().rev().find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok())
 }

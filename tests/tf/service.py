@@ -1,15 +1,20 @@
 """TensorFlow's own tf.data service, one role per process, for the tests.
 
-    python service.py dispatcher                 a DispatchServer on a port it picks
-    python service.py worker DISPATCHER          a WorkerServer (DISPATCHER: HOST:PORT)
+    python service.py dispatcher [OPTIONS]       a DispatchServer on a port it picks
+    python service.py worker DISPATCHER [OPTIONS] a WorkerServer (DISPATCHER: HOST:PORT)
     python service.py seed SERVICE               the seed example through SERVICE
     python service.py dataset-def SERVICE OUT    registers range(10) as `distribute` does and
                                                  writes the graph the dispatcher keeps to OUT
 
 `dispatcher` and `worker` print `PORT <port>` once serving, then serve until killed. `seed`
 prints the elements it read as one JSON list. TensorFlow logs to stderr.
+
+Dispatcher options: `--port P` (0: pick one), `--work-dir DIR`, `--fault-tolerant`,
+`--worker-addresses A,B` (static sharding), and TensorFlow's test-speed timeouts are always set.
+Worker options: `--port P` (0: pick one), `--heartbeat-ms MS` (default 100, for tests).
 """
 
+import argparse
 import json
 import sys
 
@@ -18,18 +23,38 @@ import tensorflow as tf
 service = tf.data.experimental.service
 
 
-def dispatcher():
-    server = service.DispatchServer(service.DispatcherConfig(port=0))
+def dispatcher(*args):
+    parser = argparse.ArgumentParser(prog="service.py dispatcher")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--work-dir")
+    parser.add_argument("--fault-tolerant", action="store_true")
+    parser.add_argument("--worker-addresses", default="")
+    opts = parser.parse_args(args)
+    config = service.DispatcherConfig(
+        port=opts.port,
+        work_dir=opts.work_dir,
+        fault_tolerant_mode=opts.fault_tolerant,
+        worker_addresses=[a for a in opts.worker_addresses.split(",") if a] or None,
+        # Test speed, as TensorFlow's own service tests run.
+        job_gc_check_interval_ms=200,
+        worker_timeout_ms=10_000,
+    )
+    server = service.DispatchServer(config)
     print("PORT", server._server.bound_port(), flush=True)
     server.join()
 
 
-def worker(dispatcher_address):
+def worker(dispatcher_address, *args):
+    parser = argparse.ArgumentParser(prog="service.py worker")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--heartbeat-ms", type=int, default=100)
+    opts = parser.parse_args(args)
     config = service.WorkerConfig(
         dispatcher_address=dispatcher_address,
-        port=0,
+        port=opts.port,
         # The address the dispatcher hands to clients: IPv4 loopback, not `localhost`.
         worker_address="127.0.0.1:%port%",
+        heartbeat_interval_ms=opts.heartbeat_ms,
     )
     server = service.WorkerServer(config)
     print("PORT", server._server.bound_port(), flush=True)

@@ -1,0 +1,549 @@
+//! End to end with real TensorFlow (`tensorflow-cpu`, in the venv `shardwise_tests::tf`
+//! builds): a dispatcher, TensorFlow `WorkerServer`s in their own processes (port 0, or ports
+//! picked up front for static sharding), and TensorFlow `distribute` clients in their own
+//! processes (`tests/tf/e2e.py`, one JSON line each). Every scenario is one function of the
+//! dispatcher it runs against: TensorFlow's own `DispatchServer` (which proves the scenario
+//! itself right) or `shardwise dispatcher`.
+//!
+//! Every process's output is captured and printed only when a test fails; every wait is
+//! bounded.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use shardwise_tests::tf::{TfServer, client, client_result};
+use shardwise_tests::{Dispatcher, Process, TempDir, Worker, http, ok};
+
+/// How long a client may take to import TensorFlow, read and print (a busy 2-core machine).
+const CLIENT_DEADLINE: Duration = Duration::from_secs(180);
+
+/// Which dispatcher a scenario runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// TensorFlow's `DispatchServer`, in its own Python process.
+    TensorFlow,
+    /// `shardwise dispatcher`.
+    Shardwise,
+}
+
+/// How a dispatcher is started.
+#[derive(Clone, Debug, Default)]
+struct Config {
+    /// The port (`None`: an ephemeral one).
+    port: Option<u16>,
+    /// `--work-dir`.
+    work_dir: Option<String>,
+    /// `--fault-tolerant`.
+    fault_tolerant: bool,
+    /// The static worker list (`HOST:PORT`s).
+    worker_addresses: Vec<String>,
+}
+
+enum Running {
+    TensorFlow(TfServer),
+    Shardwise(Dispatcher),
+}
+
+/// A dispatcher, its TensorFlow workers and clients. When a test fails (panics) while it is
+/// alive, it prints what every process printed.
+struct Cluster {
+    kind: Kind,
+    config: Config,
+    dispatcher: Option<Running>,
+    port: u16,
+    workers: Vec<TfServer>,
+    /// How many workers a client waits for (GetWorkers) before it starts its iteration.
+    expected_workers: usize,
+    clients: Vec<(String, Process)>,
+    /// `shardwise worker`s (a mixed fleet).
+    shardwise_workers: Vec<Worker>,
+    /// Output of processes that are gone (a killed dispatcher, finished clients).
+    gone: Vec<String>,
+}
+
+impl Cluster {
+    fn start(kind: Kind, config: Config) -> Cluster {
+        let mut cluster = Cluster {
+            kind,
+            config,
+            dispatcher: None,
+            port: 0,
+            workers: Vec::new(),
+            expected_workers: 0,
+            clients: Vec::new(),
+            shardwise_workers: Vec::new(),
+            gone: Vec::new(),
+        };
+        cluster.start_dispatcher();
+        cluster
+    }
+
+    fn start_dispatcher(&mut self) {
+        let c = &self.config;
+        let port = c.port.unwrap_or(0).to_string();
+        let addresses = c.worker_addresses.join(",");
+        let mut args: Vec<&str> = Vec::new();
+        if let Some(dir) = &c.work_dir {
+            args.extend(["--work-dir", dir]);
+        }
+        if c.fault_tolerant {
+            args.push("--fault-tolerant");
+        }
+        if !addresses.is_empty() {
+            args.extend(["--worker-addresses", &addresses]);
+        }
+        let running = match self.kind {
+            Kind::TensorFlow => {
+                args.extend(["--port", &port]);
+                Running::TensorFlow(TfServer::start("dispatcher", &args))
+            }
+            Kind::Shardwise => {
+                // TensorFlow's test-speed garbage collection, as service.py sets it.
+                args.extend(["--job-gc-check-interval", "200ms"]);
+                let d = Dispatcher::try_start_on(&port, &args)
+                    .unwrap_or_else(|e| panic!("shardwise dispatcher did not start: {e}"));
+                Running::Shardwise(d)
+            }
+        };
+        self.port = match &running {
+            Running::TensorFlow(s) => s.port,
+            Running::Shardwise(d) => {
+                d.url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port in the URL")
+            }
+        };
+        self.dispatcher = Some(running);
+    }
+
+    /// `127.0.0.1:PORT`, as workers are given it.
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `grpc://127.0.0.1:PORT`, as clients are given it.
+    fn service(&self) -> String {
+        format!("grpc://{}", self.address())
+    }
+
+    fn shardwise(&self) -> &Dispatcher {
+        match &self.dispatcher {
+            Some(Running::Shardwise(d)) => d,
+            _ => panic!("not a running shardwise dispatcher"),
+        }
+    }
+
+    /// Starts TensorFlow workers, one per entry (`Some(port)`: on that port), all importing
+    /// TensorFlow at once; waits for them after `meanwhile` (e.g. starting the clients, which
+    /// wait for every worker to register before they start their iteration).
+    fn add_workers<T>(
+        &mut self,
+        ports: &[Option<u16>],
+        meanwhile: impl FnOnce(&mut Self) -> T,
+    ) -> T {
+        let dispatcher = self.address();
+        self.expected_workers += ports.len();
+        let spawned: Vec<Process> = ports
+            .iter()
+            .map(|port| {
+                let port = port.unwrap_or(0).to_string();
+                TfServer::spawn("worker", &[&dispatcher, "--port", &port])
+            })
+            .collect();
+        let out = meanwhile(self);
+        for process in spawned {
+            self.workers.push(TfServer::ready("worker", process));
+        }
+        out
+    }
+
+    /// Starts `e2e.py read SERVICE ARGS`; [`Cluster::finish`] takes its result.
+    fn spawn_client(&mut self, args: &[&str]) -> usize {
+        let label = format!("client {}", args.join(" "));
+        let wait = self.expected_workers.to_string();
+        let mut all = args.to_vec();
+        all.extend(["--wait-workers", &wait]);
+        self.clients.push((label, client(&self.service(), &all)));
+        self.clients.len() - 1
+    }
+
+    /// Waits for client `i` to print its result and exit.
+    fn finish(&mut self, i: usize) -> Value {
+        let (label, process) = &mut self.clients[i];
+        let run = match process.finish(CLIENT_DEADLINE) {
+            Ok(run) => run,
+            Err(e) => panic!("{label}: {e}"),
+        };
+        let result = client_result(&run.stdout);
+        match result {
+            Some(v) if run.code == 0 => {
+                self.gone.push(format!("{label}:\n{}\n{}", run.stdout, run.stderr));
+                v
+            }
+            _ => panic!("{label} exited {}:\n{}\n{}", run.code, run.stdout, run.stderr),
+        }
+    }
+
+    /// Runs one client to its end.
+    fn read(&mut self, args: &[&str]) -> Value {
+        let i = self.spawn_client(args);
+        self.finish(i)
+    }
+
+    /// SIGKILL to the dispatcher (its output is kept for a failure report).
+    fn kill_dispatcher(&mut self) {
+        match self.dispatcher.take() {
+            Some(Running::TensorFlow(mut s)) => {
+                let _ = s.process.child.kill();
+                let _ = s.process.child.wait();
+                let (out, err) = s.output();
+                self.gone.push(format!("killed TensorFlow dispatcher:\n{out}\n{err}"));
+            }
+            Some(Running::Shardwise(mut d)) => {
+                d.kill();
+                self.gone.push(format!("killed shardwise dispatcher:\n{}", d.output()));
+            }
+            None => {}
+        }
+    }
+
+    /// Starts the dispatcher again on the port it had, with its configuration (and work dir).
+    fn restart_dispatcher(&mut self) {
+        self.config.port = Some(self.port);
+        self.start_dispatcher();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        eprintln!("==== {:?} cluster on port {}", self.kind, self.port);
+        for text in &self.gone {
+            eprintln!("==== {text}");
+        }
+        match &self.dispatcher {
+            Some(Running::TensorFlow(s)) => {
+                let (out, err) = s.output();
+                eprintln!("==== TensorFlow dispatcher:\n{out}\n{err}");
+            }
+            Some(Running::Shardwise(d)) => eprintln!("==== shardwise dispatcher:\n{}", d.output()),
+            None => {}
+        }
+        for w in &self.workers {
+            let (out, err) = w.output();
+            eprintln!("==== TensorFlow worker {}:\n{out}\n{err}", w.port);
+        }
+        for (label, p) in &self.clients {
+            let (out, err) = p.output();
+            eprintln!("==== {label}:\n{out}\n{err}");
+        }
+        for w in &self.shardwise_workers {
+            eprintln!("==== shardwise worker {}:\n{}", w.url, w.output());
+        }
+    }
+}
+
+/// The integers of a client's `elements`; panics with the result when it holds an error.
+fn elements(result: &Value) -> Vec<i64> {
+    assert!(result.get("error").is_none(), "the client failed: {result}");
+    let all = result["elements"].as_array().unwrap_or_else(|| panic!("no elements: {result}"));
+    shardwise_tests::ints(all)
+}
+
+fn sorted(mut v: Vec<i64>) -> Vec<i64> {
+    v.sort_unstable();
+    v
+}
+
+/// A counter of the dispatcher's `/metrics` (0 when it is not there yet).
+fn metric(d: &Dispatcher, name: &str) -> u64 {
+    let text = d.call("GET", "/metrics", None).body;
+    let line = text.lines().find(|l| l.split_whitespace().next() == Some(name));
+    line.and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Two ports nobody listens on now: bound to port 0 and closed again. A static worker list
+/// must name the workers before they start, and this is the only way to know their ports up
+/// front; a port taken by someone else in between fails the worker's start loudly.
+fn free_ports() -> [u16; 2] {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let b = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    [a.local_addr().expect("addr").port(), b.local_addr().expect("addr").port()]
+}
+
+// ---- the scenarios ----
+
+/// The seed example verbatim (`range(10)`, `parallel_epochs`) with one worker: `[0, ..., 9]`.
+fn seed_example(kind: Kind) {
+    let mut cluster = Cluster::start(kind, Config::default());
+    let result = cluster.add_workers(&[None], |c| c.spawn_client(&["--dataset", "range_10"]));
+    let result = cluster.finish(result);
+    assert_eq!(elements(&result), (0..10).collect::<Vec<_>>());
+}
+
+/// `distributed_epoch` over `range(10)` with two workers: every element exactly once.
+fn distributed_epoch_two_workers(kind: Kind) {
+    let mut cluster = Cluster::start(kind, Config::default());
+    let args = ["--dataset", "range_10", "--mode", "distributed_epoch"];
+    let i = cluster.add_workers(&[None, None], |c| c.spawn_client(&args));
+    let got = elements(&cluster.finish(i));
+    assert_eq!(sorted(got), (0..10).collect::<Vec<_>>(), "every element exactly once");
+}
+
+/// FILE_OR_DATA static sharding over the two workers of the dispatcher's worker list: `range`
+/// has no files, so each worker reads every second element, and the two together read each
+/// element exactly once.
+fn static_sharding_file_or_data(kind: Kind) {
+    let ports = free_ports();
+    let addresses = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let config = Config { worker_addresses: addresses, ..Config::default() };
+    let mut cluster = Cluster::start(kind, config);
+    let args = ["--dataset", "range_10", "--mode", "file_or_data"];
+    let i = cluster.add_workers(&[Some(ports[0]), Some(ports[1])], |c| c.spawn_client(&args));
+    let got = elements(&cluster.finish(i));
+    assert_eq!(sorted(got), (0..10).collect::<Vec<_>>(), "every element exactly once");
+    if kind == Kind::Shardwise {
+        // Static sharding indeed (not a DYNAMIC epoch that would read the same): one task per
+        // listed worker.
+        let job = ok(&cluster.shardwise().call("GET", "/v1/jobs/5000", None));
+        assert_eq!(job["processing_mode"]["sharding_policy"], "FILE_OR_DATA", "{job}");
+        assert_eq!(job["iterations"][0]["tasks"].as_array().map(Vec::len), Some(2), "{job}");
+    }
+}
+
+/// Coordinated reads: two consumers (`num_consumers=2`, consumer_index 0 and 1, one job name)
+/// of `range(100).repeat()` on two workers. In each round both consumers read from the same
+/// worker, consumer `i` the `i`-th of its next two elements: round by round, consumer 0 reads
+/// an even element and consumer 1 the one after it.
+fn coordinated_reads(kind: Kind) {
+    let mut cluster = Cluster::start(kind, Config::default());
+    let consumer = |index: &'static str| {
+        let mut args = vec!["--dataset", "repeat_100", "--job-name", "coordinated"];
+        args.extend(["--num-consumers", "2", "--consumer-index", index, "--take", "20"]);
+        args
+    };
+    let (a, b) = cluster.add_workers(&[None, None], |c| {
+        (c.spawn_client(&consumer("0")), c.spawn_client(&consumer("1")))
+    });
+    let (a, b) = (elements(&cluster.finish(a)), elements(&cluster.finish(b)));
+    assert_eq!((a.len(), b.len()), (20, 20), "{a:?} {b:?}");
+    for (round, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(x % 2 == 0 && *y == x + 1, "round {round}: {x} and {y}; {a:?} {b:?}");
+    }
+}
+
+/// Fault tolerance: a dispatcher with a work dir in fault-tolerant mode is killed (SIGKILL)
+/// while a client is in the middle of an epoch, and started again on the same port and work
+/// dir; the worker and the client carry on. Parallel epochs: the whole range in order; a
+/// distributed epoch: with the worker alive, every element exactly once.
+fn restart_mid_epoch(kind: Kind, mode: &str) {
+    let work_dir = TempDir::new("tf-e2e-ft");
+    let config = Config {
+        work_dir: Some(work_dir.path().to_owned()),
+        fault_tolerant: true,
+        ..Config::default()
+    };
+    let mut cluster = Cluster::start(kind, config);
+    let args = ["--dataset", "range_500", "--mode", mode, "--pause-after", "10"];
+    let i = cluster.add_workers(&[None], |c| c.spawn_client(&args));
+    let paused = cluster.clients[i].1.wait_for_line(|l| l == "PAUSED", CLIENT_DEADLINE);
+    assert!(paused.is_some(), "the client never read 10 elements");
+    if kind == Kind::Shardwise {
+        // Mid-epoch indeed: the iteration is not finished, and (DYNAMIC) most splits are still
+        // to be handed out when the dispatcher dies.
+        let d = cluster.shardwise();
+        let job = ok(&d.call("GET", "/v1/jobs/5000", None));
+        assert_eq!(job["iterations"][0]["finished"], false, "{job}");
+        let splits = metric(d, "shardwise_splits_handed_out_total");
+        assert!(splits < 400, "{splits} of 500 splits handed out before the kill");
+    }
+    cluster.kill_dispatcher();
+    cluster.restart_dispatcher();
+    cluster.clients[i].1.send_line("go").expect("the client's stdin");
+    let got = elements(&cluster.finish(i));
+    let all: Vec<i64> = (0..500).collect();
+    if mode == "parallel_epochs" {
+        assert_eq!(got, all, "the whole range, in order");
+    } else {
+        assert_eq!(sorted(got), all, "every element exactly once");
+    }
+}
+
+/// DYNAMIC sharding of a dataset whose source has no split provider: the client's iteration is
+/// refused with an error naming the op (`expected` gives the TensorFlow error class for each
+/// dataset), and the same dispatcher then serves the seed example.
+fn dynamic_unsupported_source(kind: Kind, expected: &[(&str, &str, &str)]) {
+    let mut cluster = Cluster::start(kind, Config::default());
+    let refused: Vec<usize> = cluster.add_workers(&[None], |c| {
+        expected
+            .iter()
+            .map(|(dataset, ..)| {
+                c.spawn_client(&["--dataset", dataset, "--mode", "distributed_epoch"])
+            })
+            .collect()
+    });
+    for (i, (dataset, code, op)) in refused.into_iter().zip(expected) {
+        let result = cluster.finish(i);
+        let error = result["error"].as_str().unwrap_or_else(|| panic!("{dataset}: {result}"));
+        assert_eq!(result["code"], *code, "{dataset}: {result}");
+        assert!(error.contains(op), "{dataset}: the error names {op}: {error}");
+    }
+    let seed = cluster.read(&["--dataset", "range_10"]);
+    assert_eq!(elements(&seed), (0..10).collect::<Vec<_>>());
+}
+
+/// A mixed fleet on one Shardwise dispatcher: a TensorFlow worker and a `shardwise worker`. A
+/// TensorFlow client reads `range(10)` in parallel epochs exactly once (only the TensorFlow
+/// worker serves a TensorFlow dataset); a declarative dataset read over REST is served by the
+/// Shardwise worker only; `GET /v1/workers` shows both.
+fn mixed_fleet() {
+    let mut cluster = Cluster::start(Kind::Shardwise, Config::default());
+    let shardwise_worker =
+        Worker::start(&cluster.shardwise().url, &["--heartbeat-interval", "200ms"]);
+    let shardwise_address = shardwise_worker.address().to_owned();
+    cluster.shardwise_workers.push(shardwise_worker);
+    // GetWorkers lists the Shardwise worker too: the client waits for both.
+    cluster.expected_workers += 1;
+    let i = cluster.add_workers(&[None], |c| c.spawn_client(&["--dataset", "range_10"]));
+    let result = cluster.finish(i);
+    assert_eq!(elements(&result), (0..10).collect::<Vec<_>>(), "once, from the TensorFlow worker");
+    let tf_address = cluster.workers[0].address();
+
+    let d = cluster.shardwise();
+    let workers = ok(&d.call("GET", "/v1/workers", None));
+    let mut listed: Vec<&str> = workers["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["worker_address"].as_str().expect("address"))
+        .collect();
+    listed.sort_unstable();
+    let mut both = vec![tf_address.as_str(), shardwise_address.as_str()];
+    both.sort_unstable();
+    assert_eq!(listed, both, "{workers}");
+
+    // A declarative dataset over REST: its tasks are the Shardwise worker's only.
+    let ds = json!({"source": {"range": {"stop": 5}}});
+    let id =
+        ok(&d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))))["dataset_id"].clone();
+    let job = ok(&d.call(
+        "POST",
+        "/v1/jobs",
+        Some(json!({"dataset_id": id, "processing_mode": "parallel_epochs"})),
+    ));
+    let iteration = format!("/v1/jobs/{}/iterations", job["job_id"].as_str().expect("job id"));
+    let lease = ok(&d.call("POST", &iteration, Some(json!({}))));
+    let heartbeat =
+        format!("/v1/clients/{}/heartbeat", lease["client_id"].as_str().expect("client"));
+    let tasks = shardwise_tests::poll_until(
+        "the declarative dataset's task",
+        Duration::from_secs(20),
+        || {
+            let hb = ok(&d.call("POST", &heartbeat, Some(json!({}))));
+            let tasks = hb["tasks"].as_array().cloned().unwrap_or_default();
+            if tasks.is_empty() { Err(hb) } else { Ok(tasks) }
+        },
+    );
+    assert_eq!(tasks.len(), 1, "one task, on the Shardwise worker: {tasks:?}");
+    assert_eq!(tasks[0]["worker_address"], shardwise_address.as_str(), "{tasks:?}");
+    let task = tasks[0]["task_id"].as_str().expect("task id").to_owned();
+    let worker_url = format!("http://{shardwise_address}");
+    let mut read = Vec::new();
+    shardwise_tests::poll_until("the task's elements", Duration::from_secs(20), || {
+        let r = http("GET", &worker_url, &format!("/v1/tasks/{task}/elements?max=10"), None)
+            .map_err(|e| e.to_string())?;
+        if r.status == 404 {
+            return Err("404".to_owned());
+        }
+        let v = ok(&r);
+        read.extend(shardwise_tests::ints(v["elements"].as_array().expect("elements")));
+        if v["end_of_sequence"] == true { Ok(()) } else { Err(v.to_string()) }
+    });
+    assert_eq!(read, (0..5).collect::<Vec<_>>());
+}
+
+// ---- against TensorFlow's own dispatcher ----
+
+#[test]
+fn tensorflow_dispatcher_seed_example() {
+    seed_example(Kind::TensorFlow);
+}
+
+#[test]
+fn tensorflow_dispatcher_distributed_epoch_two_workers() {
+    distributed_epoch_two_workers(Kind::TensorFlow);
+}
+
+#[test]
+fn tensorflow_dispatcher_static_sharding_file_or_data() {
+    static_sharding_file_or_data(Kind::TensorFlow);
+}
+
+#[test]
+fn tensorflow_dispatcher_coordinated_reads() {
+    coordinated_reads(Kind::TensorFlow);
+}
+
+#[test]
+fn tensorflow_dispatcher_restart_mid_parallel_epochs() {
+    restart_mid_epoch(Kind::TensorFlow, "parallel_epochs");
+}
+
+#[test]
+fn tensorflow_dispatcher_restart_mid_distributed_epoch() {
+    restart_mid_epoch(Kind::TensorFlow, "distributed_epoch");
+}
+
+#[test]
+fn tensorflow_dispatcher_dynamic_unsupported_source() {
+    // TensorFlow's dispatcher splits interleave's input; an SQL source it cannot split.
+    dynamic_unsupported_source(Kind::TensorFlow, &[("sql", "UnimplementedError", "SqlDataset")]);
+}
+
+// ---- against `shardwise dispatcher` ----
+
+#[test]
+fn shardwise_dispatcher_seed_example() {
+    seed_example(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_distributed_epoch_two_workers() {
+    distributed_epoch_two_workers(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_static_sharding_file_or_data() {
+    static_sharding_file_or_data(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_coordinated_reads() {
+    coordinated_reads(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_restart_mid_parallel_epochs() {
+    restart_mid_epoch(Kind::Shardwise, "parallel_epochs");
+}
+
+#[test]
+fn shardwise_dispatcher_restart_mid_distributed_epoch() {
+    restart_mid_epoch(Kind::Shardwise, "distributed_epoch");
+}
+
+#[test]
+fn shardwise_dispatcher_dynamic_unsupported_source() {
+    dynamic_unsupported_source(
+        Kind::Shardwise,
+        &[
+            ("sql", "FailedPreconditionError", "SqlDataset"),
+            ("interleave", "FailedPreconditionError", "InterleaveDataset"),
+        ],
+    );
+}
+
+#[test]
+fn shardwise_dispatcher_mixed_fleet() {
+    mixed_fleet();
+}
