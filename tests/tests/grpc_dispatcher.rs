@@ -811,10 +811,10 @@ fn conforms(
     {
         return Err(format!("{value} is not of type {types:?}"));
     }
-    if let (Some(min), Some(v)) = (schema["minimum"].as_f64(), value.as_f64()) {
-        if v < min {
-            return Err(format!("{value} < {min}"));
-        }
+    if let (Some(min), Some(v)) = (schema["minimum"].as_f64(), value.as_f64())
+        && v < min
+    {
+        return Err(format!("{value} < {min}"));
     }
     if let Some(object) = value.as_object() {
         for key in schema["required"].as_array().into_iter().flatten() {

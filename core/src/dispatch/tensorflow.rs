@@ -1,5 +1,6 @@
 //! What TensorFlow's clients and workers bring to the dispatcher, as plain data: datasets
-//! stored opaquely (a serialized `GraphDef` and the client's metadata, exactly as sent), the
+//! stored opaquely (a serialized `GraphDef` and the client's metadata, exactly as the front
+//! passes them: the graph as sent but for the edits TensorFlow's dispatcher also makes), the
 //! DYNAMIC split providers a front computed from the graph, TensorFlow workers' transfer
 //! servers, and the requests only TensorFlow speaks (run-time compression, one-split
 //! get-split). The core never parses a graph: the gRPC front does, once, at registration.
@@ -36,7 +37,8 @@ pub fn compression_name(compression: i32) -> String {
 /// A TensorFlow dataset, stored exactly as the client sent it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TfDataset {
-    /// The serialized `GraphDef` (`DatasetDef.graph`), as sent.
+    /// The serialized `GraphDef` (`DatasetDef.graph`), as sent (but for the edits TensorFlow's
+    /// dispatcher also makes, by the gRPC front: table ops shared by name, devices cleared).
     #[serde(with = "b64")]
     pub graph: Vec<u8>,
     /// `DataServiceMetadata.element_spec` (absent is not empty).

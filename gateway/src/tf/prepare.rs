@@ -105,10 +105,10 @@ fn library(bytes: &[u8]) -> Result<Option<Vec<u8>>, Malformed> {
     while at < bytes.len() {
         let f = next_field(bytes, &mut at)?;
         // FunctionDefLibrary.function
-        if (f.number, f.wire) == (1, WIRE_LEN) {
-            if let Some(payload) = function(f.payload(bytes))? {
-                rw.replace(&f, Some(&payload));
-            }
+        if (f.number, f.wire) == (1, WIRE_LEN)
+            && let Some(payload) = function(f.payload(bytes))?
+        {
+            rw.replace(&f, Some(&payload));
         }
     }
     Ok(rw.finish())
@@ -121,10 +121,10 @@ fn function(bytes: &[u8]) -> Result<Option<Vec<u8>>, Malformed> {
     while at < bytes.len() {
         let f = next_field(bytes, &mut at)?;
         // FunctionDef.node_def
-        if (f.number, f.wire) == (3, WIRE_LEN) {
-            if let Some(payload) = node(f.payload(bytes), false)? {
-                rw.replace(&f, Some(&payload));
-            }
+        if (f.number, f.wire) == (3, WIRE_LEN)
+            && let Some(payload) = node(f.payload(bytes), false)?
+        {
+            rw.replace(&f, Some(&payload));
         }
     }
     Ok(rw.finish())
@@ -341,9 +341,7 @@ mod tests {
     }
 
     fn library(nodes: Vec<NodeDef>) -> FunctionDefLibrary {
-        FunctionDefLibrary {
-            function: vec![FunctionDef { signature: None, node_def: nodes, ..Default::default() }],
-        }
+        FunctionDefLibrary { function: vec![FunctionDef { signature: None, node_def: nodes }] }
     }
 
     fn field(number: u64, payload: &[u8]) -> Vec<u8> {
