@@ -150,8 +150,11 @@ pub enum TfSplitProviders {
 }
 
 /// One DYNAMIC split provider of a TensorFlow dataset, as TensorFlow's provider gives splits.
+///
+/// Its REST form is `{"range": {"start", "step", "len"}}` or `{"slices": {"len"}}`; its schema
+/// names the two payloads (`RangeSplitProvider`, `SlicesSplitProvider`), which SDK generators
+/// need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SplitProviderDef {
     /// `Dataset.range(start, stop, step)`: the split of index `i` is the element value
@@ -196,6 +199,74 @@ impl SplitProviderDef {
             }
             SplitProviderDef::Slices { .. } => i64::try_from(i).ok(),
         }
+    }
+}
+
+/// A `range` split provider (the schema of `SplitProviderDef::Range`): the splits of
+/// `Dataset.range(start, stop, step)` are its element values.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct RangeSplitProvider {
+    /// The first split: `Dataset.range`'s start.
+    start: i64,
+    /// `Dataset.range`'s step (not 0): the split of index `i` is `start + i * step`.
+    step: i64,
+    /// The number of splits (of elements).
+    len: u64,
+}
+
+/// A `slices` split provider (the schema of `SplitProviderDef::Slices`): the splits of
+/// `from_tensor_slices` are the slice indices.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct SlicesSplitProvider {
+    /// The number of slices: the split of index `i` is `i`.
+    len: u64,
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for SplitProviderDef {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::Ref;
+        use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, OneOfBuilder, Type};
+        let variant = |key: &str, schema: &str, description: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .description(Some(description))
+                .property(key, Ref::from_schema_name(schema))
+                .required(key)
+                .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        };
+        OneOfBuilder::new()
+            .description(Some(
+                "One DYNAMIC split provider of a TensorFlow dataset, as TensorFlow's provider \
+                 gives splits (int64 scalars).",
+            ))
+            .item(variant(
+                "range",
+                "RangeSplitProvider",
+                "`Dataset.range(start, stop, step)`: the split of index `i` is the element value \
+                 `start + i * step`, for `i` in `0..len`.",
+            ))
+            .item(variant(
+                "slices",
+                "SlicesSplitProvider",
+                "`from_tensor_slices`: the split of index `i` is `i`, for `i` in `0..len`.",
+            ))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for SplitProviderDef {
+    fn schemas(
+        schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>,
+    ) {
+        use utoipa::PartialSchema as _;
+        schemas.push((RangeSplitProvider::name().into(), RangeSplitProvider::schema()));
+        schemas.push((SlicesSplitProvider::name().into(), SlicesSplitProvider::schema()));
     }
 }
 
