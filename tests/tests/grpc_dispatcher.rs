@@ -766,3 +766,175 @@ async fn two_serializations_of_one_dataset_are_one_dataset() {
     let r = c.get_or_register_dataset(explicit).await.unwrap().into_inner();
     assert_eq!(r.dataset_id, "mine");
 }
+
+// ---- The graph as the dispatcher prepares it, and the REST view of a TensorFlow dataset ----
+
+/// Whether `value` conforms to `schema` of the OpenAPI document `doc`: the JSON Schema keywords
+/// the document uses for datasets (`$ref`, `oneOf`, `type`, `required`, `properties`,
+/// `additionalProperties: false`, `items`, `minimum`).
+fn conforms(
+    doc: &serde_json::Value,
+    schema: &serde_json::Value,
+    value: &serde_json::Value,
+) -> Result<(), String> {
+    use serde_json::Value;
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.strip_prefix("#/components/schemas/").ok_or_else(|| format!("ref {r}"))?;
+        let target = &doc["components"]["schemas"][name];
+        if target.is_null() {
+            return Err(format!("no schema {name}"));
+        }
+        conforms(doc, target, value).map_err(|e| format!("{name}: {e}"))?;
+    }
+    if let Some(options) = schema["oneOf"].as_array() {
+        let matching = options.iter().filter(|o| conforms(doc, o, value).is_ok()).count();
+        if matching != 1 {
+            return Err(format!("{matching} schemas of a oneOf match {value}"));
+        }
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    if !types.is_empty()
+        && !types.iter().any(|t| match *t {
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            "string" => value.is_string(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "number" => value.is_number(),
+            "boolean" => value.is_boolean(),
+            "null" => value.is_null(),
+            _ => false,
+        })
+    {
+        return Err(format!("{value} is not of type {types:?}"));
+    }
+    if let (Some(min), Some(v)) = (schema["minimum"].as_f64(), value.as_f64())
+        && v < min
+    {
+        return Err(format!("{value} < {min}"));
+    }
+    if let Some(object) = value.as_object() {
+        for key in schema["required"].as_array().into_iter().flatten() {
+            let key = key.as_str().unwrap_or_default();
+            if !object.contains_key(key) {
+                return Err(format!("{key} missing in {value}"));
+            }
+        }
+        for (key, v) in object {
+            match schema["properties"].get(key) {
+                Some(s) => conforms(doc, s, v).map_err(|e| format!("{key}: {e}"))?,
+                None if schema["additionalProperties"] == false => {
+                    return Err(format!("{key} is not allowed in {value}"));
+                }
+                None => {}
+            }
+        }
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
+        for v in array {
+            conforms(doc, items, v)?;
+        }
+    }
+    Ok(())
+}
+
+/// A TensorFlow dataset registered over gRPC: the graph is stored as TensorFlow's dispatcher
+/// prepares it (the lookup table's op gets `use_node_name_sharing = true`, devices are
+/// cleared, everything else as sent), and `GET /v1/datasets/{id}` answers the typed summary the
+/// checked-in OpenAPI document describes (as it does a declarative dataset).
+#[tokio::test]
+async fn a_tensorflow_dataset_is_stored_prepared_and_rest_answers_its_documented_shape() {
+    use prost::Message as _;
+    let doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(shardwise_tests::repo_root().join("openapi/openapi.json"))
+            .expect("openapi/openapi.json"),
+    )
+    .expect("the document is JSON");
+    let info_schema = json!({"$ref": "#/components/schemas/DatasetInfo"});
+    let d = Dispatcher::start(&[]);
+    let mut c = client(&d.url).await;
+
+    let mut table = node("table", "HashTableV2", &[]);
+    table.device = "/job:localhost/replica:0/task:0/device:CPU:0".into();
+    let mut lookup = node("lookup", "LookupTableFindV2", &["table"]);
+    lookup.device = "/device:CPU:0".into();
+    let sent = range_graph(0, 10, 1, vec![table, lookup]);
+    let id = c.get_or_register_dataset(register(sent.clone(), 2)).await.unwrap().into_inner();
+    let def = c
+        .get_dataset_def(tf::GetDatasetDefRequest { dataset_id: id.dataset_id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    let stored = def.dataset_def.unwrap().graph;
+    assert_ne!(stored, sent, "prepared");
+    let (sent_graph, stored_graph) =
+        (GraphDef::decode(&sent[..]).unwrap(), GraphDef::decode(&stored[..]).unwrap());
+    assert_eq!(stored_graph.node.len(), sent_graph.node.len());
+    for (before, after) in sent_graph.node.iter().zip(&stored_graph.node) {
+        let mut expected = before.clone();
+        expected.device.clear();
+        if before.op == "HashTableV2" {
+            expected.attr.insert(
+                "use_node_name_sharing".into(),
+                AttrValue { value: Some(attr_value::Value::B(true)) },
+            );
+        }
+        assert_eq!(after, &expected);
+    }
+    // Registering the same graph again is the same dataset (prepared the same way).
+    let again = c.get_or_register_dataset(register(sent, 2)).await.unwrap().into_inner();
+    assert_eq!(again.dataset_id, id.dataset_id);
+
+    let unsupported =
+        c.get_or_register_dataset(register(tfrecord_graph(), 1)).await.unwrap().into_inner();
+    let undecodable =
+        c.get_or_register_dataset(register(vec![0xff, 0xff, 0xff], 0)).await.unwrap().into_inner();
+    let get = |id: &str| {
+        let r = http("GET", &d.url, &format!("/v1/datasets/{id}"), None).unwrap();
+        assert_eq!(r.status, 200, "{}", r.body);
+        let body = r.json();
+        conforms(&doc, &info_schema, &body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        body
+    };
+    let rest = get(&id.dataset_id);
+    assert_eq!(
+        rest,
+        json!({"dataset_id": id.dataset_id, "metadata": null, "dataset": {"tensorflow": {
+            "graph_bytes": stored.len(), "element_spec_bytes": 3, "cardinality": 3,
+            "compression": "SNAPPY",
+            "split_providers": [{"range": {"start": 0, "step": 1, "len": 10}}]}}})
+    );
+    let rest = get(&unsupported.dataset_id);
+    let why = rest["dataset"]["tensorflow"]["split_providers"]["unsupported"].as_str().unwrap();
+    assert!(why.contains("TFRecordDataset"), "{rest}");
+    assert_eq!(rest["dataset"]["tensorflow"]["compression"], "OFF");
+    let rest = get(&undecodable.dataset_id);
+    assert_eq!(rest["dataset"]["tensorflow"]["graph_bytes"], 3, "kept as sent");
+    assert_eq!(rest["dataset"]["tensorflow"]["compression"], "UNSPECIFIED");
+    assert!(rest["dataset"]["tensorflow"]["split_providers"]["unsupported"].is_string());
+    // A declarative dataset's answer conforms to the same schema (the other branch).
+    let r = http(
+        "POST",
+        &d.url,
+        "/v1/datasets",
+        Some(&json!({"dataset": {"source": {"range": {"stop": 3}}}})),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let decl = get(r.json()["dataset_id"].as_str().unwrap());
+    assert_eq!(decl["dataset"]["source"]["range"]["stop"], 3);
+    // The checker is not vacuous: neither branch (another key beside `tensorflow`, a
+    // summary without a field, a malformed provider) is refused.
+    let mut neither = get(&id.dataset_id);
+    neither["dataset"]["other"] = json!(1);
+    assert!(conforms(&doc, &info_schema, &neither).is_err());
+    let mut partial = get(&id.dataset_id);
+    partial["dataset"]["tensorflow"].as_object_mut().unwrap().remove("compression");
+    assert!(conforms(&doc, &info_schema, &partial).is_err());
+    let mut wrong = get(&id.dataset_id);
+    wrong["dataset"]["tensorflow"]["split_providers"] = json!([{"range": {"start": 0}}]);
+    assert!(conforms(&doc, &info_schema, &wrong).is_err());
+}

@@ -157,7 +157,8 @@ pub use protocol::{
 pub use state::{IndexDrift, NotInWorkerList, State, Update, apply};
 pub use tensorflow::{
     CompressionDecision, DatasetSpec, DisableCompression, RegisterTfDataset, SplitProviderDef,
-    TfDataset, TfGetSplit, TfSplit, TfWorkerInfo, TransferServer,
+    TfDataset, TfDatasetSummary, TfDatasetView, TfGetSplit, TfSplit, TfSplitProviders,
+    TfWorkerInfo, TransferServer,
 };
 pub use types::{
     ClientId, IdError, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId,

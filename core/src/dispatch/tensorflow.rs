@@ -1,5 +1,6 @@
 //! What TensorFlow's clients and workers bring to the dispatcher, as plain data: datasets
-//! stored opaquely (a serialized `GraphDef` and the client's metadata, exactly as sent), the
+//! stored opaquely (a serialized `GraphDef` and the client's metadata, exactly as the front
+//! passes them: the graph as sent but for the edits TensorFlow's dispatcher also makes), the
 //! DYNAMIC split providers a front computed from the graph, TensorFlow workers' transfer
 //! servers, and the requests only TensorFlow speaks (run-time compression, one-split
 //! get-split). The core never parses a graph: the gRPC front does, once, at registration.
@@ -9,7 +10,6 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 use crate::dataset::DatasetDef;
 
@@ -37,7 +37,8 @@ pub fn compression_name(compression: i32) -> String {
 /// A TensorFlow dataset, stored exactly as the client sent it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TfDataset {
-    /// The serialized `GraphDef` (`DatasetDef.graph`), as sent.
+    /// The serialized `GraphDef` (`DatasetDef.graph`), as sent (but for the edits TensorFlow's
+    /// dispatcher also makes, by the gRPC front: table ops shared by name, devices cleared).
     #[serde(with = "b64")]
     pub graph: Vec<u8>,
     /// `DataServiceMetadata.element_spec` (absent is not empty).
@@ -87,21 +88,72 @@ impl TfDataset {
     }
 
     /// What `GET /v1/datasets/{id}` shows of it: no bytes, only their size.
-    pub fn summary(&self) -> Value {
-        json!({
-            "graph_bytes": self.graph.len(),
-            "element_spec_bytes": self.element_spec.as_ref().map(Vec::len),
-            "cardinality": self.cardinality,
-            "compression": compression_name(self.compression),
-            "split_providers": match &self.split_providers {
-                Ok(p) => serde_json::to_value(p).unwrap_or(Value::Null),
-                Err(e) => json!({"unsupported": e}),
+    pub fn summary(&self) -> TfDatasetSummary {
+        TfDatasetSummary {
+            graph_bytes: self.graph.len() as u64,
+            element_spec_bytes: self.element_spec.as_ref().map(|s| s.len() as u64),
+            cardinality: self.cardinality,
+            compression: compression_name(self.compression),
+            split_providers: match &self.split_providers {
+                Ok(p) => TfSplitProviders::Supported(p.clone()),
+                Err(e) => TfSplitProviders::Unsupported { unsupported: e.clone() },
             },
-        })
+        }
     }
 }
 
+/// A TensorFlow dataset as `GET /v1/datasets/{dataset_id}` shows it (the `tensorflow` member of
+/// `dataset`): the sizes of its bytes, not the bytes (a graph may be megabytes; TensorFlow
+/// workers read it over gRPC), and the client's metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TfDatasetSummary {
+    /// The size in bytes of the serialized `GraphDef` as stored (as sent, after the edits
+    /// TensorFlow's dispatcher also makes: lookup tables shared by node name, devices cleared).
+    pub graph_bytes: u64,
+    /// The size in bytes of the client's `DataServiceMetadata.element_spec`; `null` when it sent
+    /// none (absent is not empty).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub element_spec_bytes: Option<u64>,
+    /// The client's `DataServiceMetadata.cardinality`, as sent: the number of elements, or
+    /// TensorFlow's -1 (infinite) or -2 (unknown).
+    pub cardinality: i64,
+    /// The client's `DataServiceMetadata.compression`, by name (`UNSPECIFIED`, `OFF`, `SNAPPY`,
+    /// `FORCED_SNAPPY`; a value TensorFlow 2.21 does not define as its decimal number, e.g.
+    /// `"7"`). As registered:
+    /// a worker's run-time decision to disable compression does not change it.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^(UNSPECIFIED|OFF|SNAPPY|FORCED_SNAPPY|-?[0-9]+)$", example = "SNAPPY")
+    )]
+    pub compression: String,
+    /// The split providers of a DYNAMIC (`distributed_epoch`) iteration, computed from the
+    /// graph, or why there are none.
+    pub split_providers: TfSplitProviders,
+}
+
+/// The DYNAMIC split providers of a TensorFlow dataset as REST shows them: the list, or
+/// `{"unsupported": why}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum TfSplitProviders {
+    /// The providers, in TensorFlow's provider order (the order of `GetSplit`'s
+    /// `split_provider_index`).
+    Supported(Vec<SplitProviderDef>),
+    /// The graph has no split provider here: a DYNAMIC iteration of it is refused with
+    /// `FAILED_PRECONDITION` and this text (other modes work).
+    Unsupported {
+        /// Why: names the op without a split provider (or says the graph does not decode).
+        unsupported: String,
+    },
+}
+
 /// One DYNAMIC split provider of a TensorFlow dataset, as TensorFlow's provider gives splits.
+///
+/// Its REST form is `{"range": {"start", "step", "len"}}` or `{"slices": {"len"}}`; its schema
+/// names the two payloads (`RangeSplitProvider`, `SlicesSplitProvider`), which SDK generators
+/// need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SplitProviderDef {
@@ -147,6 +199,74 @@ impl SplitProviderDef {
             }
             SplitProviderDef::Slices { .. } => i64::try_from(i).ok(),
         }
+    }
+}
+
+/// A `range` split provider (the schema of `SplitProviderDef::Range`): the splits of
+/// `Dataset.range(start, stop, step)` are its element values.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct RangeSplitProvider {
+    /// The first split: `Dataset.range`'s start.
+    start: i64,
+    /// `Dataset.range`'s step (not 0): the split of index `i` is `start + i * step`.
+    step: i64,
+    /// The number of splits (of elements).
+    len: u64,
+}
+
+/// A `slices` split provider (the schema of `SplitProviderDef::Slices`): the splits of
+/// `from_tensor_slices` are the slice indices.
+#[cfg(feature = "openapi")]
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct SlicesSplitProvider {
+    /// The number of slices: the split of index `i` is `i`.
+    len: u64,
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for SplitProviderDef {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::Ref;
+        use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, OneOfBuilder, Type};
+        let variant = |key: &str, schema: &str, description: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .description(Some(description))
+                .property(key, Ref::from_schema_name(schema))
+                .required(key)
+                .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+        };
+        OneOfBuilder::new()
+            .description(Some(
+                "One DYNAMIC split provider of a TensorFlow dataset, as TensorFlow's provider \
+                 gives splits (int64 scalars).",
+            ))
+            .item(variant(
+                "range",
+                "RangeSplitProvider",
+                "`Dataset.range(start, stop, step)`: the split of index `i` is the element value \
+                 `start + i * step`, for `i` in `0..len`.",
+            ))
+            .item(variant(
+                "slices",
+                "SlicesSplitProvider",
+                "`from_tensor_slices`: the split of index `i` is `i`, for `i` in `0..len`.",
+            ))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for SplitProviderDef {
+    fn schemas(
+        schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>,
+    ) {
+        use utoipa::PartialSchema as _;
+        schemas.push((RangeSplitProvider::name().into(), RangeSplitProvider::schema()));
+        schemas.push((SlicesSplitProvider::name().into(), SlicesSplitProvider::schema()));
     }
 }
 
@@ -228,7 +348,7 @@ impl Serialize for DatasetSpec {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             DatasetSpec::Declarative(d) => d.serialize(s),
-            DatasetSpec::TensorFlow(t) => json!({"tensorflow": t.summary()}).serialize(s),
+            DatasetSpec::TensorFlow(t) => TfDatasetView { tensorflow: t.summary() }.serialize(s),
         }
     }
 }
@@ -236,6 +356,55 @@ impl Serialize for DatasetSpec {
 impl<'de> Deserialize<'de> for DatasetSpec {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         DatasetDef::deserialize(d).map(DatasetSpec::Declarative)
+    }
+}
+
+/// A TensorFlow dataset's REST form: `{"tensorflow": summary}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TfDatasetView {
+    /// The summary.
+    pub tensorflow: TfDatasetSummary,
+}
+
+/// The schema of a dataset's REST form: `oneOf` a `DatasetDef` and `{"tensorflow":
+/// TfDatasetSummary}` (a `DatasetDef` needs `source`, the other only has `tensorflow`, so
+/// exactly one matches).
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for DatasetSpec {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::Ref;
+        use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, OneOfBuilder, Type};
+        let tensorflow = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(
+                "A TensorFlow dataset (registered by a TensorFlow client over gRPC): a summary, \
+                 without its bytes.",
+            ))
+            .property("tensorflow", Ref::from_schema_name("TfDatasetSummary"))
+            .required("tensorflow")
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)));
+        OneOfBuilder::new()
+            .description(Some(
+                "The dataset: a declarative `DatasetDef` (registered over REST), or \
+                 `{\"tensorflow\": TfDatasetSummary}`.",
+            ))
+            .item(Ref::from_schema_name("DatasetDef"))
+            .item(tensorflow)
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for DatasetSpec {
+    fn schemas(
+        schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>,
+    ) {
+        use utoipa::PartialSchema as _;
+        schemas.push((DatasetDef::name().into(), DatasetDef::schema()));
+        <DatasetDef as utoipa::ToSchema>::schemas(schemas);
+        schemas.push((TfDatasetSummary::name().into(), TfDatasetSummary::schema()));
+        <TfDatasetSummary as utoipa::ToSchema>::schemas(schemas);
     }
 }
 
@@ -323,7 +492,48 @@ pub(crate) mod b64_opt {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    #[test]
+    fn the_rest_summary_is_typed_and_keeps_its_json() {
+        let t = TfDataset {
+            graph: vec![0; 7],
+            element_spec: None,
+            compression: 7,
+            cardinality: -1,
+            split_providers: Err("op Foo has no split provider".into()),
+        };
+        let rest = serde_json::to_value(DatasetSpec::TensorFlow(Box::new(t.clone()))).unwrap();
+        assert_eq!(
+            rest,
+            json!({"tensorflow": {"graph_bytes": 7, "element_spec_bytes": null,
+                "cardinality": -1, "compression": "7",
+                "split_providers": {"unsupported": "op Foo has no split provider"}}})
+        );
+        let back: TfDatasetView = serde_json::from_value(rest).unwrap();
+        assert_eq!(back.tensorflow, t.summary());
+        let both = TfDataset {
+            element_spec: Some(vec![1, 2]),
+            compression: COMPRESSION_FORCED_SNAPPY,
+            split_providers: Ok(vec![
+                SplitProviderDef::Slices { len: 3 },
+                SplitProviderDef::Range { start: -1, step: 2, len: 0 },
+            ]),
+            ..t
+        };
+        let rest = serde_json::to_value(DatasetSpec::TensorFlow(Box::new(both.clone()))).unwrap();
+        assert_eq!(
+            rest,
+            json!({"tensorflow": {"graph_bytes": 7, "element_spec_bytes": 2,
+                "cardinality": -1, "compression": "FORCED_SNAPPY",
+                "split_providers": [{"slices": {"len": 3}},
+                                    {"range": {"start": -1, "step": 2, "len": 0}}]}})
+        );
+        let back: TfDatasetView = serde_json::from_value(rest).unwrap();
+        assert_eq!(back.tensorflow, both.summary());
+    }
 
     #[test]
     fn range_and_slice_providers_give_tensorflows_splits() {

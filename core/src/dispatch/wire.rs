@@ -594,8 +594,8 @@ pub struct DatasetRegistered {
 pub struct DatasetInfo {
     /// Id.
     pub dataset_id: String,
-    /// Definition.
-    #[cfg_attr(feature = "openapi", schema(value_type = DatasetDef))]
+    /// Definition: a declarative `DatasetDef`, or `{"tensorflow": TfDatasetSummary}` for a
+    /// dataset a TensorFlow client registered.
     pub dataset: DatasetSpec,
     /// Client metadata.
     pub metadata: Value,

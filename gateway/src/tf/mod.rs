@@ -5,6 +5,8 @@
 //!   (`tensorflow.data.DispatcherService`, `tensorflow.data.WorkerService`) and the graph
 //!   messages, generated from Shardwise's own `.proto` subsets under `gateway/proto/`.
 //! - [`graph`]: the DYNAMIC split providers of a dataset, from its `GraphDef`.
+//! - [`prepare`]: the graph edits TensorFlow's dispatcher makes before it stores a dataset
+//!   (lookup tables shared by node name, devices cleared), made losslessly on the bytes.
 //! - [`fingerprint`]: one fingerprint for every serialization of one dataset (TensorFlow
 //!   writes protobuf maps in hash order).
 //!
@@ -12,6 +14,7 @@
 
 pub mod fingerprint;
 pub mod graph;
+pub mod prepare;
 pub mod proto;
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use tonic::Status;
 use crate::http::Problem;
 use crate::tf::fingerprint::fingerprint;
 use crate::tf::graph::{self, SplitProvider};
+use crate::tf::prepare::prepare_graph;
 use crate::tf::proto::tensorflow::data as tf;
 use tf::processing_mode_def::ShardingPolicy as TfPolicy;
 
@@ -331,7 +332,10 @@ pub fn split_providers(graph: &[u8]) -> Result<Vec<SplitProviderDef>, String> {
 }
 
 /// `GetOrRegisterDatasetRequest` as the core's registration of a TensorFlow dataset: the
-/// graph's bytes and the metadata exactly as sent, the split providers computed here, and the
+/// graph's bytes prepared as TensorFlow's dispatcher prepares them ([`prepare_graph`]: lookup
+/// tables shared by node name, devices cleared; otherwise byte for byte as sent, and as sent
+/// when they are not a graph), the metadata exactly as sent, the split providers computed
+/// here, and the
 /// id the client gave or else `tf-` and the dataset's [fingerprint] (so the registration is a
 /// get-or-register by content, whatever order TensorFlow wrote the graph's maps in).
 pub fn register_dataset(req: tf::GetOrRegisterDatasetRequest) -> Result<RegisterTfDataset, Status> {
@@ -341,7 +345,9 @@ pub fn register_dataset(req: tf::GetOrRegisterDatasetRequest) -> Result<Register
         return Err(invalid("GetOrRegisterDataset needs a dataset".into()));
     };
     let metadata = req.metadata.unwrap_or_default();
-    let graph: Vec<u8> = dataset.graph.into();
+    // Prepared before anything reads it: the prepared graph is what is fingerprinted, stored,
+    // journaled and sent to workers.
+    let graph = prepare_graph(dataset.graph.into());
     let split_providers = split_providers(&graph);
     let element_spec =
         metadata.optional_element_spec.map(|OptionalElementSpec::ElementSpec(spec)| spec);
