@@ -69,11 +69,13 @@ pub fn tf_env() -> &'static TfEnv {
 /// `python tests/tf/SCRIPT ARGS` in the TensorFlow venv: unbuffered, no proxies (gRPC would
 /// send loopback calls to one), no bytecode written into the repository.
 pub fn script(script: &str, args: &[&str]) -> Command {
+    python(&repo_root().join("tests/tf").join(script), args)
+}
+
+/// `python PATH ARGS` in the TensorFlow venv, set up as [`script`] says.
+pub fn python(path: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(&tf_env().python);
-    cmd.arg(repo_root().join("tests/tf").join(script))
-        .args(args)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1");
+    cmd.arg(path).args(args).env("PYTHONUNBUFFERED", "1").env("PYTHONDONTWRITEBYTECODE", "1");
     for proxy in [
         "http_proxy",
         "HTTP_PROXY",

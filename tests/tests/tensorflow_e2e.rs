@@ -462,6 +462,37 @@ fn mixed_fleet() {
     assert_eq!(read, (0..5).collect::<Vec<_>>());
 }
 
+/// The DispatcherService benchmark of `examples/tf_bench` (issue 13, point 10), with the
+/// TensorFlow venv this harness builds: prints its markdown table. Long (about 2 minutes), so
+/// it runs only with `SHARDWISE_LONG=1`; `SHARDWISE_BENCH_BIN` names the `shardwise` binary to
+/// measure (a release build; this test build's own debug binary by default, whose CPU figures
+/// mean little).
+#[test]
+fn dispatcher_benchmark_against_tensorflow() {
+    if !shardwise_tests::crash::long_run() {
+        eprintln!(
+            "skipped: the DispatcherService benchmark runs with SHARDWISE_LONG=1 \
+             (SHARDWISE_BENCH_BIN=target/release/shardwise for meaningful figures)"
+        );
+        return;
+    }
+    let bin = std::env::var("SHARDWISE_BENCH_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| shardwise_tests::shardwise_bin());
+    let bin = bin.to_str().expect("utf-8 path").to_owned();
+    let bench = shardwise_tests::repo_root().join("examples/tf_bench/bench.py");
+    let mut cmd = shardwise_tests::tf::python(&bench, &["--shardwise", &bin, "--fault-tolerant"]);
+    let run = shardwise_tests::run_bounded(&mut cmd, Duration::from_secs(900));
+    shardwise_tests::assert_ran("examples/tf_bench/bench.py", &run);
+    println!("{}", run.stdout);
+    for rpc in ["WorkerHeartbeat", "ClientHeartbeat", "GetSplit"] {
+        for threads in [1, 8] {
+            let row = format!("| {rpc} | {threads} |");
+            assert!(run.stdout.contains(&row), "no row {row}:\n{}", run.stdout);
+        }
+    }
+}
+
 // ---- against TensorFlow's own dispatcher ----
 
 #[test]
