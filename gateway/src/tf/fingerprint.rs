@@ -13,6 +13,8 @@
 
 use ring::digest;
 
+use super::raw::{Malformed, WIRE_LEN, next_field, put_varint};
+
 /// The deepest message nesting read (attribute values nest through functions).
 const MAX_DEPTH: usize = 100;
 
@@ -64,31 +66,6 @@ fn field(kind: Kind, number: u64) -> Field {
     }
 }
 
-/// The bytes are not a message of the expected shape.
-#[derive(Debug)]
-struct Malformed;
-
-fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, Malformed> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *bytes.get(*at).ok_or(Malformed)?;
-        *at += 1;
-        value |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Ok(value);
-        }
-    }
-    Err(Malformed)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 /// One field of a message, canonical: its number, wire type and (canonical) payload.
 struct Entry {
     number: u64,
@@ -107,35 +84,13 @@ fn canonical(kind: Kind, bytes: &[u8], depth: usize) -> Result<Vec<u8>, Malforme
     let mut entries = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
-        let tag = varint(bytes, &mut at)?;
-        let (number, wire) = (tag >> 3, (tag & 7) as u8);
-        let payload = match wire {
-            0 => {
-                let start = at;
-                varint(bytes, &mut at)?;
-                bytes[start..at].to_vec()
-            }
-            1 | 5 => {
-                let n = if wire == 1 { 8 } else { 4 };
-                let v = bytes.get(at..at + n).ok_or(Malformed)?;
-                at += n;
-                v.to_vec()
-            }
-            2 => {
-                let len = usize::try_from(varint(bytes, &mut at)?).map_err(|_| Malformed)?;
-                let end = at.checked_add(len).ok_or(Malformed)?;
-                let v = bytes.get(at..end).ok_or(Malformed)?;
-                at = end;
-                match field(kind, number) {
-                    Field::Raw => v.to_vec(),
-                    Field::Message(k) => canonical(k, v, depth + 1)?,
-                    Field::Map(k) => map_entry(k, v, depth + 1)?,
-                }
-            }
-            // Groups (long deprecated) and invalid wire types.
-            _ => return Err(Malformed),
+        let f = next_field(bytes, &mut at)?;
+        let payload = match (f.wire, field(kind, f.number)) {
+            (WIRE_LEN, Field::Message(k)) => canonical(k, f.payload(bytes), depth + 1)?,
+            (WIRE_LEN, Field::Map(k)) => map_entry(k, f.payload(bytes), depth + 1)?,
+            _ => f.payload(bytes).to_vec(),
         };
-        entries.push(Entry { number, wire, payload });
+        entries.push(Entry { number: f.number, wire: f.wire, payload });
     }
     // Fields in number order (the order within one repeated field kept), a map's entries in
     // the order of their canonical bytes (keys first).
@@ -164,29 +119,12 @@ fn map_entry(value_kind: Kind, bytes: &[u8], depth: usize) -> Result<Vec<u8>, Ma
     let mut entries = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
-        let tag = varint(bytes, &mut at)?;
-        let (number, wire) = (tag >> 3, (tag & 7) as u8);
-        let start = at;
-        let payload = match wire {
-            0 => {
-                varint(bytes, &mut at)?;
-                bytes[start..at].to_vec()
-            }
-            1 | 5 => {
-                let n = if wire == 1 { 8 } else { 4 };
-                at = at.checked_add(n).filter(|&e| e <= bytes.len()).ok_or(Malformed)?;
-                bytes[start..at].to_vec()
-            }
-            2 => {
-                let len = usize::try_from(varint(bytes, &mut at)?).map_err(|_| Malformed)?;
-                let end = at.checked_add(len).ok_or(Malformed)?;
-                let v = bytes.get(at..end).ok_or(Malformed)?;
-                at = end;
-                if number == 2 { canonical(value_kind, v, depth + 1)? } else { v.to_vec() }
-            }
-            _ => return Err(Malformed),
+        let f = next_field(bytes, &mut at)?;
+        let payload = match (f.number, f.wire) {
+            (2, WIRE_LEN) => canonical(value_kind, f.payload(bytes), depth + 1)?,
+            _ => f.payload(bytes).to_vec(),
         };
-        entries.push(Entry { number, wire, payload });
+        entries.push(Entry { number: f.number, wire: f.wire, payload });
     }
     entries.sort_by_key(|e| e.number);
     let mut out = Vec::with_capacity(bytes.len());

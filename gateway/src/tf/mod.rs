@@ -16,6 +16,7 @@ pub mod fingerprint;
 pub mod graph;
 pub mod prepare;
 pub mod proto;
+mod raw;
 
 #[cfg(test)]
 mod proto_tests;

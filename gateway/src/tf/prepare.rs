@@ -20,6 +20,9 @@
 //! [`Malformed`]: [`prepare_graph`] then keeps them as sent. The walker descends a fixed four
 //! levels (never deeper, whatever the input nests) and allocates at most a few times the input.
 
+pub use super::raw::Malformed;
+use super::raw::{Field, WIRE_LEN, WIRE_VARINT, next_field, put_varint};
+
 /// The ops whose `use_node_name_sharing` TensorFlow's dispatcher sets to `true`.
 pub const NODE_NAME_SHARING_OPS: [&str; 8] = [
     "HashTable",
@@ -55,18 +58,6 @@ const SHARING_ENTRY: [u8; 29] = {
     out[28] = 1; // true
     out
 };
-
-/// The bytes are not the protobuf the walker expects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Malformed;
-
-impl std::fmt::Display for Malformed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the graph is not a serialized GraphDef")
-    }
-}
-
-impl std::error::Error for Malformed {}
 
 /// The graph prepared as TensorFlow's dispatcher prepares it; the bytes as sent when they need
 /// no change or are not a graph this can read.
@@ -191,89 +182,6 @@ fn sharing_entry(bytes: &[u8]) -> Result<Option<bool>, Malformed> {
         }
     }
     Ok(Some(is_true))
-}
-
-const WIRE_VARINT: u8 = 0;
-const WIRE_I64: u8 = 1;
-const WIRE_LEN: u8 = 2;
-const WIRE_I32: u8 = 5;
-
-/// The largest field number protobuf allows.
-const MAX_FIELD_NUMBER: u64 = (1 << 29) - 1;
-
-/// One field of a message, by position in its bytes.
-#[derive(Debug, Clone, Copy)]
-struct Field {
-    number: u64,
-    wire: u8,
-    /// Where its tag starts.
-    start: usize,
-    /// Where its tag ends (a length-delimited field's length starts).
-    tag_end: usize,
-    /// Where its payload starts (after the length of a length-delimited field).
-    payload_start: usize,
-    /// Where it ends.
-    end: usize,
-    /// A varint field's value.
-    varint: u64,
-}
-
-impl Field {
-    fn payload<'a>(&self, bytes: &'a [u8]) -> &'a [u8] {
-        &bytes[self.payload_start..self.end]
-    }
-}
-
-fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, Malformed> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *bytes.get(*at).ok_or(Malformed)?;
-        *at += 1;
-        value |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Ok(value);
-        }
-    }
-    Err(Malformed)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// The field at `*at`, which moves past it. Groups, invalid wire types, field number 0 and
-/// fields running past the end are [`Malformed`].
-fn next_field(bytes: &[u8], at: &mut usize) -> Result<Field, Malformed> {
-    let start = *at;
-    let tag = varint(bytes, at)?;
-    let (number, wire) = (tag >> 3, (tag & 7) as u8);
-    if number == 0 || number > MAX_FIELD_NUMBER {
-        return Err(Malformed);
-    }
-    let tag_end = *at;
-    let mut value = 0;
-    match wire {
-        WIRE_VARINT => value = varint(bytes, at)?,
-        WIRE_I64 | WIRE_I32 => {
-            let n = if wire == WIRE_I64 { 8 } else { 4 };
-            *at = at.checked_add(n).filter(|&e| e <= bytes.len()).ok_or(Malformed)?;
-        }
-        WIRE_LEN => {
-            let len = varint(bytes, at)?;
-            let len = usize::try_from(len).map_err(|_| Malformed)?;
-            let end = at.checked_add(len).filter(|&e| e <= bytes.len()).ok_or(Malformed)?;
-            let payload_start = *at;
-            *at = end;
-            return Ok(Field { number, wire, start, tag_end, payload_start, end, varint: 0 });
-        }
-        // Groups (3, 4: long deprecated, never in a graph) and wire types 6 and 7.
-        _ => return Err(Malformed),
-    }
-    Ok(Field { number, wire, start, tag_end, payload_start: tag_end, end: *at, varint: value })
 }
 
 /// A message's bytes with some fields replaced: everything else copied byte for byte. Nothing
