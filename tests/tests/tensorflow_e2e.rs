@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use shardwise_core::dispatch::JobId;
 use shardwise_tests::tf::{TfServer, client, client_result};
 use shardwise_tests::{Dispatcher, Process, TempDir, Worker, http, ok};
 
@@ -421,6 +422,13 @@ fn mixed_fleet() {
     let mut both = vec![tf_address.as_str(), shardwise_address.as_str()];
     both.sort_unstable();
     assert_eq!(listed, both, "{workers}");
+    assert_eq!(metric(d, "shardwise_workers_alive"), 2, "/metrics counts both kinds");
+    // The TensorFlow client's job (the first job id) is visible over REST: one finished
+    // iteration with one task, the TensorFlow worker's (the Shardwise worker got none).
+    let tf_job = ok(&d.call("GET", &format!("/v1/jobs/{}", JobId::FIRST), None));
+    assert_eq!(tf_job["processing_mode"], json!({"sharding_policy": "OFF"}), "{tf_job}");
+    assert_eq!(tf_job["iterations"][0]["tasks"].as_array().map(Vec::len), Some(1), "{tf_job}");
+    assert_eq!(tf_job["iterations"][0]["finished"], true, "{tf_job}");
 
     // A declarative dataset over REST: its tasks are the Shardwise worker's only.
     let ds = json!({"source": {"range": {"stop": 5}}});
