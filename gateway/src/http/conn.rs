@@ -17,9 +17,10 @@
 //!   route's handler runs, within the same bound; a body that does not arrive in time is answered `408` (a problem,
 //!   with `Connection: close`). A request without a body (a long poll such as
 //!   `GET /v1/cluster?wait=30s`) has nothing to wait for and is not bounded by it.
-//! * **gRPC.** A request with `content-type: application/grpc...` goes to the gRPC router
-//!   when the server has one (the dispatcher's `tensorflow.data.DispatcherService`); every
-//!   other request goes to the REST app.
+//! * **gRPC.** A request with `content-type: application/grpc...` goes to the server's
+//!   [`GrpcService`] when it has one (the dispatcher's `tensorflow.data.DispatcherService`),
+//!   as hyper gave it (no router, no boxed body, no connect-info extension: it gets the peer's
+//!   address as an argument); every other request goes to the REST app.
 //!
 //! Everything else `serve` does is what `axum::serve` did: `TCP_NODELAY`, the peer's address
 //! as `ConnectInfo<SocketAddr>` (the rate limiter's key), and a graceful shutdown that stops
@@ -35,6 +36,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::header;
+use futures::FutureExt as _;
+use futures::future::Either;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -57,19 +60,48 @@ pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Whether a request is a gRPC call (`content-type: application/grpc`, `+proto`, ...).
-pub fn is_grpc(req: &Request) -> bool {
+pub fn is_grpc<B>(req: &axum::http::Request<B>) -> bool {
     req.headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
+/// What serves a server's gRPC requests: each request as hyper gave it, with the peer's
+/// address; the answer, whatever happened (a refusal is a gRPC status).
+pub(crate) trait GrpcService: Clone + Send + Sync + 'static {
+    /// Answers `req`, which came from `peer`.
+    fn serve(
+        &self,
+        req: axum::http::Request<Incoming>,
+        peer: SocketAddr,
+    ) -> impl Future<Output = axum::response::Response> + Send + use<Self>;
+}
+
+/// A router serves gRPC requests like any other (tests; servers without gRPC).
+impl GrpcService for Router {
+    fn serve(
+        &self,
+        mut req: axum::http::Request<Incoming>,
+        peer: SocketAddr,
+    ) -> impl Future<Output = axum::response::Response> + Send + use<> {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        let call = self.clone().oneshot(req.map(Body::new));
+        async move {
+            match call.await {
+                Ok(res) => res,
+                Err(never) => match never {},
+            }
+        }
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` resolves, then stops gracefully: no new
 /// connections, in-flight requests finish, idle connections are closed. Each connection's
 /// headers must arrive within `read_timeout`. gRPC requests go to `grpc` when given.
-pub(crate) async fn serve(
+pub(crate) async fn serve<G: GrpcService>(
     listener: tokio::net::TcpListener,
     app: Router,
-    grpc: Option<Router>,
+    grpc: Option<G>,
     read_timeout: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -112,14 +144,12 @@ pub(crate) async fn serve(
         // ~40 ms).
         let _ = tcp.set_nodelay(true);
         let (app, grpc) = (app.clone(), grpc.clone());
-        let service = tower::service_fn(move |mut req: Request<Incoming>| {
-            req.extensions_mut().insert(ConnectInfo(peer));
-            let req = req.map(Body::new);
-            let target = match &grpc {
-                Some(grpc) if is_grpc(&req) => grpc.clone(),
-                _ => app.clone(),
-            };
-            target.oneshot(req)
+        let service = tower::service_fn(move |mut req: Request<Incoming>| match &grpc {
+            Some(grpc) if is_grpc(&req) => Either::Left(grpc.serve(req, peer).map(Ok)),
+            _ => {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                Either::Right(app.clone().oneshot(req.map(Body::new)))
+            }
         });
         let service = TowerToHyperService::new(service);
         let mut closing = closing_rx.clone();
