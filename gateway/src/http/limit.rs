@@ -187,20 +187,20 @@ fn admit(
             retry_after: None,
         });
     }
-    if limits.config.rate_per_sec > 0 {
-        if let Err(wait) = limits.take(ip(), Instant::now()) {
-            return Err(Refused {
-                code: Code::ResourceExhausted,
-                status: 429,
-                detail: format!(
-                    "too many requests from this address (limit {}/s, burst {}): retry after \
-                     {wait} s",
-                    limits.config.rate_per_sec,
-                    limits.burst()
-                ),
-                retry_after: Some(wait),
-            });
-        }
+    if limits.config.rate_per_sec > 0
+        && let Err(wait) = limits.take(ip(), Instant::now())
+    {
+        return Err(Refused {
+            code: Code::ResourceExhausted,
+            status: 429,
+            detail: format!(
+                "too many requests from this address (limit {}/s, burst {}): retry after \
+                 {wait} s",
+                limits.config.rate_per_sec,
+                limits.burst()
+            ),
+            retry_after: Some(wait),
+        });
     }
     match &limits.in_flight {
         None => Ok(None),
