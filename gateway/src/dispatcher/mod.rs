@@ -380,7 +380,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         let _ = started_tx.send(err);
     });
     let pusher = std::sync::Arc::new(grpc::push::Pusher::new());
-    let grpc = grpc::router(
+    let grpc = grpc::front(
         grpc::DispatcherGrpc::new(
             driver.clone(),
             DeploymentMode::tf(args.deployment_mode),

@@ -17,9 +17,10 @@
 //!   route's handler runs, within the same bound; a body that does not arrive in time is answered `408` (a problem,
 //!   with `Connection: close`). A request without a body (a long poll such as
 //!   `GET /v1/cluster?wait=30s`) has nothing to wait for and is not bounded by it.
-//! * **gRPC.** A request with `content-type: application/grpc...` goes to the gRPC router
-//!   when the server has one (the dispatcher's `tensorflow.data.DispatcherService`); every
-//!   other request goes to the REST app.
+//! * **gRPC.** A request with `content-type: application/grpc...` goes to the server's
+//!   [`GrpcService`] when it has one (the dispatcher's `tensorflow.data.DispatcherService`),
+//!   as hyper gave it (no router, no boxed body, no connect-info extension: it gets the peer's
+//!   address as an argument); every other request goes to the REST app.
 //!
 //! Everything else `serve` does is what `axum::serve` did: `TCP_NODELAY`, the peer's address
 //! as `ConnectInfo<SocketAddr>` (the rate limiter's key), and a graceful shutdown that stops
@@ -28,15 +29,20 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::header;
+use futures::FutureExt as _;
+use futures::future::Either;
+use futures::stream::{FuturesUnordered, StreamExt as _};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tower::ServiceExt as _;
@@ -57,19 +63,48 @@ pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Whether a request is a gRPC call (`content-type: application/grpc`, `+proto`, ...).
-pub fn is_grpc(req: &Request) -> bool {
+pub fn is_grpc<B>(req: &axum::http::Request<B>) -> bool {
     req.headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
+/// What serves a server's gRPC requests: each request as hyper gave it, with the peer's
+/// address; the answer, whatever happened (a refusal is a gRPC status).
+pub(crate) trait GrpcService: Clone + Send + Sync + 'static {
+    /// Answers `req`, which came from `peer`.
+    fn serve(
+        &self,
+        req: axum::http::Request<Incoming>,
+        peer: SocketAddr,
+    ) -> impl Future<Output = axum::response::Response> + Send + use<Self>;
+}
+
+/// A router serves gRPC requests like any other (tests; servers without gRPC).
+impl GrpcService for Router {
+    fn serve(
+        &self,
+        mut req: axum::http::Request<Incoming>,
+        peer: SocketAddr,
+    ) -> impl Future<Output = axum::response::Response> + Send + use<> {
+        req.extensions_mut().insert(ConnectInfo(peer));
+        let call = self.clone().oneshot(req.map(Body::new));
+        async move {
+            match call.await {
+                Ok(res) => res,
+                Err(never) => match never {},
+            }
+        }
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` resolves, then stops gracefully: no new
 /// connections, in-flight requests finish, idle connections are closed. Each connection's
 /// headers must arrive within `read_timeout`. gRPC requests go to `grpc` when given.
-pub(crate) async fn serve(
+pub(crate) async fn serve<G: GrpcService>(
     listener: tokio::net::TcpListener,
     app: Router,
-    grpc: Option<Router>,
+    grpc: Option<G>,
     read_timeout: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -112,14 +147,12 @@ pub(crate) async fn serve(
         // ~40 ms).
         let _ = tcp.set_nodelay(true);
         let (app, grpc) = (app.clone(), grpc.clone());
-        let service = tower::service_fn(move |mut req: Request<Incoming>| {
-            req.extensions_mut().insert(ConnectInfo(peer));
-            let req = req.map(Body::new);
-            let target = match &grpc {
-                Some(grpc) if is_grpc(&req) => grpc.clone(),
-                _ => app.clone(),
-            };
-            target.oneshot(req)
+        let service = tower::service_fn(move |mut req: Request<Incoming>| match &grpc {
+            Some(grpc) if is_grpc(&req) => Either::Left(grpc.serve(req, peer).map(Ok)),
+            _ => {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                Either::Right(app.clone().oneshot(req.map(Body::new)))
+            }
         });
         let service = TowerToHyperService::new(service);
         let mut closing = closing_rx.clone();
@@ -159,14 +192,21 @@ pub(crate) async fn serve(
                 }};
             }
             if h2 {
-                let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                let streams = Inline::default();
+                let mut builder = hyper::server::conn::http2::Builder::new(streams.clone());
                 builder
                     .timer(TokioTimer::new())
                     .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
                     .max_header_list_size(H2_MAX_HEADER_LIST_BYTES)
                     .keep_alive_interval(H2_KEEPALIVE_INTERVAL)
                     .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT);
-                drive!(builder.serve_connection(io, service));
+                let conn = builder.serve_connection(io, service);
+                let closed = streams
+                    .drive(conn, closing.wait_for(|c| *c), |conn| conn.graceful_shutdown())
+                    .await;
+                if let Err(e) = closed {
+                    tracing::debug!(%peer, error = %e, "connection ended");
+                }
             } else {
                 let mut builder = hyper::server::conn::http1::Builder::new();
                 builder.timer(TokioTimer::new()).header_read_timeout(read_timeout);
@@ -177,6 +217,146 @@ pub(crate) async fn serve(
     drop(listener);
     let _ = closing_tx.send(true);
     while connections.join_next().await.is_some() {}
+}
+
+/// A stream of an HTTP/2 connection, as hyper hands it to its executor.
+type Stream = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The executor of an HTTP/2 connection: its streams (one per request) run inside the
+/// connection's own task ([`Inline::drive`]) rather than in a task each. A request then costs
+/// no task spawn, and its answer is written in the same poll that read it, by the same thread,
+/// without waking another. Streams still run concurrently (a stream that waits does not hold
+/// up the others); what they give up is running in parallel on several threads, which the
+/// dispatcher's calls (microseconds under one core lock) do not need.
+#[derive(Clone, Default)]
+struct Inline(Arc<Mutex<Vec<Stream>>>);
+
+impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Inline {
+    fn execute(&self, stream: F) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).push(Box::pin(stream));
+    }
+}
+
+impl Inline {
+    /// Drives `conn` and the streams it starts until the connection ends; when `closing`
+    /// resolves first, `shutdown` starts the connection's graceful shutdown. Streams still
+    /// running when the connection ends are driven to their end too (as spawned tasks were).
+    async fn drive<C: Future<Output = hyper::Result<()>>>(
+        self,
+        conn: C,
+        closing: impl Future,
+        shutdown: impl FnOnce(Pin<&mut C>),
+    ) -> hyper::Result<()> {
+        let mut conn = std::pin::pin!(conn);
+        let mut closing = std::pin::pin!(closing);
+        let mut shutdown = Some(shutdown);
+        let mut running = FuturesUnordered::new();
+        let relay = Arc::new(Relay::default());
+        let waker = Waker::from(relay.clone());
+        let closed = std::future::poll_fn(|cx| {
+            if shutdown.is_some()
+                && closing.as_mut().poll(cx).is_ready()
+                && let Some(shutdown) = shutdown.take()
+            {
+                shutdown(conn.as_mut());
+            }
+            relay.start(cx.waker());
+            let mut inner = Context::from_waker(&waker);
+            for _ in 0..RELAY_ROUNDS {
+                let closed = conn.as_mut().poll(&mut inner);
+                running.extend(std::mem::take(
+                    &mut *self.0.lock().unwrap_or_else(PoisonError::into_inner),
+                ));
+                while let Poll::Ready(Some(())) = running.poll_next_unpin(&mut inner) {}
+                if closed.is_ready() {
+                    relay.stop();
+                    return closed;
+                }
+                // Woken meanwhile (a stream queued its answer: the connection writes it now;
+                // or new frames came): another round.
+                if relay.finish() {
+                    return Poll::Pending;
+                }
+            }
+            // Still woken after many rounds (tokio's cooperative budget, say): yield.
+            relay.stop();
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
+        .await;
+        while running.next().await.is_some() {}
+        closed
+    }
+}
+
+/// Rounds of one poll of an HTTP/2 connection and its streams before it yields.
+const RELAY_ROUNDS: usize = 16;
+
+/// The waker an HTTP/2 connection and its streams are polled with ([`Inline::drive`]). A wake
+/// while they are being polled (a stream that answered wakes its connection to write the
+/// answer) only asks for another round of the same poll; a wake at any other time wakes the
+/// connection's task. A task that woke itself would be queued again, and tokio wakes an idle
+/// worker thread for it: one more thread switch per request.
+#[derive(Default)]
+struct Relay {
+    /// [`IDLE`], [`POLLING`] or [`WOKEN`].
+    state: AtomicU8,
+    /// The task's waker, as of its last poll.
+    task: Mutex<Option<Waker>>,
+}
+
+/// Not being polled: a wake wakes the task.
+const IDLE: u8 = 0;
+/// Being polled: a wake asks for another round.
+const POLLING: u8 = 1;
+/// Being polled, and woken meanwhile.
+const WOKEN: u8 = 2;
+
+impl Relay {
+    /// A poll begins, with the task's `waker`.
+    fn start(&self, waker: &Waker) {
+        {
+            let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+            if !task.as_ref().is_some_and(|t| t.will_wake(waker)) {
+                *task = Some(waker.clone());
+            }
+        }
+        self.state.store(POLLING, Ordering::SeqCst);
+    }
+
+    /// A round ends: `true` when the poll may end (nothing woke it meanwhile); else another
+    /// round begins.
+    fn finish(&self) -> bool {
+        match self.state.compare_exchange(POLLING, IDLE, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => true,
+            Err(_) => {
+                self.state.store(POLLING, Ordering::SeqCst);
+                false
+            }
+        }
+    }
+
+    /// The poll ends whatever woke it.
+    fn stop(&self) {
+        self.state.store(IDLE, Ordering::SeqCst);
+    }
+}
+
+impl Wake for Relay {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let polling =
+            self.state.compare_exchange(POLLING, WOKEN, Ordering::SeqCst, Ordering::SeqCst);
+        if matches!(polling, Ok(_) | Err(WOKEN)) {
+            return;
+        }
+        if let Some(task) = &*self.task.lock().unwrap_or_else(PoisonError::into_inner) {
+            task.wake_by_ref();
+        }
+    }
 }
 
 /// Reads a connection's first bytes until they are, or cannot be, HTTP/2's preface: the
@@ -260,6 +440,7 @@ impl AsyncWrite for Prefixed {
 mod tests {
     use super::*;
     use axum::routing::get;
+    use hyper_util::rt::TokioExecutor;
     use tokio::io::AsyncWriteExt as _;
 
     async fn server(grpc: Option<Router>) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
@@ -325,5 +506,105 @@ mod tests {
             assert_eq!(n, 0, "{sent:?}");
             assert!(started.elapsed() < Duration::from_secs(5), "{sent:?}");
         }
+    }
+
+    /// An HTTP/2 request to `path` on `send`, its body as text.
+    async fn h2_get(
+        send: &mut hyper::client::conn::http2::SendRequest<
+            http_body_util::Empty<axum::body::Bytes>,
+        >,
+        addr: SocketAddr,
+        path: &str,
+    ) -> String {
+        let req = axum::http::Request::builder()
+            .uri(format!("http://{addr}{path}"))
+            .body(http_body_util::Empty::<axum::body::Bytes>::new())
+            .unwrap();
+        let res = send.send_request(req).await.unwrap();
+        let body = http_body_util::BodyExt::collect(res.into_body()).await.unwrap();
+        String::from_utf8(body.to_bytes().to_vec()).unwrap()
+    }
+
+    /// The streams of one HTTP/2 connection run in its task, yet concurrently: a request that
+    /// waits does not hold up the next one on the same connection (which here is what it waits
+    /// for).
+    #[tokio::test]
+    async fn a_waiting_http2_request_does_not_hold_up_the_next_on_its_connection() {
+        let go = Arc::new(tokio::sync::Notify::new());
+        let (wait, fire) = (go.clone(), go.clone());
+        let app = Router::new()
+            .route(
+                "/wait",
+                get(move || async move {
+                    wait.notified().await;
+                    "waited"
+                }),
+            )
+            .route(
+                "/go",
+                get(move || async move {
+                    fire.notify_one();
+                    "went"
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve(listener, app, None::<Router>, Duration::from_secs(5), async move {
+            let _ = rx.await;
+        }));
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let mut first = send.clone();
+        let waiting = tokio::spawn(async move { h2_get(&mut first, addr, "/wait").await });
+        // Let the first request reach its handler before the second is sent.
+        tokio::task::yield_now().await;
+        let mut second = send.clone();
+        let both = async { (h2_get(&mut second, addr, "/go").await, waiting.await.unwrap()) };
+        let (went, waited) = tokio::time::timeout(Duration::from_secs(10), both).await.unwrap();
+        assert_eq!((went.as_str(), waited.as_str()), ("went", "waited"));
+    }
+
+    /// A server that closes lets an HTTP/2 request in flight finish and answers it.
+    #[tokio::test]
+    async fn an_http2_request_in_flight_is_answered_when_the_server_closes() {
+        let entered = Arc::new(tokio::sync::Notify::new());
+        let inside = entered.clone();
+        let app = Router::new().route(
+            "/slow",
+            get(move || async move {
+                inside.notify_one();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                "done"
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(
+            listener,
+            app,
+            None::<Router>,
+            Duration::from_secs(5),
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let call = tokio::spawn(async move { h2_get(&mut send, addr, "/slow").await });
+        entered.notified().await;
+        stop.send(()).unwrap();
+        let answered = tokio::time::timeout(Duration::from_secs(10), call).await.unwrap().unwrap();
+        assert_eq!(answered, "done");
+        tokio::time::timeout(Duration::from_secs(10), server).await.unwrap().unwrap();
     }
 }

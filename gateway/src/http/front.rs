@@ -47,7 +47,10 @@ type BoxFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Sen
 
 /// Awaits `fut`, bounded by `deadline` (computed only if needed): a future that is ready on
 /// its first poll arms no timer.
-async fn within<F: Future>(fut: F, deadline: impl FnOnce() -> Instant) -> Option<F::Output> {
+pub(crate) async fn within<F: Future>(
+    fut: F,
+    deadline: impl FnOnce() -> Instant,
+) -> Option<F::Output> {
     let mut fut = std::pin::pin!(fut);
     if let Poll::Ready(v) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
         return Some(v);

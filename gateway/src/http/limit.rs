@@ -146,16 +146,33 @@ impl Limits {
         &self,
         req: &Request,
     ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Refused> {
-        admit(self, req)
+        // Without the peer's address (a server not started with connect info) every request
+        // shares one bucket.
+        let ip = || {
+            req.extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
+        };
+        admit(self, req.headers(), ip)
+    }
+
+    /// Like [`Limits::check`], for a request of any body type from `peer` (the gRPC front,
+    /// which has the peer's address at hand).
+    pub fn check_from(
+        &self,
+        headers: &axum::http::HeaderMap,
+        peer: IpAddr,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Refused> {
+        admit(self, headers, || peer)
     }
 }
 
 fn admit(
     limits: &Limits,
-    req: &Request,
+    headers: &axum::http::HeaderMap,
+    ip: impl FnOnce() -> IpAddr,
 ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Refused> {
-    let declared = req
-        .headers()
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
@@ -170,26 +187,20 @@ fn admit(
             retry_after: None,
         });
     }
-    if limits.config.rate_per_sec > 0 {
-        // Without the peer's address (a server not started with connect info) every request
-        // shares one bucket.
-        let ip = req
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
-        if let Err(wait) = limits.take(ip, Instant::now()) {
-            return Err(Refused {
-                code: Code::ResourceExhausted,
-                status: 429,
-                detail: format!(
-                    "too many requests from this address (limit {}/s, burst {}): retry after \
-                     {wait} s",
-                    limits.config.rate_per_sec,
-                    limits.burst()
-                ),
-                retry_after: Some(wait),
-            });
-        }
+    if limits.config.rate_per_sec > 0
+        && let Err(wait) = limits.take(ip(), Instant::now())
+    {
+        return Err(Refused {
+            code: Code::ResourceExhausted,
+            status: 429,
+            detail: format!(
+                "too many requests from this address (limit {}/s, burst {}): retry after \
+                 {wait} s",
+                limits.config.rate_per_sec,
+                limits.burst()
+            ),
+            retry_after: Some(wait),
+        });
     }
     match &limits.in_flight {
         None => Ok(None),

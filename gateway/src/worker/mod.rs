@@ -553,7 +553,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
     let read_timeout = args.read_timeout;
     let task = tokio::spawn(async move {
         // Bounded header and body reads, TCP_NODELAY, graceful shutdown: as on the dispatcher.
-        crate::http::conn::serve(listener, app, None, read_timeout, async move {
+        crate::http::conn::serve(listener, app, None::<axum::Router>, read_timeout, async move {
             let _ = stop_rx.await;
         })
         .await;
