@@ -13,6 +13,10 @@
 //! only after `end_of_splits`), time passing with the timers run (clients expire, silent
 //! workers are lost), and a crash with recovery from the journal (optionally compacted to
 //! a snapshot). Iteration garbage collection is off (`job_gc_timeout: None`) and not modelled.
+//! TensorFlow datasets are registered beside the declarative ones (get-or-register by id and
+//! by content, generated ids shared with declarative datasets) and have their compression
+//! decided at run time, so their records go through every replay, recovery and compaction
+//! check; their workers, jobs and splits are in `tests/dispatch_tensorflow.rs`.
 //!
 //! Get-split calls from a worker the dispatcher declared lost are generated too: they are
 //! refused (`FAILED_PRECONDITION`) until a heartbeat revives the worker (regression tests
@@ -57,8 +61,9 @@ use shardwise_core::dispatch::wire::{
     TaskProgress, WorkerHeartbeat, WorkerUpdate,
 };
 use shardwise_core::dispatch::{
-    ClientId, DispatchError, Dispatcher, DispatcherConfig, Driver, Event, IterationId, JobId,
-    Millis, ReleaseClient, ShardingPolicy, State, TargetWorkers, TaskId, Update, VecSink,
+    ClientId, DisableCompression, DispatchError, Dispatcher, DispatcherConfig, Driver, Event,
+    IterationId, JobId, Millis, RegisterTfDataset, ReleaseClient, ShardingPolicy, SplitProviderDef,
+    State, TargetWorkers, TaskId, TfDataset, Update, VecSink,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -176,6 +181,28 @@ enum Tr {
     Recover {
         compact: bool,
     },
+    /// A TensorFlow dataset with graph `graph` (SNAPPY-compressed or not), with id
+    /// `tf-<explicit>` if given.
+    TfRegister {
+        explicit: Option<u8>,
+        graph: u8,
+        snappy: bool,
+    },
+    /// A worker proposes to disable a TensorFlow dataset's compression.
+    TfCompression {
+        dataset: Ref,
+        disable: bool,
+    },
+}
+
+/// A TensorFlow dataset of the model.
+#[derive(Clone, Debug)]
+struct MTfDataset {
+    id: String,
+    graph: u8,
+    snappy: bool,
+    /// The run-time compression decision.
+    decided: Option<bool>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -292,6 +319,8 @@ enum Call {
     WorkerUpdate { w: usize, tasks: Vec<u64> },
     HandleTimeout,
     Recover { compact: bool },
+    TfRegister { id: Option<String>, graph: u8, snappy: bool },
+    TfCompression { dataset_id: String, disable: bool },
 }
 
 /// The answer the model expects.
@@ -323,6 +352,7 @@ enum Expect {
     Update {
         unknown: Vec<u64>,
     },
+    Compression(Option<bool>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -345,6 +375,7 @@ struct Model {
     incarnation: u32,
     workers: Vec<MWorker>,
     datasets: Vec<MDataset>,
+    tf_datasets: Vec<MTfDataset>,
     generated_datasets: u64,
     jobs: Vec<MJob>,
     iterations: Vec<MIteration>,
@@ -367,6 +398,7 @@ impl Model {
             incarnation: 1,
             workers: vec![MWorker::default(); ADDRS.len()],
             datasets: Vec::new(),
+            tf_datasets: Vec::new(),
             generated_datasets: 0,
             jobs: Vec::new(),
             iterations: Vec::new(),
@@ -545,6 +577,45 @@ impl Model {
             }
         };
         self.record(call, expect);
+    }
+
+    /// TensorFlow's get-or-register: an existing id answers when the metadata (here the
+    /// compression) matches, whatever the graph; without an id the same graph and metadata
+    /// get the id they have.
+    fn tf_register(&mut self, explicit: Option<u8>, graph: u8, snappy: bool) {
+        let id = explicit.map(|e| format!("tf-{e}"));
+        let call = Call::TfRegister { id: id.clone(), graph, snappy };
+        let existing = id.as_ref().and_then(|id| self.tf_datasets.iter().find(|d| &d.id == id));
+        let same = |d: &&MTfDataset| d.graph == graph && d.snappy == snappy;
+        let expect = match existing {
+            Some(d) if d.snappy == snappy => Expect::Dataset(d.id.clone()),
+            Some(_) => Expect::Err(INVALID_ARGUMENT),
+            None if id.is_none() && self.tf_datasets.iter().any(|d| same(&d)) => Expect::Dataset(
+                self.tf_datasets.iter().filter(same).map(|d| d.id.clone()).min().unwrap(),
+            ),
+            None => {
+                let id = id.unwrap_or_else(|| {
+                    self.generated_datasets += 1;
+                    (FIRST_DATASET + self.generated_datasets - 1).to_string()
+                });
+                self.tf_datasets.push(MTfDataset { id: id.clone(), graph, snappy, decided: None });
+                Expect::Dataset(id)
+            }
+        };
+        self.record(call, expect);
+    }
+
+    /// The first proposal for a SNAPPY dataset decides; others have nothing to disable.
+    fn tf_compression(&mut self, dataset: Ref, disable: bool) {
+        let (dataset_id, expect) = match dataset {
+            Ref::Unknown => (UNKNOWN.to_string(), Expect::Err(NOT_FOUND)),
+            Ref::Known(d) => {
+                let ds = &mut self.tf_datasets[d];
+                let decision = ds.snappy.then(|| *ds.decided.get_or_insert(disable));
+                (ds.id.clone(), Expect::Compression(decision))
+            }
+        };
+        self.record(Call::TfCompression { dataset_id, disable }, expect);
     }
 
     fn create_job(&mut self, dataset: Ref, dynamic: bool, name: Option<u8>, split_size: u64) {
@@ -931,6 +1002,22 @@ impl ReferenceStateMachine for ModelMachine {
             (1, (0..ADDRS.len()).prop_map(|w| Tr::Restart { w }).boxed()),
             (2, (0..16u8).prop_map(|keep| Tr::Expire { keep }).boxed()),
             (2, any::<bool>().prop_map(|compact| Tr::Recover { compact }).boxed()),
+            (
+                1,
+                (proptest::option::weighted(0.3, 0..2u8), 0..2u8, any::<bool>())
+                    .prop_map(|(explicit, graph, snappy)| Tr::TfRegister {
+                        explicit,
+                        graph,
+                        snappy,
+                    })
+                    .boxed(),
+            ),
+            (
+                1,
+                (known_ref(m.tf_datasets.len()), any::<bool>())
+                    .prop_map(|(dataset, disable)| Tr::TfCompression { dataset, disable })
+                    .boxed(),
+            ),
         ];
         let uninformed: Vec<usize> = (0..ADDRS.len())
             .filter(|w| {
@@ -1022,6 +1109,12 @@ impl ReferenceStateMachine for ModelMachine {
             Tr::Complete { w, task, .. } => *w < ADDRS.len() && m.may_complete(*w, *task),
             Tr::Tick { dt } => *dt >= 1,
             Tr::Expire { .. } | Tr::Recover { .. } => true,
+            Tr::TfRegister { explicit, .. } => {
+                m.tf_datasets.len() < MAX_DATASETS
+                    || explicit
+                        .is_some_and(|e| m.tf_datasets.iter().any(|d| d.id == format!("tf-{e}")))
+            }
+            Tr::TfCompression { dataset, .. } => known(dataset, m.tf_datasets.len()),
         }
     }
 
@@ -1061,6 +1154,10 @@ impl ReferenceStateMachine for ModelMachine {
                     }
                     Tr::Complete { w, task, with_unknown } => m.complete(w, task, with_unknown),
                     Tr::Recover { compact } => m.recover(compact),
+                    Tr::TfRegister { explicit, graph, snappy } => {
+                        m.tf_register(explicit, graph, snappy);
+                    }
+                    Tr::TfCompression { dataset, disable } => m.tf_compression(dataset, disable),
                     Tr::Tick { .. } | Tr::Expire { .. } => unreachable!(),
                 }
             }
@@ -1208,6 +1305,33 @@ impl Sut {
                 let r = self.d.call(now, req.clone()).map(|r| r.dataset_id);
                 match &step.expect {
                     Expect::Dataset(id) => assert_eq!(r.as_ref(), Ok(id)),
+                    Expect::Err(class) => expect_err(&r, class),
+                    e => unreachable!("{e:?}"),
+                }
+            }
+            Call::TfRegister { id, graph, snappy } => {
+                let req = RegisterTfDataset {
+                    dataset_id: id.clone(),
+                    dataset: TfDataset {
+                        graph: vec![*graph; 3],
+                        element_spec: Some(b"spec".to_vec()),
+                        compression: if *snappy { 2 } else { 1 },
+                        cardinality: 7,
+                        split_providers: Ok(vec![SplitProviderDef::Slices { len: 2 }]),
+                    },
+                };
+                let r = self.d.call(now, req).map(|r| r.dataset_id);
+                match &step.expect {
+                    Expect::Dataset(id) => assert_eq!(r.as_ref(), Ok(id)),
+                    Expect::Err(class) => expect_err(&r, class),
+                    e => unreachable!("{e:?}"),
+                }
+            }
+            Call::TfCompression { dataset_id, disable } => {
+                let req = DisableCompression { dataset_id: dataset_id.clone(), disable: *disable };
+                let r = self.d.call(now, req).map(|r| r.compression_disabled);
+                match &step.expect {
+                    Expect::Compression(want) => assert_eq!(r, Ok(*want)),
                     Expect::Err(class) => expect_err(&r, class),
                     e => unreachable!("{e:?}"),
                 }
@@ -1527,7 +1651,10 @@ impl StateMachineTest for DispatcherTest {
                 "liveness of {addr}"
             );
         }
-        assert_eq!(state.datasets().len(), m.datasets.len());
+        assert_eq!(state.datasets().len(), m.datasets.len() + m.tf_datasets.len());
+        for d in &m.tf_datasets {
+            assert_eq!(state.datasets()[&d.id].compression_disabled, d.decided, "{}", d.id);
+        }
         assert_eq!(state.jobs().len(), m.jobs.len());
         assert_eq!(state.iterations().len(), m.iterations.len());
         for mi in &m.iterations {

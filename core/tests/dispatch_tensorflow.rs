@@ -7,7 +7,7 @@
 //! encoding) replays to the live state, that the derived indexes of both are what a rebuild
 //! gives, and that a snapshot of the state replays to it too.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{
     ClientHeartbeat, CreateIteration, CreateJob, GetSplits, IterationLease, ProcessingMode,
@@ -517,10 +517,43 @@ fn dynamic_mode_of_an_unsupported_graph_is_refused_with_nothing_journaled() {
     assert_eq!(h.iteration(job).unwrap().pushed_tasks.len(), 1);
 }
 
+/// A DYNAMIC job of an unsupported graph that exists anyway (in a journal written by a
+/// front that did not check at job creation): its iteration is refused, nothing journaled.
+#[test]
+fn creating_a_dynamic_iteration_of_an_unsupported_graph_is_refused() {
+    let why = "op FlatMapDataset has no split provider";
+    let journal = vec![
+        Update::Started { incarnation: "old".into() },
+        Update::RegisterTfDataset { dataset_id: "g".into(), dataset: Box::new(tf(b"g", Err(why))) },
+        Update::CreateJob {
+            job: shardwise_core::dispatch::state::Job {
+                id: JobId(5000),
+                name: "j".into(),
+                dataset_id: "g".into(),
+                policy: ShardingPolicy::Dynamic,
+                num_consumers: None,
+                target_workers: TargetWorkers::Auto,
+                cross_trainer_cache: false,
+                split_size: 1,
+            },
+        },
+    ];
+    let config = DispatcherConfig::default();
+    let d = Dispatcher::recover(config.clone(), "new".into(), Millis(0), &journal).unwrap();
+    let mut h = H { d: Driver::new(d, VecSink::default()), config, journal, now: 0 };
+    h.heartbeat("tf:1", "1", Some(transfer("tf:1"))).unwrap();
+    let n = h.records();
+    let e = h.iteration(JobId(5000)).unwrap_err();
+    assert_eq!(e.code(), "FAILED_PRECONDITION");
+    assert_eq!(e.detail(), why);
+    assert_eq!(h.records(), n, "nothing journaled");
+}
+
 #[test]
 fn coordinated_reads_count_clients_without_a_consumer_index() {
     let mut h = H::new();
     h.heartbeat("tf:1", "1", Some(transfer("tf:1"))).unwrap();
+    h.heartbeat("sw:1", "s", None).unwrap();
     let graph = h.register(None, tf(b"rr", Ok(vec![]))).unwrap();
     let job = h
         .call(CreateJob {
@@ -575,13 +608,19 @@ fn coordinated_reads_count_clients_without_a_consumer_index() {
         h.call((late, MaybeRemove { consumer_index: 1, round: 5 })).map(|r| r.removed),
         Ok(true)
     );
-    // A finished task still reports (the worker's update by address).
+    // The worker whose task was voted out gets a pending task again; a Shardwise worker none.
     let first = r.tasks[0].task_id;
+    let again = h.heartbeat("tf:2", "2", Some(transfer("tf:2"))).unwrap();
+    assert_eq!(again.new_tasks.len(), 1);
+    assert_ne!(again.new_tasks[0].task_id, late);
+    assert!(h.heartbeat("sw:1", "s", None).unwrap().new_tasks.is_empty());
+    assert!(h.d.dispatcher().state().workers()["sw:1"].tasks.is_empty());
+    // A TensorFlow worker reports progress by its address alone.
     h.call(WorkerUpdate {
         worker_address: "tf:1".into(),
         worker_uid: None,
         updates: vec![TaskProgress { task_id: first, completed: true }],
     })
     .unwrap();
-    let _: Value = serde_json::to_value(h.d.dispatcher().state()).unwrap();
+    assert!(h.d.dispatcher().state().tasks()[&first].finished);
 }

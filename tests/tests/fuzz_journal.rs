@@ -20,7 +20,9 @@ use shardwise_core::dispatch::wire::{
     CreateIteration, CreateJob, GetSplits, RegisterDataset, WorkerHeartbeat, WorkerUpdate,
 };
 use shardwise_core::dispatch::{
-    Dispatcher, DispatcherConfig, Driver, Millis, ReleaseClient, Update, VecSink,
+    DisableCompression, Dispatcher, DispatcherConfig, Driver, Millis, RegisterTfDataset,
+    ReleaseClient, SplitProviderDef, TfDataset, TfGetSplit, TfWorkerInfo, TransferServer, Update,
+    VecSink,
 };
 use shardwise_core::json::nested_deeper_than;
 use shardwise_tests::fuzz::{
@@ -175,6 +177,49 @@ fn session_updates() -> Vec<Update> {
             })));
     }
     let _ = d.call(t, ReleaseClient { client_id: lease.client_id });
+    // TensorFlow's side: an opaque dataset (bytes in base64), a TensorFlow worker with its
+    // transfer servers, a run-time compression decision and DYNAMIC splits.
+    let graph = RegisterTfDataset {
+        dataset_id: None,
+        dataset: TfDataset {
+            graph: vec![10, 3, 0, 255, 128],
+            element_spec: Some(vec![1, 2]),
+            compression: 2,
+            cardinality: 10,
+            split_providers: Ok(vec![
+                SplitProviderDef::Range { start: 5, step: 5, len: 3 },
+                SplitProviderDef::Slices { len: 2 },
+            ]),
+        },
+    };
+    let tf_ds = d.call(t, graph).expect("register a TensorFlow dataset").dataset_id;
+    d.call(
+        t,
+        WorkerHeartbeat {
+            worker_address: "tf:3".into(),
+            worker_uid: Some("42".into()),
+            tensorflow: Some(TfWorkerInfo {
+                transfer_servers: vec![TransferServer {
+                    protocol: "grpc".into(),
+                    address: "tf:3".into(),
+                    compatibility_info: vec![0, 9],
+                    ..TransferServer::default()
+                }],
+            }),
+            ..WorkerHeartbeat::default()
+        },
+    )
+    .expect("TensorFlow worker heartbeat");
+    let _ = d.call(t, DisableCompression { dataset_id: tf_ds.clone(), disable: true });
+    let tf_job = d
+        .call(
+            t,
+            req!(CreateJob, json!({"dataset_id": tf_ds, "processing_mode": "distributed_epoch"})),
+        )
+        .expect("TensorFlow job")
+        .job_id;
+    let tf_it = d.call(t, (tf_job, req!(CreateIteration, json!({})))).expect("iteration");
+    let _ = d.call(t, (tf_it.iteration_id, TfGetSplit { repetition: 0, split_provider_index: 1 }));
     d.handle_timeout(Millis(10_000_000));
     let mut updates: Vec<Update> = std::mem::take(&mut d.sink_mut().records);
     updates.push(d.dispatcher().snapshot());

@@ -71,7 +71,11 @@
 //!   anywhere, so a worker lost late cannot take splits with it. Elements of a split that
 //!   was in flight on a lost worker may be produced twice; none is lost. A worker that sends
 //!   a `worker_uid` is recognised when its process restarts at the same address, and gives
-//!   its splits back at once.
+//!   its splits back at once. This is for declarative datasets: TensorFlow workers never
+//!   acknowledge splits, so a DYNAMIC iteration of a TensorFlow dataset keeps TensorFlow's
+//!   at-most-once meaning (one journaled cursor per split provider, no leases: the splits a
+//!   lost TensorFlow worker held are not handed out again, and none is handed out twice in a
+//!   repetition, across restarts too).
 //! * **Splits are counters.** Datasets are declarative, so the split provider of a range,
 //!   list, files or splits source is two numbers per iteration: nothing is fast-forwarded
 //!   on recovery, and get-split hands out up to `max_splits` splits of `split_size` elements
@@ -93,7 +97,9 @@
 //!   policy are refused when the job is created, not when a worker first builds its task.
 //! * **Coordinated reads key consumers by `consumer_index`**, not client id (TensorFlow
 //!   keys its round estimates inconsistently), so a restarted consumer replaces its
-//!   predecessor. `maybe_remove_task` does not block: voters ask again until all agree.
+//!   predecessor. Clients that give no index (TensorFlow's, whose `GetOrCreateIteration`
+//!   has none) are counted by client id, as TensorFlow does. `maybe_remove_task` does not
+//!   block: voters ask again until all agree.
 //! * **No hidden infinite leases.** A new client has `client_first_heartbeat_grace`
 //!   (default 30 min) to send its first heartbeat; TensorFlow waits forever. Every duration
 //!   is validated (zero is an error); "never collect" is `job_gc_timeout: None`, not `-1`.
@@ -110,9 +116,15 @@
 //! (driven by the virtual-clock simulation of `tests/support`); IM-03 and the dispatcher's
 //! side of coordinated reads in `tests/dispatch_coordinated.rs`. Out of scope, with why:
 //!
-//! * SV-17 (distributed snapshots), group J / CT-* (cross-trainer cache), compression
-//!   (parts of JS-18 and CT-04): TensorFlow graph-runtime features the declarative dataset
-//!   model does not have.
+//! * SV-17 (distributed snapshots), group J / CT-* (cross-trainer cache): TensorFlow
+//!   graph-runtime features the declarative dataset model does not have. Run-time
+//!   compression exists for TensorFlow datasets ([`tensorflow`], `tests/dispatch_tensorflow.rs`).
+//!
+//! TensorFlow datasets ([`TfDataset`]: a serialized graph and the client's metadata, stored as
+//! sent) and TensorFlow workers ([`TfWorkerInfo`]) live beside declarative datasets and
+//! Shardwise workers: tasks of a TensorFlow dataset go to TensorFlow workers only, a
+//! declarative dataset's to Shardwise workers only, and a worker's kind is fixed when it
+//! registers.
 //! * SV-16, AS-04, AS-09, AS-10 and the LOCAL halves of SV-03 / SV-05: deployment modes and
 //!   in-process (LOCAL) workers, which a REST service has no equivalent of.
 //! * DY-05..DY-08, DY-10, the interleave halves of DY-01 / DY-11, the zip half of JS-14,
