@@ -285,7 +285,8 @@ pub struct CreateIteration {
     /// Which pass over the job (default 0).
     #[serde(default)]
     pub repetition: u64,
-    /// Coordinated reads: this consumer's index.
+    /// Coordinated reads: this consumer's index. Without it the consumer is counted by its
+    /// client id, as for TensorFlow's clients, which send none.
     #[serde(default)]
     pub consumer_index: Option<u64>,
 }
