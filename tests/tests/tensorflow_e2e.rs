@@ -366,7 +366,18 @@ fn restart_mid_epoch(kind: Kind, mode: &str) {
     if mode == "parallel_epochs" {
         assert_eq!(got, all, "the whole range, in order");
     } else {
-        assert_eq!(sorted(got), all, "every element exactly once");
+        // Each element at most once: TensorFlow's workers never acknowledge splits, so a split
+        // handed out at the moment of the kill (journaled, its reply lost with the process) is
+        // gone: the worker asks again and gets the next one. At most one per worker (here one
+        // worker); every other element arrives exactly once.
+        let got = sorted(got);
+        let mut once = got.clone();
+        once.dedup();
+        assert_eq!(once, got, "no element twice");
+        assert!(got.iter().all(|e| all.contains(e)), "{got:?}");
+        let missing: Vec<i64> =
+            all.iter().filter(|e| got.binary_search(e).is_err()).copied().collect();
+        assert!(missing.len() <= 1, "more than the one split in flight lost: {missing:?}");
     }
 }
 
