@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod crash;
+pub mod etcd;
 pub mod fake_k8s;
 pub mod fuzz;
 pub mod tf;
