@@ -701,3 +701,30 @@ fn client_heartbeats_leave_out_an_unchanged_task_list() {
     assert_eq!(recovered.state().version(), h.d.dispatcher().state().version());
     assert!(hb(&mut h, Some(grown.tasks_version)).tasks_unchanged);
 }
+
+/// A standby applies the leader's records as they come, one by one (snapshots included), and
+/// takes over from that state: the same dispatcher as a replay of the journal.
+#[test]
+fn a_standby_resumes_from_the_state_it_applied() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    h.heartbeat(1, "w1", &[]);
+    let ds = h.dataset(range(10));
+    let job = h.job(&ds, ShardingPolicy::Off, Some("j"));
+    h.sync();
+    let snapshot = h.d.dispatcher().snapshot();
+    let before = h.journal.len();
+    let lease = h.d.call(Millis(2), (job, CreateIteration::default())).unwrap();
+    h.sync();
+    let mut standby = State::new(vec![]);
+    for u in std::iter::once(&snapshot).chain(&h.journal[before..]) {
+        shardwise_core::dispatch::apply(&mut standby, u);
+    }
+    let replayed = State::replay(vec![], &h.journal);
+    assert_eq!(standby, replayed);
+    let d = Dispatcher::resume(DispatcherConfig::default(), "unused".into(), Millis(3), standby)
+        .unwrap();
+    assert_eq!(d.state(), h.d.dispatcher().state());
+    assert_eq!(d.incarnation(), h.d.dispatcher().incarnation(), "the journal's incarnation");
+    assert_eq!(d.state().jobs_by_name().get("j"), Some(&job));
+    assert!(d.state().clients().contains_key(&lease.client_id));
+}

@@ -701,14 +701,6 @@ pub struct Staged {
     bytes: u64,
 }
 
-impl Staged {
-    /// A stand-in, for journals of tests that write no segments.
-    #[cfg(test)]
-    pub(crate) fn for_tests() -> Staged {
-        Staged { segment: 0, bytes: 0 }
-    }
-}
-
 /// `shardwise journal dump DIR`: every record of the journal in `work_dir`, one JSON object
 /// per line (`{"segment", "offset", "update"}`), damage reported as it would be at startup
 /// (nothing is modified: a torn tail is reported, not truncated).

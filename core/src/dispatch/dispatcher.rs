@@ -150,6 +150,19 @@ impl Dispatcher {
         Ok(Self::with_state(config, incarnation, state, now))
     }
 
+    /// A dispatcher that takes over `state`: the fold of a journal that a standby kept up to
+    /// date (with [`apply`](super::state::apply)) while another dispatcher wrote it. Like
+    /// [`Dispatcher::recover`] without the replay.
+    pub fn resume(
+        config: DispatcherConfig,
+        incarnation: String,
+        now: Millis,
+        state: State,
+    ) -> Result<Self, DispatchError> {
+        config.validate()?;
+        Ok(Self::with_state(config, incarnation, state, now))
+    }
+
     fn with_state(
         config: DispatcherConfig,
         incarnation: String,

@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shardwise_core::dispatch::{
@@ -43,6 +43,11 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::http::{Code, Problem};
 use crate::journal::{Compaction, Journal, Staged, Storage};
+
+/// A compaction's written snapshot, as the journal that wrote it knows it (a work-dir
+/// journal's staged segment, or the etcd journal's written chunks): [`SnapshotWriter::write`]
+/// makes it, the same journal's [`JournalWriter::finish_compaction`] takes it back.
+pub type StagedSnapshot = Box<dyn std::any::Any + Send>;
 
 /// Wall-clock milliseconds (journaled times must compare across restarts).
 pub fn now() -> Millis {
@@ -109,19 +114,19 @@ pub trait JournalWriter: Send {
     fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>>;
     /// Finishes the compaction with its written snapshot: the records appended since it
     /// began follow the snapshot in the new segment, older segments are deleted.
-    fn finish_compaction(&mut self, staged: Staged) -> std::io::Result<()>;
+    fn finish_compaction(&mut self, staged: StagedSnapshot) -> std::io::Result<()>;
 }
 
 /// Writes a compaction's snapshot (encodes it, writes it and makes it durable) off the
 /// syncer, beside the journal's appends.
 pub trait SnapshotWriter: Send {
     /// Writes `snapshot`.
-    fn write(self: Box<Self>, snapshot: &Update) -> std::io::Result<Staged>;
+    fn write(self: Box<Self>, snapshot: &Update) -> std::io::Result<StagedSnapshot>;
 }
 
 impl SnapshotWriter for Compaction {
-    fn write(self: Box<Self>, snapshot: &Update) -> std::io::Result<Staged> {
-        Compaction::write(*self, snapshot)
+    fn write(self: Box<Self>, snapshot: &Update) -> std::io::Result<StagedSnapshot> {
+        Ok(Box::new(Compaction::write(*self, snapshot)?))
     }
 }
 
@@ -138,8 +143,11 @@ impl<S: Storage> JournalWriter for Journal<S> {
     fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>> {
         Ok(Box::new(Journal::begin_compaction(self)?))
     }
-    fn finish_compaction(&mut self, staged: Staged) -> std::io::Result<()> {
-        Journal::finish_compaction(self, staged)
+    fn finish_compaction(&mut self, staged: StagedSnapshot) -> std::io::Result<()> {
+        let staged = staged
+            .downcast::<Staged>()
+            .map_err(|_| std::io::Error::other("a snapshot written for another journal (a bug)"))?;
+        Journal::finish_compaction(self, *staged)
     }
 }
 
@@ -155,7 +163,7 @@ struct Queue {
     /// The batch the last of `records` belongs to.
     last: Seq,
     /// A compaction's snapshot, written (or not) by the compaction thread.
-    staged: Option<std::io::Result<Staged>>,
+    staged: Option<std::io::Result<StagedSnapshot>>,
 }
 
 /// The syncer's queue and its wake-up.
@@ -214,6 +222,7 @@ impl Core {
             && !inner.broken.swap(true, Ordering::SeqCst)
         {
             tracing::error!(error = %e, "journal failed; refusing further requests");
+            inner.end();
         }
         if inner.broken.load(Ordering::SeqCst) {
             // Dropping the senders answers every waiter: none of them is acknowledged.
@@ -236,11 +245,12 @@ impl Core {
     }
 }
 
+/// One term: a dispatcher and its journal, from the moment it starts serving until it ends (a
+/// journal failure, or [`DriverHandle::end_term`] when a replica loses its leadership). A term
+/// that ended acknowledges nothing more; its syncer and timer task stop.
 struct Inner {
     core: Mutex<Option<Core>>,
-    ready: AtomicBool,
     broken: AtomicBool,
-    incarnation: OnceLock<String>,
     pipe: Arc<Pipe>,
     /// Wakes the timer task when a call brings the next deadline forward.
     timer: Notify,
@@ -248,26 +258,64 @@ struct Inner {
     stats: Arc<Stats>,
     /// Compact when the current segment grows past this many bytes.
     compact_at_bytes: u64,
+    /// Turns true when the term ends.
+    ended: tokio::sync::watch::Sender<bool>,
 }
 
-/// A handle to the dispatcher (cheap to clone).
+impl Inner {
+    /// Marks the term ended: nothing more is acknowledged.
+    fn end(&self) {
+        self.broken.store(true, Ordering::SeqCst);
+        self.ended.send_replace(true);
+    }
+}
+
+/// What every term shares: the current one, and the counters.
+struct Shared {
+    term: std::sync::RwLock<Option<Arc<Inner>>>,
+    incarnation: std::sync::RwLock<String>,
+    compact_at_bytes: u64,
+}
+
+/// A handle to the dispatcher (cheap to clone). It serves one term at a time: a single
+/// dispatcher has one term for its whole life; a replica of a replicated dispatcher has one
+/// per leadership, and none while it follows.
 #[derive(Clone)]
 pub struct DriverHandle {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
     /// Counters.
     pub stats: Arc<Stats>,
 }
 
 impl std::fmt::Debug for DriverHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DriverHandle")
-            .field("ready", &self.is_ready())
-            .field("broken", &self.inner.broken.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
+        f.debug_struct("DriverHandle").field("ready", &self.is_ready()).finish_non_exhaustive()
+    }
+}
+
+/// Ends when its term ends ([`DriverHandle::begin_term`]).
+#[derive(Debug)]
+pub struct TermEnded(tokio::sync::watch::Receiver<bool>);
+
+impl TermEnded {
+    /// Waits for the term to end.
+    pub async fn wait(mut self) {
+        let _ = self.0.wait_for(|ended| *ended).await;
     }
 }
 
 impl DriverHandle {
+    /// A handle without a term: calls answer UNAVAILABLE until [`DriverHandle::begin_term`].
+    pub fn idle(compact_at_bytes: u64) -> DriverHandle {
+        let stats = Arc::new(Stats::default());
+        let shared = Arc::new(Shared {
+            term: std::sync::RwLock::new(None),
+            incarnation: std::sync::RwLock::new(String::new()),
+            compact_at_bytes,
+        });
+        DriverHandle { shared, stats }
+    }
+
     /// Runs `startup` (replay) on a thread of its own, after which the dispatcher is ready;
     /// `on_started` receives the startup's error, or `None` when ready. Needs a tokio runtime
     /// (for the timer task).
@@ -285,82 +333,120 @@ impl DriverHandle {
         compact_at_bytes: u64,
         on_started: impl FnOnce(Option<StartupError>) + Send + 'static,
     ) -> DriverHandle {
-        let stats = Arc::new(Stats::default());
-        let inner = Arc::new(Inner {
-            core: Mutex::new(None),
-            ready: AtomicBool::new(false),
-            broken: AtomicBool::new(false),
-            incarnation: OnceLock::new(),
-            pipe: Arc::default(),
-            timer: Notify::new(),
-            next_deadline: AtomicU64::new(u64::MAX),
-            stats: stats.clone(),
-            compact_at_bytes,
-        });
-        let actor = DriverHandle { inner: inner.clone(), stats };
+        let handle = DriverHandle::idle(compact_at_bytes);
         let runtime = tokio::runtime::Handle::current();
+        let h = handle.clone();
         std::thread::Builder::new()
             .name("shardwise-replay".into())
             .spawn(move || match startup() {
                 Err(e) => on_started(Some(e)),
                 Ok((d, journal)) => {
-                    let _ = inner.incarnation.set(d.incarnation().to_owned());
-                    let sink = match journal {
-                        None => Sink::Memory,
-                        Some(journal) => {
-                            let syncer = inner.clone();
-                            std::thread::Builder::new()
-                                .name("shardwise-journal".into())
-                                .spawn(move || sync(&syncer, journal))
-                                .expect("spawn the journal thread");
-                            Sink::Syncer(inner.pipe.clone())
-                        }
-                    };
-                    // (A fresh dispatcher's start record goes with the first call's records.)
-                    let driver = Driver::new(d, sink);
-                    *lock(&inner.core) = Some(Core { driver, waiters: HashMap::new() });
-                    inner.ready.store(true, Ordering::SeqCst);
-                    runtime.spawn(timers(inner));
+                    let _guard = runtime.enter();
+                    // A single dispatcher's one term ends only with a journal failure, after
+                    // which it refuses every call until restarted.
+                    drop(h.begin_term(d, journal));
                     on_started(None);
                 }
             })
             .expect("spawn the replay thread");
-        actor
+        handle
     }
 
-    /// The dispatcher's incarnation id (empty until replay finished).
-    pub fn incarnation(&self) -> &str {
-        self.inner.incarnation.get().map_or("", String::as_str)
+    /// Starts serving `dispatcher` with `journal` (none: in memory) as the current term; the
+    /// returned [`TermEnded`] resolves when the term ends. Must run inside a tokio runtime (the
+    /// term's timer task). A current term is ended first.
+    pub fn begin_term(
+        &self,
+        dispatcher: Dispatcher,
+        journal: Option<Box<dyn JournalWriter>>,
+    ) -> TermEnded {
+        self.end_term();
+        let (ended, ended_rx) = tokio::sync::watch::channel(false);
+        let inner = Arc::new(Inner {
+            core: Mutex::new(None),
+            broken: AtomicBool::new(false),
+            pipe: Arc::default(),
+            timer: Notify::new(),
+            next_deadline: AtomicU64::new(u64::MAX),
+            stats: self.stats.clone(),
+            compact_at_bytes: self.shared.compact_at_bytes,
+            ended,
+        });
+        *write(&self.shared.incarnation) = dispatcher.incarnation().to_owned();
+        let sink = match journal {
+            None => Sink::Memory,
+            Some(journal) => {
+                let syncer = inner.clone();
+                std::thread::Builder::new()
+                    .name("shardwise-journal".into())
+                    .spawn(move || sync(&syncer, journal))
+                    .expect("spawn the journal thread");
+                Sink::Syncer(inner.pipe.clone())
+            }
+        };
+        // (A fresh dispatcher's start record goes with the first call's records.)
+        let driver = Driver::new(dispatcher, sink);
+        *lock(&inner.core) = Some(Core { driver, waiters: HashMap::new() });
+        tokio::spawn(timers(inner.clone()));
+        *write(&self.shared.term) = Some(inner);
+        TermEnded(ended_rx)
     }
 
-    /// Whether replay finished.
+    /// Ends the current term, if any: every call waiting for its reply is answered
+    /// UNAVAILABLE (none of them is acknowledged), and so is every later call until the next
+    /// term begins. The term's journal is dropped once its syncer notices.
+    pub fn end_term(&self) {
+        let Some(inner) = write(&self.shared.term).take() else { return };
+        inner.end();
+        // Dropping the driver drops the senders of every waiter; the syncer and the timer
+        // task find no core and stop.
+        let core = lock(&inner.core).take();
+        drop(core);
+        // (Under the queue's lock: the syncer checks the flag under it before it waits.)
+        let queue = lock(&inner.pipe.queue);
+        inner.pipe.queued.notify_one();
+        drop(queue);
+        inner.timer.notify_one();
+    }
+
+    fn current(&self) -> Option<Arc<Inner>> {
+        self.shared.term.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The dispatcher's incarnation id (empty until a term began).
+    pub fn incarnation(&self) -> String {
+        self.shared.incarnation.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Whether a term is being served (replay finished, the journal writable).
     pub fn is_ready(&self) -> bool {
-        self.inner.ready.load(Ordering::SeqCst)
+        self.current().is_some_and(|t| !t.broken.load(Ordering::SeqCst))
     }
 
     /// Submits `request` to the dispatcher; resolves with its reply, which the core releases
     /// once its journal records (and every record before them) are durable.
     pub async fn call<C: Call>(&self, request: C) -> Result<C::Output, Problem> {
-        let inner = &self.inner;
-        if !self.is_ready() {
+        let Some(inner) = self.current() else {
             return Err(Problem::new(
                 Code::Unavailable,
-                "Dispatcher has not started yet: it is replaying its journal.",
+                "Dispatcher is not serving: it is replaying its journal, or it is not the \
+                 leader (GET /v1/leader says who is).",
             ));
-        }
+        };
         if inner.broken.load(Ordering::SeqCst) {
             return Err(journal_broken());
         }
         let submitted = {
             let mut guard = inner.core.lock().map_err(|_| {
+                inner.end();
                 Problem::new(
                     Code::Unavailable,
                     "the dispatcher stopped after an internal error; restart it (a restart \
                      replays the journal)",
                 )
             })?;
-            let core =
-                guard.as_mut().ok_or_else(|| Problem::new(Code::Unavailable, "not started"))?;
+            // (Checked under the lock: a term that ended takes its core out under it.)
+            let core = guard.as_mut().ok_or_else(journal_broken)?;
             let submitted = match core.driver.submit(now(), request) {
                 Submitted::Ready(reply) => Ok(reply),
                 Submitted::Pending(ticket) => {
@@ -369,7 +455,7 @@ impl DriverHandle {
                     Err(rx)
                 }
             };
-            core.after(inner);
+            core.after(&inner);
             submitted
         };
         inner.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -385,11 +471,15 @@ impl DriverHandle {
     /// For tests and diagnostics: reads the dispatcher as it is now, records not yet durable
     /// included (this bypasses the durability barrier; replies never come from here).
     pub fn inspect<R>(&self, f: impl FnOnce(&Dispatcher) -> R) -> Result<R, Problem> {
-        let guard =
-            self.inner.core.lock().map_err(|_| Problem::new(Code::Unavailable, "stopped"))?;
+        let inner = self.current().ok_or_else(|| Problem::new(Code::Unavailable, "not serving"))?;
+        let guard = inner.core.lock().map_err(|_| Problem::new(Code::Unavailable, "stopped"))?;
         let core = guard.as_ref().ok_or_else(|| Problem::new(Code::Unavailable, "not started"))?;
         Ok(f(core.driver.dispatcher()))
     }
+}
+
+fn write<T>(m: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -411,7 +501,14 @@ fn sync(inner: &Inner, mut journal: Box<dyn JournalWriter>) {
         let (last, staged) = {
             let mut q = lock(&inner.pipe.queue);
             while q.records.is_empty() && q.staged.is_none() {
+                if inner.broken.load(Ordering::SeqCst) {
+                    return;
+                }
                 q = inner.pipe.queued.wait(q).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            if inner.broken.load(Ordering::SeqCst) {
+                // The term ended: what is queued was never acknowledged and goes nowhere.
+                return;
             }
             std::mem::swap(&mut batch, &mut q.records);
             (q.last, q.staged.take())
@@ -469,7 +566,7 @@ fn persisted(inner: &Inner, seq: Seq) -> bool {
 
 fn fail(inner: &Inner, e: std::io::Error, what: &'static str) {
     tracing::error!(error = %e, "{what}; refusing further requests");
-    inner.broken.store(true, Ordering::SeqCst);
+    inner.end();
     if let Some(core) = lock(&inner.core).as_mut() {
         core.driver.handle_sink_failure(JournalFailure::Storage { what, source: e });
         // Dropping the senders answers every waiter: none of them is acknowledged.
@@ -586,7 +683,7 @@ mod tests {
         fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>> {
             Err(std::io::Error::other("never compacts"))
         }
-        fn finish_compaction(&mut self, _: Staged) -> std::io::Result<()> {
+        fn finish_compaction(&mut self, _: StagedSnapshot) -> std::io::Result<()> {
             Ok(())
         }
     }
@@ -655,7 +752,7 @@ mod tests {
             self.compactions.fetch_add(1, Ordering::SeqCst);
             Ok(Box::new(Gate::default()))
         }
-        fn finish_compaction(&mut self, _: Staged) -> std::io::Result<()> {
+        fn finish_compaction(&mut self, _: StagedSnapshot) -> std::io::Result<()> {
             self.bytes = 0;
             Ok(())
         }
@@ -677,14 +774,14 @@ mod tests {
     }
 
     impl SnapshotWriter for Gate {
-        fn write(self: Box<Self>, snapshot: &Update) -> std::io::Result<Staged> {
+        fn write(self: Box<Self>, snapshot: &Update) -> std::io::Result<StagedSnapshot> {
             let mut open = self.open.0.lock().unwrap();
             while !*open {
                 open = self.open.1.wait(open).unwrap();
             }
             let Update::Snapshot { state } = snapshot else { panic!("not a snapshot") };
             *self.workers.lock().unwrap() = Some(state.workers().len());
-            Ok(Staged::for_tests())
+            Ok(Box::new(()))
         }
     }
 
@@ -715,7 +812,7 @@ mod tests {
             *self.at_begin.lock().unwrap() = Some(self.registrations.load(Ordering::SeqCst));
             Ok(Box::new(self.gate.clone()))
         }
-        fn finish_compaction(&mut self, _: Staged) -> std::io::Result<()> {
+        fn finish_compaction(&mut self, _: StagedSnapshot) -> std::io::Result<()> {
             self.bytes = 0;
             self.finished.fetch_add(1, Ordering::SeqCst);
             Ok(())
@@ -802,6 +899,66 @@ mod tests {
             let n = compactions.load(Ordering::SeqCst);
             assert_eq!(n > 0, want, "threshold {threshold}: {n} compactions");
         }
+    }
+
+    /// A replica's leadership is a term: ending it answers the calls waiting for their records
+    /// UNAVAILABLE (none is acknowledged) and every later call too, until the next term.
+    #[tokio::test]
+    async fn an_ended_term_acknowledges_nothing_and_the_next_one_serves() {
+        /// A journal whose commits wait for a gate that never opens.
+        struct Stuck(Gate);
+        impl JournalWriter for Stuck {
+            fn append(&mut self, _: &[Update]) -> std::io::Result<()> {
+                Ok(())
+            }
+            fn commit(&mut self) -> std::io::Result<()> {
+                let mut open = self.0.open.0.lock().unwrap();
+                while !*open {
+                    open = self.0.open.1.wait(open).unwrap();
+                }
+                Ok(())
+            }
+            fn segment_bytes(&self) -> u64 {
+                0
+            }
+            fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>> {
+                Err(std::io::Error::other("never compacts"))
+            }
+            fn finish_compaction(&mut self, _: StagedSnapshot) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let handle = DriverHandle::idle(COMPACT_AT_BYTES);
+        assert!(!handle.is_ready());
+        let r = handle.call(ListWorkers).await;
+        assert_eq!(r.expect_err("no term").code, "UNAVAILABLE");
+        let config = DispatcherConfig { fault_tolerant: true, ..Default::default() };
+        let d = Dispatcher::new(config.clone(), "inc".into(), now()).expect("dispatcher");
+        let gate = Gate::default();
+        let ended = handle.begin_term(d, Some(Box::new(Stuck(gate.clone()))));
+        assert!(handle.is_ready());
+        assert_eq!(handle.incarnation(), "inc");
+        let h = handle.clone();
+        let waiting = tokio::spawn(async move { h.call(heartbeat("w1:1")).await });
+        // The call is submitted and waits for its commit, which never comes.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while handle.stats.requests.load(Ordering::SeqCst) == 0 {
+            assert!(std::time::Instant::now() < deadline, "the call was never submitted");
+            tokio::task::yield_now().await;
+        }
+        handle.end_term();
+        tokio::time::timeout(Duration::from_secs(10), ended.wait()).await.expect("ended");
+        let r = waiting.await.expect("joined");
+        assert_eq!(r.expect_err("never acknowledged").code, "UNAVAILABLE");
+        assert!(!handle.is_ready());
+        let r = handle.call(ListWorkers).await;
+        assert_eq!(r.expect_err("between terms").code, "UNAVAILABLE");
+        gate.open();
+        // The next term (here in memory) serves again.
+        let d = Dispatcher::new(config, "inc".into(), now()).expect("dispatcher");
+        let _ended = handle.begin_term(d, None);
+        handle.call(heartbeat("w2:1")).await.expect("served");
+        assert_eq!(handle.call(ListWorkers).await.expect("read").workers.len(), 1);
     }
 
     #[tokio::test]
