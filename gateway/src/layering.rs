@@ -53,6 +53,7 @@ fn modules_have_no_import_cycle() {
         ("http", &[]),
         ("journal", &[]),
         ("tf", &[]),
+        ("etcd", &[]),
         ("kubernetes", &["http"]),
         ("dispatcher", &["http", "journal", "kubernetes", "tf"]),
         ("worker", &["http"]),

@@ -30,6 +30,8 @@
 //! * [`tf`]: TensorFlow's tf.data service protocol (generated types of the project's own
 //!   `.proto` subsets) and the DYNAMIC split providers of a dataset's GraphDef. Uses nothing
 //!   else in this crate.
+//! * [`etcd`]: a client of etcd's v3 API (generated types of the project's own `.proto`
+//!   subset, failover between members). Uses nothing else in this crate.
 //!
 //! # Errors
 //!
@@ -44,6 +46,7 @@
 
 pub mod client;
 pub mod dispatcher;
+pub mod etcd;
 pub mod http;
 pub mod journal;
 pub mod kubernetes;

@@ -1,7 +1,7 @@
 //! The tf.data service protocol of TensorFlow 2.21, as prost messages and tonic services.
 //!
 //! Generated from `gateway/proto/` by protox and tonic-prost-build and checked in (so a build
-//! needs neither `protoc` nor a proto compiler); the test `tf_proto_codegen` regenerates it and
+//! needs neither `protoc` nor a proto compiler); the test `proto_codegen` regenerates it and
 //! fails when it differs. The `.proto` files are Shardwise's subsets of TensorFlow's, with
 //! TensorFlow's package, service, message and field names and numbers: fields left out are
 //! skipped on decode. A dataset's graph travels as bytes (`data::DatasetDef::graph`), so it is
