@@ -55,7 +55,7 @@ fn modules_have_no_import_cycle() {
         ("tf", &[]),
         ("etcd", &[]),
         ("kubernetes", &["http"]),
-        ("dispatcher", &["http", "journal", "kubernetes", "tf"]),
+        ("dispatcher", &["http", "journal", "kubernetes", "tf", "etcd"]),
         ("worker", &["http"]),
         ("client", &["http"]),
         ("openapi", &["http", "dispatcher", "worker"]),

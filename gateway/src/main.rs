@@ -35,10 +35,23 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum JournalCommand {
-    /// Print every record of the journal in a work dir as JSON lines.
+    /// Print every record of the journal in a work dir, or in etcd, as JSON lines.
     Dump {
         /// The dispatcher's --work-dir.
-        dir: std::path::PathBuf,
+        #[arg(required_unless_present = "etcd")]
+        dir: Option<std::path::PathBuf>,
+        /// The replicas' --etcd: read the journal they keep in etcd.
+        #[arg(
+            long,
+            env = "SHARDWISE_ETCD",
+            value_delimiter = ',',
+            value_name = "URL",
+            conflicts_with = "dir"
+        )]
+        etcd: Vec<String>,
+        /// The replicas' --etcd-prefix.
+        #[arg(long, env = "SHARDWISE_ETCD_PREFIX", default_value = dispatcher::replica::DEFAULT_PREFIX, value_parser = dispatcher::replica::check_prefix)]
+        etcd_prefix: String,
     },
 }
 
@@ -52,7 +65,24 @@ fn main() {
             print!("{}", shardwise_gateway::openapi::document_json());
             0
         }
-        Command::Journal(JournalCommand::Dump { dir }) => {
+        Command::Journal(JournalCommand::Dump { dir: None, etcd, etcd_prefix }) => {
+            let stdout = std::io::stdout();
+            let dumped = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+                .and_then(|rt| {
+                    rt.block_on(dispatcher::replica::dump(&etcd, &etcd_prefix, &mut stdout.lock()))
+                });
+            match dumped {
+                Ok(_) => 0,
+                Err(e) => {
+                    eprintln!("shardwise journal dump: {e}");
+                    1
+                }
+            }
+        }
+        Command::Journal(JournalCommand::Dump { dir: Some(dir), .. }) => {
             let stdout = std::io::stdout();
             match shardwise_gateway::journal::dump(&dir, &mut stdout.lock()) {
                 Ok(_) => 0,

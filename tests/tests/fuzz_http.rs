@@ -21,12 +21,12 @@ use shardwise_core::dispatch::framing::{Tail, segment_header};
 use shardwise_core::dispatch::journal::{decode_updates, encode_update};
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Update};
 use shardwise_gateway::dispatcher::core::{
-    DriverHandle, JournalWriter, SnapshotWriter, Startup, now,
+    DriverHandle, JournalWriter, SnapshotWriter, StagedSnapshot, Startup, now,
 };
+use shardwise_gateway::dispatcher::replica::ReplicaStatus;
 use shardwise_gateway::dispatcher::{AppState, api_router, router};
 use shardwise_gateway::http::limit::LimitConfig;
 use shardwise_gateway::http::metrics::RouteMetrics;
-use shardwise_gateway::journal::Staged;
 use shardwise_tests::fuzz::{
     Budget, Rng, Verdict, corpus, hostile_value, keys_of, mutate_json, mutate_text, run, show_bytes,
 };
@@ -51,7 +51,7 @@ impl JournalWriter for MemoryJournal {
     fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>> {
         Err(std::io::Error::other("this journal does not compact"))
     }
-    fn finish_compaction(&mut self, _: Staged) -> std::io::Result<()> {
+    fn finish_compaction(&mut self, _: StagedSnapshot) -> std::io::Result<()> {
         Ok(())
     }
 }
@@ -375,6 +375,7 @@ fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, DriverHandle, MemoryJ
     assert!(started_rx.recv().expect("the actor starts").is_none());
     let state = AppState {
         driver: actor.clone(),
+        replica: Arc::new(ReplicaStatus::single("http://127.0.0.1:1".into())),
         fault_tolerant: true,
         cluster: None,
         kube: Default::default(),

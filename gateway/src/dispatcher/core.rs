@@ -151,6 +151,11 @@ impl<S: Storage> JournalWriter for Journal<S> {
     }
 }
 
+/// The answer to calls while no term is served, unless [`DriverHandle::set_idle_reason`] said
+/// more.
+const NOT_SERVING: &str = "Dispatcher is not serving: it is replaying its journal, or it does not \
+                           lead (GET /v1/leader says which replica does).";
+
 /// Compact when the current segment grows past this (the default of `--compact-at-bytes`).
 pub const COMPACT_AT_BYTES: u64 = 64 << 20;
 /// Records waiting for the syncer beyond which calls are refused (the disk cannot keep up).
@@ -273,6 +278,8 @@ impl Inner {
 /// What every term shares: the current one, and the counters.
 struct Shared {
     term: std::sync::RwLock<Option<Arc<Inner>>>,
+    /// Why no term is served now (the answer to calls meanwhile).
+    idle: std::sync::RwLock<String>,
     incarnation: std::sync::RwLock<String>,
     compact_at_bytes: u64,
 }
@@ -310,6 +317,7 @@ impl DriverHandle {
         let stats = Arc::new(Stats::default());
         let shared = Arc::new(Shared {
             term: std::sync::RwLock::new(None),
+            idle: std::sync::RwLock::new(NOT_SERVING.to_owned()),
             incarnation: std::sync::RwLock::new(String::new()),
             compact_at_bytes,
         });
@@ -409,6 +417,12 @@ impl DriverHandle {
         inner.timer.notify_one();
     }
 
+    /// Says why no term is served (e.g. which replica leads): the answer to every call until
+    /// the next term.
+    pub fn set_idle_reason(&self, why: impl Into<String>) {
+        *write(&self.shared.idle) = why.into();
+    }
+
     fn current(&self) -> Option<Arc<Inner>> {
         self.shared.term.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
@@ -427,11 +441,8 @@ impl DriverHandle {
     /// once its journal records (and every record before them) are durable.
     pub async fn call<C: Call>(&self, request: C) -> Result<C::Output, Problem> {
         let Some(inner) = self.current() else {
-            return Err(Problem::new(
-                Code::Unavailable,
-                "Dispatcher is not serving: it is replaying its journal, or it is not the \
-                 leader (GET /v1/leader says who is).",
-            ));
+            let why = self.shared.idle.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            return Err(Problem::new(Code::Unavailable, why.as_str()));
         };
         if inner.broken.load(Ordering::SeqCst) {
             return Err(journal_broken());

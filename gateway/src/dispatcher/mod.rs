@@ -3,6 +3,7 @@
 
 pub mod core;
 pub mod grpc;
+pub mod replica;
 pub mod routes;
 #[cfg(test)]
 mod storage_faults;
@@ -18,8 +19,8 @@ pub use self::core::DriverHandle;
 use self::core::{JournalWriter, Startup, StartupError, now};
 pub use self::routes::{AppState, api_router};
 use crate::http::{
-    DurationError, Running, auth, common_layers, conn, docs, front, incarnation, init_logging,
-    limit, metrics, parse_duration, shutdown_signal,
+    Code, DurationError, Problem, Running, auth, common_layers, conn, docs, front, incarnation,
+    init_logging, limit, metrics, parse_duration, shutdown_signal,
 };
 use crate::journal::{DirStorage, Journal};
 
@@ -115,6 +116,39 @@ pub struct DispatcherArgs {
     /// TensorFlow's default, DEPLOYMENT_MODE_UNSPECIFIED.
     #[arg(long, env = "SHARDWISE_DEPLOYMENT_MODE", value_enum)]
     pub deployment_mode: Option<DeploymentMode>,
+    /// Keep the journal in etcd (its client URLs, comma separated: `http://host:port`), with
+    /// replicas: every dispatcher started with the same --etcd and --etcd-prefix is one, one
+    /// of them leads (elected with an etcd lease) and the others follow as hot standbys. Every
+    /// record is committed by etcd before its reply. Conflicts with --work-dir.
+    #[arg(
+        long,
+        env = "SHARDWISE_ETCD",
+        value_delimiter = ',',
+        value_name = "URL",
+        conflicts_with = "work_dir"
+    )]
+    pub etcd: Vec<String>,
+    /// The journal's key prefix in etcd (several replicated dispatchers can share one etcd;
+    /// prefixes must not nest).
+    #[arg(long, env = "SHARDWISE_ETCD_PREFIX", default_value = replica::DEFAULT_PREFIX, value_parser = replica::check_prefix)]
+    pub etcd_prefix: String,
+    /// The leader's etcd lease: a leader that dies is replaced about this long after (whole
+    /// seconds, at least 2 s: etcd's shortest lease).
+    #[arg(long, env = "SHARDWISE_LEADER_LEASE", default_value = "5s", value_parser = parse_lease)]
+    pub leader_lease: Duration,
+    /// The URL other replicas redirect to when this one leads, and `GET /v1/leader` reports
+    /// (default: `http://<--host>:<bound port>`; needed when --host is a wildcard address).
+    #[arg(long, env = "SHARDWISE_ADVERTISE_URL", value_name = "URL")]
+    pub advertise_url: Option<String>,
+}
+
+/// `--leader-lease`: whole seconds, 2 s to 1 h.
+fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
+    if d.subsec_nanos() != 0 || d < Duration::from_secs(2) || d > Duration::from_secs(3600) {
+        return Err(format!("{s:?}: a lease is whole seconds from 2s to 1h (etcd's leases are)"));
+    }
+    Ok(d)
 }
 
 /// `--deployment-mode`.
@@ -178,6 +212,10 @@ impl Default for DispatcherArgs {
             compact_at_bytes: core::COMPACT_AT_BYTES,
             max_dataset_bytes: shardwise_core::dispatch::DEFAULT_MAX_DATASET_BYTES,
             deployment_mode: None,
+            etcd: Vec::new(),
+            etcd_prefix: replica::DEFAULT_PREFIX.into(),
+            leader_lease: Duration::from_secs(5),
+            advertise_url: None,
         }
     }
 }
@@ -209,7 +247,8 @@ impl DispatcherArgs {
     /// The state machine's configuration.
     pub fn config(&self) -> DispatcherConfig {
         DispatcherConfig {
-            fault_tolerant: self.fault_tolerant,
+            // A journal in etcd is always durable before a reply.
+            fault_tolerant: self.fault_tolerant || !self.etcd.is_empty(),
             worker_addresses: self
                 .worker_addresses
                 .iter()
@@ -233,13 +272,56 @@ pub fn router(state: AppState, limits: limit::LimitConfig, tokens: Option<auth::
     let (api, _) = api_router();
     // Per route: metrics, then the token check, then the body (read after the token check:
     // an unauthenticated caller gets no buffer).
-    let api = api.route_layer(front::RouteLayer::new(Some(state.routes.clone()), tokens, &limits));
+    // On a replica that does not lead, after the token check: a redirect to the leader.
+    let api = api
+        .route_layer(axum::middleware::from_fn_with_state(state.replica.clone(), to_leader))
+        .route_layer(front::RouteLayer::new(Some(state.routes.clone()), tokens, &limits));
     // Swagger UI from assets vendored in the build (no network), reading /openapi.json.
     let docs: Router<AppState> = utoipa_swagger_ui::SwaggerUi::new("/docs")
         .external_url_unchecked("/openapi.json", docs::document())
         .into();
     common_layers(api.merge(docs).fallback(crate::http::not_found), "dispatcher", limits)
         .with_state(state)
+}
+
+/// A replica that does not lead answers every `/v1/` call but `GET /v1/leader` with a
+/// redirect to the leader (307: the method and body are kept), or 503 when no replica leads.
+async fn to_leader(
+    axum::extract::State(status): axum::extract::State<std::sync::Arc<replica::ReplicaStatus>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let path = request.uri().path();
+    if !path.starts_with("/v1/") || path == "/v1/leader" {
+        return next.run(request).await;
+    }
+    match status.redirect() {
+        None => next.run(request).await,
+        Some(None) => Problem::new(
+            Code::Unavailable,
+            "No dispatcher replica leads now (an election is under way, or etcd is unreachable); \
+             retry shortly.",
+        )
+        .into_response(),
+        Some(Some(leader)) => {
+            let target = format!(
+                "{leader}{}",
+                request.uri().path_and_query().map_or(path, axum::http::uri::PathAndQuery::as_str)
+            );
+            let mut p = Problem::new(
+                Code::Unavailable,
+                format!("This dispatcher replica follows; the leader is {leader}."),
+            )
+            .with_status(307, "Temporary Redirect");
+            p.leader = Some(leader);
+            let mut response = p.into_response();
+            if let Ok(v) = axum::http::HeaderValue::from_str(&target) {
+                response.headers_mut().insert(axum::http::header::LOCATION, v);
+            }
+            response
+        }
+    }
 }
 
 /// Why a dispatcher did not start. It renders itself as the process's answer: its `Display`
@@ -271,6 +353,12 @@ pub enum StartError {
     /// The replay thread ended without an answer.
     #[error("refusing to start: the replay thread ended without an answer (a bug)")]
     RecoveryLost,
+    /// An unusable `--etcd` endpoint.
+    #[error("--etcd: {0}")]
+    Etcd(crate::etcd::Error),
+    /// An unusable `--advertise-url`, or none where one is needed.
+    #[error("--advertise-url: {0}")]
+    AdvertiseUrl(String),
 }
 
 impl StartError {
@@ -280,7 +368,9 @@ impl StartError {
             StartError::FaultTolerantWithoutWorkDir
             | StartError::AuthTokens(_)
             | StartError::Config(_)
-            | StartError::ClusterConfig(_) => 2,
+            | StartError::ClusterConfig(_)
+            | StartError::Etcd(_)
+            | StartError::AdvertiseUrl(_) => 2,
             StartError::WorkDir(_)
             | StartError::Listen(_)
             | StartError::Recovery(_)
@@ -351,8 +441,94 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         None => None,
         Some(dir) => Some(DirStorage::exclusive(dir)?),
     };
+    let etcd = if args.etcd.is_empty() {
+        None
+    } else {
+        let options = crate::etcd::Options {
+            connect_timeout: Duration::from_millis(500),
+            request_timeout: (args.leader_lease / 3)
+                .clamp(Duration::from_millis(500), Duration::from_secs(2)),
+        };
+        Some(crate::etcd::Client::new(&args.etcd, options).map_err(StartError::Etcd)?)
+    };
     let (listener, local) = crate::http::listen(&args.host, args.port).await?;
+    let advertise_url = advertise_url(&args, local)?;
     let fault_tolerant = config.fault_tolerant;
+    let (driver, replica, started_rx) = if let Some(client) = etcd {
+        let driver = DriverHandle::idle(args.compact_at_bytes);
+        let status = std::sync::Arc::new(replica::ReplicaStatus::replica(advertise_url.clone()));
+        let options = replica::ReplicaOptions {
+            endpoints: args.etcd.clone(),
+            prefix: args.etcd_prefix.clone(),
+            lease: args.leader_lease,
+            advertise_url: advertise_url.clone(),
+            config,
+            incarnation: incarnation(),
+        };
+        let r = replica::Replica::start(options, client, driver.clone(), status.clone());
+        (driver, Some((r, status)), None)
+    } else {
+        let (driver, started_rx) = start_single(&args, config, storage);
+        (driver, None, Some(started_rx))
+    };
+    let status = match &replica {
+        Some((_, status)) => status.clone(),
+        None => std::sync::Arc::new(replica::ReplicaStatus::single(advertise_url)),
+    };
+    let pusher = std::sync::Arc::new(grpc::push::Pusher::new());
+    let grpc = grpc::front(
+        grpc::DispatcherGrpc::new(
+            driver.clone(),
+            DeploymentMode::tf(args.deployment_mode),
+            pusher.clone(),
+        ),
+        args.limits(),
+        tokens.clone(),
+    );
+    let state = AppState {
+        driver,
+        replica: status,
+        fault_tolerant,
+        cluster,
+        kube: Default::default(),
+        routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),
+        pusher,
+    };
+    let app = router(state, args.limits(), tokens);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let read_timeout = args.read_timeout;
+    let replica = replica.map(|(r, _)| r);
+    let task = tokio::spawn(async move {
+        conn::serve(listener, app, Some(grpc), read_timeout, async move {
+            let _ = stop_rx.await;
+        })
+        .await;
+        // A leader that stops hands over at once: it ends its term and revokes its lease.
+        if let Some(r) = replica {
+            r.stop().await;
+        }
+        0
+    });
+    let running = Running::new(local, local.to_string(), stop_tx, task);
+    // A replica serves at once (GET /v1/leader says what it is); a single dispatcher is
+    // ready once replay finished: the caller prints the listening line after this.
+    let Some(started_rx) = started_rx else { return Ok(running) };
+    let failure = match started_rx.await {
+        Ok(None) => return Ok(running),
+        Ok(Some(e)) => StartError::Recovery(e),
+        Err(_) => StartError::RecoveryLost,
+    };
+    running.stop().await;
+    Err(failure)
+}
+
+/// Starts a single dispatcher (in memory, or on its work dir): replay runs on a thread of its
+/// own; the receiver answers when it is done.
+fn start_single(
+    args: &DispatcherArgs,
+    config: DispatcherConfig,
+    storage: Option<DirStorage>,
+) -> (DriverHandle, tokio::sync::oneshot::Receiver<Option<StartupError>>) {
     let work_dir = args.work_dir.clone();
     let inc = incarnation();
     let startup: Startup = Box::new(move || {
@@ -379,43 +555,27 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     let driver = DriverHandle::spawn_with(startup, args.compact_at_bytes, move |err| {
         let _ = started_tx.send(err);
     });
-    let pusher = std::sync::Arc::new(grpc::push::Pusher::new());
-    let grpc = grpc::front(
-        grpc::DispatcherGrpc::new(
-            driver.clone(),
-            DeploymentMode::tf(args.deployment_mode),
-            pusher.clone(),
-        ),
-        args.limits(),
-        tokens.clone(),
-    );
-    let state = AppState {
-        driver,
-        fault_tolerant,
-        cluster,
-        kube: Default::default(),
-        routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),
-        pusher,
-    };
-    let app = router(state, args.limits(), tokens);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let read_timeout = args.read_timeout;
-    let task = tokio::spawn(async move {
-        conn::serve(listener, app, Some(grpc), read_timeout, async move {
-            let _ = stop_rx.await;
-        })
-        .await;
-        0
-    });
-    let running = Running::new(local, local.to_string(), stop_tx, task);
-    // Ready only once replay finished: the caller prints the listening line after this.
-    let failure = match started_rx.await {
-        Ok(None) => return Ok(running),
-        Ok(Some(e)) => StartError::Recovery(e),
-        Err(_) => StartError::RecoveryLost,
-    };
-    running.stop().await;
-    Err(failure)
+    (driver, started_rx)
+}
+
+/// `--advertise-url`, or `http://<--host>:<bound port>` (refused for a wildcard host).
+fn advertise_url(args: &DispatcherArgs, local: std::net::SocketAddr) -> Result<String, StartError> {
+    if let Some(url) = &args.advertise_url {
+        return crate::http::client::base_url(url)
+            .map_err(|e| StartError::AdvertiseUrl(e.to_string()));
+    }
+    if local.ip().is_unspecified() {
+        if args.etcd.is_empty() {
+            return Ok(format!("http://{local}"));
+        }
+        return Err(StartError::AdvertiseUrl(format!(
+            "--host {} listens on every address: say which one other replicas and clients reach \
+             this one at (e.g. --advertise-url http://10.0.0.5:{})",
+            args.host,
+            local.port()
+        )));
+    }
+    Ok(format!("http://{local}"))
 }
 
 #[cfg(test)]

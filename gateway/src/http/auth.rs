@@ -92,7 +92,7 @@ pub fn access(method: &Method, path: &str) -> Access {
     match (method.as_str(), path) {
         (_, "/healthz" | "/readyz" | "/openapi.json") => Access::Open,
         (_, p) if p == "/docs" || p.starts_with("/docs/") => Access::Open,
-        ("GET", "/v1/version") => Access::Any,
+        ("GET", "/v1/version" | "/v1/leader") => Access::Any,
         // Every task of a training job reads the cluster (its TF_CONFIG), workers and
         // clients alike; a monitoring token does not (the view names every host of the job).
         ("GET", "/v1/cluster") => Access::OneOf(&[Role::Worker, Role::Client]),
@@ -399,6 +399,7 @@ mod table {
             serde_json::from_str(include_str!("../../../openapi/openapi.json")).unwrap();
         let expected: &[(&str, &str, Access)] = &[
             ("get", "/v1/version", Access::Any),
+            ("get", "/v1/leader", Access::Any),
             ("post", "/v1/workers/heartbeat", Access::Only(Role::Worker)),
             ("post", "/v1/workers/update", Access::Only(Role::Worker)),
             ("post", "/v1/iterations/{iteration_id}/splits", Access::Only(Role::Worker)),

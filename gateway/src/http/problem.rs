@@ -36,6 +36,9 @@ pub struct Problem {
     /// For `UNAVAILABLE` cluster answers: how many tasks each job still lacks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missing: Option<BTreeMap<String, usize>>,
+    /// For answers of a replica that does not lead (307): the leader's URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
 }
 
 /// The one table from status class to HTTP status and title. Some answers override the
@@ -84,6 +87,7 @@ impl Problem {
             code,
             tf_exception: None,
             missing: None,
+            leader: None,
         }
     }
 

@@ -26,15 +26,19 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
     path = "/readyz",
     tag = "health",
     operation_id = "readyz",
-    summary = "Readiness: the journal is replayed.",
+    summary = "Readiness: the journal is replayed (and, replicated, this replica leads).",
     responses((status = 200, description = "Ready.", body = Health))
 )]
 pub(super) async fn readyz(State(s): State<AppState>) -> ApiResult {
     if s.driver.is_ready() {
-        ok(&Health { status: "ready".into() })
-    } else {
-        Err(Problem::new(Code::Unavailable, "the dispatcher is replaying its journal"))
+        return ok(&Health { status: "ready".into() });
     }
+    let detail = match s.replica.redirect() {
+        None => "the dispatcher is replaying its journal".to_owned(),
+        Some(Some(leader)) => format!("this replica follows; the leader is {leader}"),
+        Some(None) => "this replica does not lead, and no replica leads now".to_owned(),
+    };
+    Err(Problem::new(Code::Unavailable, detail))
 }
 
 /// `GET /metrics`: Prometheus text format.

@@ -33,6 +33,8 @@ use crate::kubernetes::resolve::KubeSlot;
 pub struct AppState {
     /// The dispatcher core behind its handle.
     pub driver: DriverHandle,
+    /// Who leads (a single dispatcher always does).
+    pub replica: Arc<super::replica::ReplicaStatus>,
     /// Fault-tolerant mode.
     pub fault_tolerant: bool,
     /// `--cluster-config`'s live cluster.
