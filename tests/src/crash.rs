@@ -2,12 +2,18 @@
 //! address for a dispatcher that is killed and restarted on new ports, a seeded random number
 //! generator, and a look into the journal's segment files.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use shardwise_core::dataset::DatasetDef;
+
+use crate::{HttpResponse, http, ok, poll_until};
 
 /// The seeded generator the fuzz targets use places the kills too.
 pub use crate::fuzz::Rng;
@@ -268,4 +274,146 @@ mod tests {
         assert!(compaction_interrupted(&[seg(3, false), seg(4, true)], 3));
         assert!(compaction_interrupted(&[seg(4, false)], 3));
     }
+}
+
+/// What the harness's own calls were acknowledged.
+#[derive(Debug, Default)]
+pub struct Acked {
+    /// (dataset id, canonical definition).
+    pub datasets: Vec<(String, Value)>,
+    /// (job id, job name, dataset id).
+    pub jobs: Vec<(String, String, String)>,
+    /// (job id, iteration id, client id, attempts it took, release acknowledged).
+    pub iterations: Vec<(String, String, String, usize, bool)>,
+}
+
+impl Acked {
+    pub fn records(&self) -> usize {
+        self.datasets.len()
+            + self.jobs.len()
+            + self.iterations.len() * 2
+            + self.iterations.iter().filter(|i| i.4).count()
+    }
+}
+
+/// One call retried until it is answered (transport failures and 503 while the dispatcher
+/// is down are retried); returns the answer and how many attempts it took. With several
+/// `urls` (replicas), a failure moves on to the next one, and a redirect (307) to a replica
+/// of the list is followed.
+pub fn answered(
+    urls: &[String],
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (HttpResponse, usize) {
+    let mut attempts = 0;
+    let mut at = 0;
+    let what = format!("{method} {path} answered");
+    let r = poll_until(&what, Duration::from_secs(60), || {
+        attempts += 1;
+        let url = &urls[at % urls.len()];
+        match http(method, url, path, body) {
+            Ok(r) if r.status == 307 => {
+                let to = r.header("location").unwrap_or_default();
+                match urls.iter().position(|u| to.starts_with(&format!("{u}/"))) {
+                    Some(i) => at = i,
+                    None => at += 1,
+                }
+                Err(format!("307 to {to}"))
+            }
+            Ok(r) if r.status != 503 => Ok(r),
+            Ok(r) => {
+                at += 1;
+                Err(format!("{} {}", r.status, r.body))
+            }
+            Err(e) => {
+                at += 1;
+                Err(e.to_string())
+            }
+        }
+    });
+    (r, attempts)
+}
+
+/// Registers datasets, jobs and iterations and releases the leases, one after another,
+/// until `stop`; records what was acknowledged.
+pub fn churn(url: &[String], stop: &AtomicBool) -> Acked {
+    let mut acked = Acked::default();
+    for i in 0.. {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let name = format!("churn-{i}");
+        let def = json!({"source": {"list": {"elements": [{"churn": i}]}}});
+        let (r, _) = answered(
+            url,
+            "POST",
+            "/v1/datasets",
+            Some(&json!({"dataset": def, "dataset_id": name})),
+        );
+        assert_eq!(ok(&r)["dataset_id"], name.as_str());
+        acked
+            .datasets
+            .push((name.clone(), DatasetDef::from_json(&def).expect("a valid dataset").to_json()));
+        let job =
+            json!({"dataset_id": name, "processing_mode": "parallel_epochs", "job_name": name});
+        let (r, _) = answered(url, "POST", "/v1/jobs", Some(&job));
+        let job_id = ok(&r)["job_id"].as_str().expect("job id").to_owned();
+        acked.jobs.push((job_id.clone(), name.clone(), name.clone()));
+        let path = format!("/v1/jobs/{job_id}/iterations");
+        let (r, attempts) = answered(url, "POST", &path, Some(&json!({})));
+        let lease = ok(&r);
+        let iteration = lease["iteration_id"].as_str().expect("iteration id").to_owned();
+        let client = lease["client_id"].as_str().expect("client id").to_owned();
+        // A retried release whose first answer was lost finds the lease gone: applied, but
+        // not acknowledged.
+        let (r, release_attempts) = answered(url, "DELETE", &format!("/v1/clients/{client}"), None);
+        let released = match r.status {
+            200 => true,
+            404 if release_attempts > 1 => false,
+            _ => panic!("DELETE /v1/clients/{client}: {} {}", r.status, r.body),
+        };
+        acked.iterations.push((job_id, iteration, client, attempts, released));
+        // Paced: each iteration gives every worker a task.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    acked
+}
+
+/// Checks every acknowledged reply of [`churn`] against the dispatcher's (replayed) state;
+/// returns how many records it checked.
+pub fn check_acked(url: &str, acked: &Acked) -> usize {
+    for (id, def) in &acked.datasets {
+        let v = ok(&http("GET", url, &format!("/v1/datasets/{id}"), None).expect("answer"));
+        assert_eq!(&v["dataset"], def, "dataset {id} survived with its definition");
+    }
+    let mut jobs = BTreeMap::new();
+    for (id, name, ds) in &acked.jobs {
+        let v = ok(&http("GET", url, &format!("/v1/jobs/{id}"), None).expect("answer"));
+        assert_eq!((&v["job_name"], &v["dataset_id"]), (&json!(name), &json!(ds)), "job {id}");
+        jobs.insert(id.clone(), v);
+    }
+    for (job, iteration, client, attempts, released) in &acked.iterations {
+        let its = jobs[job]["iterations"].as_array().expect("iterations");
+        let it = its
+            .iter()
+            .find(|i| i["iteration_id"] == json!(iteration))
+            .unwrap_or_else(|| panic!("iteration {iteration} of job {job} lost: {its:?}"));
+        if *released {
+            // Leases whose creation was retried may have been created twice: the extra ones
+            // were never acknowledged and stay.
+            let clients = it["num_clients"].as_u64().expect("num_clients") as usize;
+            assert!(clients < *attempts, "client {client} released, yet {clients} clients remain");
+        }
+    }
+    // Ids acknowledged once are never handed out again (a lost record would reuse them).
+    let unique = |what: &str, ids: Vec<&String>| {
+        let n = ids.len();
+        let set: BTreeSet<&String> = ids.into_iter().collect();
+        assert_eq!(set.len(), n, "every acknowledged {what} id is distinct");
+    };
+    unique("job", acked.jobs.iter().map(|j| &j.0).collect());
+    unique("iteration", acked.iterations.iter().map(|i| &i.1).collect());
+    unique("client", acked.iterations.iter().map(|i| &i.2).collect());
+    acked.records()
 }

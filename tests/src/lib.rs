@@ -376,6 +376,19 @@ impl Dispatcher {
         }
     }
 
+    /// Starts a replica (`shardwise dispatcher --port 0 --etcd ... ARGS`) and waits for its
+    /// listening line only: a replica that follows is never ready (`/readyz` 503).
+    pub fn start_replica(args: &[&str]) -> Dispatcher {
+        Self::start_replica_on("0", args)
+    }
+
+    /// Like [`Dispatcher::start_replica`] on a given port (e.g. the port of one that was killed).
+    pub fn start_replica_on(port: &str, args: &[&str]) -> Dispatcher {
+        let Spawned { child, url, startup, output } = spawn_server("dispatcher", port, args, &[])
+            .unwrap_or_else(|e| panic!("replica did not start: {e}"));
+        Dispatcher { child, url, startup, output }
+    }
+
     /// Everything it printed so far (stdout and stderr).
     pub fn output(&self) -> String {
         self.output.lock().map(|o| o.clone()).unwrap_or_default()
