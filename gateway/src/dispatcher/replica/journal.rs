@@ -28,6 +28,11 @@ pub(super) struct Fence {
     /// This replica's id (written into every entry).
     pub writer: String,
     pub runtime: tokio::runtime::Handle,
+    /// How long a write may keep being retried while etcd does not answer (the lease: by then
+    /// the term is over anyway).
+    pub patience: std::time::Duration,
+    /// False once the term ended: a write in progress stops retrying.
+    pub live: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Fence {
@@ -38,8 +43,28 @@ impl std::fmt::Debug for Fence {
 
 impl Fence {
     /// Runs `ops` in one transaction that holds only while this term leads; an error when etcd
-    /// did not answer (the outcome is unknown), refused, or the term is over.
+    /// refused, the term is over, or etcd did not answer for longer than the lease (the
+    /// outcome is then unknown). While etcd does not answer (an etcd election, a member
+    /// down), the same transaction is sent again: it is idempotent (the same values at the same
+    /// keys, under the same fence), so a first attempt that did commit changes nothing.
     pub(super) fn write(&self, ops: Vec<etcd::RequestOp>) -> io::Result<()> {
+        let started = std::time::Instant::now();
+        loop {
+            match self.write_once(ops.clone()) {
+                Err(Retry::Later(e))
+                    if started.elapsed() < self.patience
+                        && self.live.load(std::sync::atomic::Ordering::SeqCst) =>
+                {
+                    tracing::debug!(error = %e, "journal write: etcd did not answer; again");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(Retry::Later(e) | Retry::Never(e)) => return Err(e),
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+
+    fn write_once(&self, ops: Vec<etcd::RequestOp>) -> Result<(), Retry> {
         let txn = etcd::TxnRequest {
             compare: vec![etcd::Compare::create_revision(
                 self.layout.leader(),
@@ -53,12 +78,15 @@ impl Fence {
         let reply = self.runtime.block_on(async move { client.txn(txn).await });
         match reply {
             Ok(r) if r.succeeded => Ok(()),
-            Ok(_) => Err(io::Error::other(format!(
+            Ok(_) => Err(Retry::Never(io::Error::other(format!(
                 "this dispatcher no longer leads (term {} ended: {} has another holder or none)",
                 self.term,
                 String::from_utf8_lossy(&self.layout.leader())
-            ))),
-            Err(e) => Err(io::Error::other(format!("etcd: {e}"))),
+            )))),
+            Err(e @ etcd::Error::Unavailable { .. }) => {
+                Err(Retry::Later(io::Error::other(format!("etcd: {e}"))))
+            }
+            Err(e) => Err(Retry::Never(io::Error::other(format!("etcd: {e}")))),
         }
     }
 
@@ -66,6 +94,12 @@ impl Fence {
         let term = u64::try_from(self.term).unwrap_or(0);
         encode_entry(&EntryHeader { term, more, writer: self.writer.clone() }, payload)
     }
+}
+
+/// A failed write: worth sending again, or not.
+enum Retry {
+    Later(io::Error),
+    Never(io::Error),
 }
 
 /// The journal in etcd, as the leader of one term writes it.

@@ -463,14 +463,18 @@ async fn follow(ctx: &Ctx, fold: &mut Fold) -> Result<(), ReplicaError> {
 /// Leads one term (see the module docs).
 async fn lead(ctx: &Ctx, mut fold: Fold, term: i64, lease: i64) -> Result<Stopped, ReplicaError> {
     let started = Instant::now();
+    let live = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let fence = Fence {
         client: ctx.client.clone(),
         layout: ctx.layout.clone(),
         term,
         writer: ctx.id.clone(),
         runtime: tokio::runtime::Handle::current(),
+        patience: ctx.options.lease,
+        live: live.clone(),
     };
     let resign = || async {
+        live.store(false, std::sync::atomic::Ordering::SeqCst);
         ctx.driver.end_term();
         let _ = ctx.client.lease_revoke(lease).await;
     };
