@@ -154,7 +154,10 @@ impl Watch {
                     });
                 }
             };
-            if response.watch_id != self.watch_id {
+            // A progress notification asked for with `request_progress` is for the whole
+            // stream: etcd sends it with watch id -1.
+            let progress = response.watch_id == -1 && response.events.is_empty();
+            if response.watch_id != self.watch_id && !progress {
                 return Err(malformed(format!(
                     "an answer for watch {} on watch {}",
                     response.watch_id, self.watch_id
