@@ -180,6 +180,7 @@ impl ClientError {
                 ClientError::Problem { context, problem: Box::new(problem) }
             }
             CallError::Transport(t) => ClientError::Unavailable(format!("{context}: {t}")),
+            e @ CallError::Redirect { .. } => ClientError::Unavailable(format!("{context}: {e}")),
             CallError::Decode(detail) => ClientError::Protocol { context, detail },
         }
     }
