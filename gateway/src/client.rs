@@ -14,6 +14,26 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **Several dispatchers.** The dispatcher argument is one URL or the replicas of one
+//! dispatcher ([`Dispatchers`]: a comma-separated `&str` as `shardwise worker --dispatcher`
+//! takes, or an array, slice or `Vec` of URLs):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), shardwise_gateway::client::ClientError> {
+//! # use futures::TryStreamExt;
+//! # use shardwise_gateway::client::{DistributeOptions, distribute};
+//! # let dataset = r#"{"source": {"range": {"stop": 10}}}"#.parse().unwrap();
+//! let replicas = ["http://10.0.0.1:5050", "http://10.0.0.2:5050", "http://10.0.0.3:5050"];
+//! let all: Vec<serde_json::Value> =
+//!     distribute(replicas, dataset, DistributeOptions::default()).try_collect().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every dispatcher call goes to the replica that answered last; on a transport failure, an
+//! `UNAVAILABLE` answer or a follower's redirect it moves on to the next, following a redirect
+//! only to a URL of the list (the token never goes to another address): see
+//! [`crate::http::client::Failover`]. Reads from workers are unchanged.
+//!
 //! What it does, in TensorFlow's terms: registers the dataset (its id is a fingerprint of
 //! the definition unless [`DistributeOptions::dataset_id`] is given, so clients that share a
 //! job by name register the same dataset), gets or creates the job and the iteration
@@ -57,7 +77,7 @@ use shardwise_core::dispatch::{ClientId, JobId, TargetWorkers, TaskId};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::http::client::{Backoff, CallError, Rest};
+use crate::http::client::{Backoff, CallError, DispatcherUrls, Failover, Rest, UrlListError};
 use crate::http::elements::{Elements, MAX_ELEMENTS};
 use crate::http::{Code, Problem};
 
@@ -180,6 +200,7 @@ impl ClientError {
                 ClientError::Problem { context, problem: Box::new(problem) }
             }
             CallError::Transport(t) => ClientError::Unavailable(format!("{context}: {t}")),
+            e @ CallError::Redirect { .. } => ClientError::Unavailable(format!("{context}: {e}")),
             CallError::Decode(detail) => ClientError::Protocol { context, detail },
         }
     }
@@ -221,17 +242,74 @@ impl Stream for ElementStream {
     }
 }
 
-/// Reads `dataset` through the dispatcher at `dispatcher_url` (`http://host:port`): see the
-/// module docs. Errors, including bad options, arrive as the stream's last item.
+/// What [`distribute`] takes as its dispatcher: one URL (`http://host:port` or `host:port`), or
+/// the URLs of its replicas. A `&str` or `String` is a comma-separated list (as `shardwise
+/// worker --dispatcher` takes); an array, slice or `Vec` holds one URL per item.
+pub trait Dispatchers {
+    /// The validated list.
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError>;
+}
+
+impl Dispatchers for DispatcherUrls {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        Ok(self)
+    }
+}
+
+impl Dispatchers for &str {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::parse(self)
+    }
+}
+
+impl Dispatchers for String {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::parse(&self)
+    }
+}
+
+impl Dispatchers for &String {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::parse(self)
+    }
+}
+
+impl<S: AsRef<str>, const N: usize> Dispatchers for [S; N] {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::new(self)
+    }
+}
+
+impl<S: AsRef<str>> Dispatchers for &[S] {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::new(self)
+    }
+}
+
+impl<S: AsRef<str>> Dispatchers for Vec<S> {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::new(self)
+    }
+}
+
+impl<S: AsRef<str>> Dispatchers for &Vec<S> {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::new(self)
+    }
+}
+
+/// Reads `dataset` through the dispatcher at `dispatchers` (`http://host:port`, or several
+/// replicas: see [`Dispatchers`] and the module docs). Errors, including bad options and bad
+/// URLs, arrive as the stream's last item.
 pub fn distribute(
-    dispatcher_url: &str,
+    dispatchers: impl Dispatchers,
     dataset: DatasetDef,
     options: DistributeOptions,
 ) -> ElementStream {
     let (tx, rx) = mpsc::channel(options.max_outstanding_requests.clamp(2, 1024));
-    let url = dispatcher_url.to_owned();
+    let urls = dispatchers.into_urls();
     tokio::spawn(async move {
-        let mut reader = match Reader::setup(&url, dataset, options).await {
+        let mut reader = match Reader::setup(urls, dataset, options).await {
             Ok(r) => r,
             Err(e) => {
                 let _ = tx.send(Err(e)).await;
@@ -393,7 +471,7 @@ type Fetch = Pin<Box<dyn Future<Output = (TaskId, Result<Elements, CallError>)> 
 
 struct Reader {
     options: DistributeOptions,
-    dispatcher: Rest,
+    dispatcher: Failover,
     client_id: ClientId,
     view: watch::Receiver<View>,
     heartbeat: tokio::task::JoinHandle<()>,
@@ -403,15 +481,14 @@ struct Reader {
 
 impl Reader {
     async fn setup(
-        url: &str,
+        urls: Result<DispatcherUrls, UrlListError>,
         dataset: DatasetDef,
         options: DistributeOptions,
     ) -> Result<Reader, ClientError> {
         validate(&options)?;
-        let base = crate::http::client::base_url(url)
-            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        let urls = urls.map_err(|e| ClientError::InvalidArgument(format!("dispatcher: {e}")))?;
         let http = crate::http::client::http_client(Duration::from_secs(60));
-        let rest = Rest::new(http, base, options.token.clone());
+        let rest = Failover::new(http, urls, options.token.clone());
         let timeout = options.unavailable_timeout;
         let version: VersionReply =
             retrying("GET /v1/version", timeout, || rest.get("/v1/version", &[])).await?;
@@ -751,7 +828,7 @@ impl Reader {
 }
 
 async fn heartbeat_task(
-    rest: Rest,
+    rest: Failover,
     client_id: ClientId,
     incarnation: String,
     options: DistributeOptions,

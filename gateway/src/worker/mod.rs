@@ -15,6 +15,11 @@
 //!   worker again, and the worker says so on stderr (naming the lost tasks when `GET
 //!   /v1/version` reports `fault_tolerant: false`). A fault-tolerant dispatcher keeps its
 //!   incarnation across restarts, so its workers carry on.
+//! * **Dispatcher replicas.** `--dispatcher` may list several URLs (the replicas of one
+//!   journal in etcd): every call goes to the one that answered last and moves on when it
+//!   fails, answers `UNAVAILABLE` or redirects (a follower's 307 is followed only to a URL of
+//!   the list: the token never goes elsewhere); see [`crate::http::client::Failover`]. The
+//!   replicas of one journal share its incarnation, so a failover drops nothing.
 //! * **Tasks** are run by [`task`]: lazily started, bounded buffers (`--buffer`), DYNAMIC
 //!   splits acknowledged only once clients took their elements.
 //! * **Completion.** A task whose pipeline ended and whose every element was taken is reported
@@ -45,7 +50,7 @@ use tokio::sync::{Notify, watch};
 
 use self::files::DataRoots;
 use self::task::{Gone, Task};
-use crate::http::client::{Backoff, CallError, Rest};
+use crate::http::client::{Backoff, CallError, DispatcherUrls, Failover};
 use crate::http::{Running, auth, parse_duration};
 
 /// How many gone task ids a worker remembers (to answer their reads).
@@ -66,8 +71,10 @@ fn parse_buffer(s: &str) -> Result<usize, String> {
 /// dispatcher's are `SHARDWISE_<FLAG>`: one environment can configure both roles).
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
-    /// The dispatcher (`http://host:port` or `host:port`).
-    #[arg(long, env = "SHARDWISE_WORKER_DISPATCHER", value_name = "URL")]
+    /// The dispatcher (`http://host:port` or `host:port`), or its replicas, comma separated:
+    /// calls go to the one that answered last and move on to the next when it fails or is a
+    /// follower (whose redirect is followed only to an address of this list).
+    #[arg(long, env = "SHARDWISE_WORKER_DISPATCHER", value_name = "URL[,URL...]")]
     pub dispatcher: String,
     /// Address to listen on.
     #[arg(long, env = "SHARDWISE_WORKER_HOST", default_value = "127.0.0.1")]
@@ -145,7 +152,8 @@ impl WorkerArgs {
 /// What the worker's loops and handlers share.
 #[derive(Debug)]
 pub struct Shared {
-    pub(crate) rest: Rest,
+    /// The dispatcher replicas (`--dispatcher`), with failover.
+    pub(crate) dispatcher: Failover,
     pub(crate) address: String,
     uid: String,
     tags: Vec<String>,
@@ -238,7 +246,8 @@ impl Shared {
             incarnation,
             tensorflow: None,
         };
-        let reply: WorkerHeartbeatReply = self.rest.post("/v1/workers/heartbeat", &req).await?;
+        let reply: WorkerHeartbeatReply =
+            self.dispatcher.post("/v1/workers/heartbeat", &req).await?;
         // All under one lock: a client must never see the old task where the new incarnation
         // reuses its id (ids start over after a restart without a journal).
         let lost: Option<(String, Vec<TaskId>)> = {
@@ -302,11 +311,11 @@ impl Shared {
         eprintln!(
             "shardwise worker: the dispatcher at {} has a new incarnation ({old} -> {new}): it \
              restarted without its state; dropped {} task(s) [{list}] and registered again",
-            self.rest.base(),
+            self.dispatcher.current(),
             ids.len()
         );
         tracing::warn!(old, new, dropped = ids.len(), "dispatcher incarnation changed");
-        match self.rest.get::<Version>("/v1/version", &[]).await {
+        match self.dispatcher.get::<Version>("/v1/version", &[]).await {
             Ok(v) if !v.fault_tolerant && !ids.is_empty() => eprintln!(
                 "shardwise worker: the dispatcher is not fault tolerant: tasks [{list}] were \
                  lost; their clients must start their iterations again"
@@ -331,7 +340,7 @@ impl Shared {
                 .map(|t| TaskProgress { task_id: t.def.task_id, completed: true })
                 .collect(),
         };
-        let reply: WorkerUpdateReply = self.rest.post("/v1/workers/update", &req).await?;
+        let reply: WorkerUpdateReply = self.dispatcher.post("/v1/workers/update", &req).await?;
         if !reply.unknown_tasks.is_empty() {
             tracing::warn!(unknown = ?reply.unknown_tasks, "the dispatcher does not know these tasks");
         }
@@ -421,9 +430,9 @@ fn advertised(args: &WorkerArgs, local: SocketAddr) -> Result<String, StartError
 /// the stderr line (after `shardwise worker: `), [`StartError::exit_code`] the exit status.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// `--dispatcher` is not a plain-HTTP address.
+    /// `--dispatcher` is not a list of plain-HTTP addresses.
     #[error("--dispatcher: {0}")]
-    Dispatcher(crate::http::client::BaseUrlError),
+    Dispatcher(crate::http::client::UrlListError),
     /// An empty tag among `--tags` (TensorFlow's words; all the tags, trimmed).
     #[error("Worker tags cannot be empty. Got tags {{{}}}", tags.join(", "))]
     EmptyTag {
@@ -509,7 +518,7 @@ impl StartError {
 /// Errors know their exit status ([`StartError::exit_code`]: 2 for bad arguments, 1
 /// otherwise).
 pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
-    let base = crate::http::client::base_url(&args.dispatcher).map_err(StartError::Dispatcher)?;
+    let urls = DispatcherUrls::parse(&args.dispatcher).map_err(StartError::Dispatcher)?;
     let tags: Vec<String> = args.tags.iter().map(|t| t.trim().to_owned()).collect();
     if tags.iter().any(String::is_empty) {
         return Err(StartError::EmptyTag { tags });
@@ -533,9 +542,10 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
     let files = DataRoots::new(&args.data_roots, args.max_file_bytes)?;
     let (listener, local) = crate::http::listen(&args.host, args.port).await?;
     let address = advertised(&args, local)?;
-    let rest = Rest::new(crate::http::client::http_client(Duration::from_secs(30)), base, token);
+    let dispatcher =
+        Failover::new(crate::http::client::http_client(Duration::from_secs(30)), urls, token);
     let shared = Arc::new(Shared {
-        rest,
+        dispatcher,
         address: address.clone(),
         uid: process_uid(),
         tags,
@@ -574,7 +584,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
             Err(e) => {
                 running.stop().await;
                 return Err(StartError::Refused {
-                    dispatcher: shared.rest.base().to_owned(),
+                    dispatcher: shared.dispatcher.current().to_owned(),
                     error: e,
                 });
             }
@@ -659,6 +669,10 @@ mod tests {
         assert!(matches!(e, StartError::Dispatcher(_)), "{e}");
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().starts_with("--dispatcher: https://d:1: this build speaks plain"));
+        // In a list, the bad address is named with its place.
+        let e = start(WorkerArgs::new("127.0.0.1:1,,https://d:1")).await.unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(e.to_string(), "--dispatcher: the address is empty (address 2 of 3)");
         let mut args = WorkerArgs::new("127.0.0.1:1");
         args.tags = vec!["a".into(), " ".into()];
         let e = start(args).await.unwrap_err();

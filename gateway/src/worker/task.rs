@@ -603,7 +603,7 @@ impl Task {
                 max_splits: Some(self.max_splits()),
                 acknowledge: Some(held.clone()),
             };
-            let wait = match shared.rest.post::<_, SplitsReply>(&path, &req).await {
+            let wait = match shared.dispatcher.post::<_, SplitsReply>(&path, &req).await {
                 Ok(reply) => {
                     // Whatever we held is acknowledged now.
                     held.clear();
