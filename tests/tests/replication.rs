@@ -14,14 +14,19 @@
 
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::TryStreamExt;
 use serde_json::{Value, json};
+use shardwise_core::dataset::DatasetDef;
+use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
+use shardwise_gateway::client::{DistributeOptions, distribute};
 use shardwise_tests::crash::{answered, check_acked, churn};
 use shardwise_tests::etcd::EtcdCluster;
 use shardwise_tests::{
-    Dispatcher, http, ok, poll_until, run_bounded, run_shardwise, try_poll_until,
+    Dispatcher, Worker, counts, http, ints, ok, poll_until, run_bounded, run_shardwise,
+    try_poll_until,
 };
 
 /// The leader's lease in these tests (`--leader-lease`): etcd's shortest is 2 s.
@@ -42,6 +47,8 @@ struct Replicas {
     paused: Vec<bool>,
     /// More flags of every replica.
     extra: Vec<String>,
+    /// Their `--leader-lease`.
+    lease: Duration,
 }
 
 impl Replicas {
@@ -50,6 +57,10 @@ impl Replicas {
     }
 
     fn start_with(n: usize, name: &str, extra: &[&str]) -> Replicas {
+        Replicas::start_leased(n, name, extra, LEASE)
+    }
+
+    fn start_leased(n: usize, name: &str, extra: &[&str], lease: Duration) -> Replicas {
         let mut etcd = EtcdCluster::start(3);
         etcd.ready();
         let mut r = Replicas {
@@ -59,6 +70,7 @@ impl Replicas {
             urls: Vec::new(),
             paused: vec![false; n],
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            lease,
         };
         for _ in 0..n {
             let d = r.start_node("0");
@@ -69,7 +81,7 @@ impl Replicas {
     }
 
     fn args(&self) -> Vec<String> {
-        let lease = format!("{}s", LEASE.as_secs());
+        let lease = format!("{}s", self.lease.as_secs());
         let endpoints = self.etcd.client_urls().join(",");
         let mut args: Vec<String> =
             ["--etcd", &endpoints, "--etcd-prefix", &self.prefix, "--leader-lease", &lease]
@@ -374,4 +386,102 @@ fn without_an_etcd_quorum_nothing_is_acknowledged_and_service_resumes() {
     for i in 0..5 {
         ok(&http("GET", &url, &format!("/v1/datasets/kept-{i}"), None).expect("answer"));
     }
+}
+
+/// Issue 14, point 6: three real workers and a `distributed_epoch` client, all given every
+/// replica's URL, read a DYNAMIC epoch while the leader is SIGKILLed twice: the epoch ends,
+/// every element exactly once (no worker died: none of their splits is in flight twice).
+#[test]
+fn a_distributed_epoch_reads_every_element_once_through_two_leader_kills() {
+    let mut r = Replicas::start(3, "epoch");
+    let (first, _) = r.leader(Duration::from_secs(20));
+    let urls = r.urls.join(",");
+    let _workers: Vec<Worker> = (0..3)
+        .map(|_| Worker::start(&urls, &["--heartbeat-interval", "100ms", "--buffer", "8"]))
+        .collect();
+    const N: i64 = 3000;
+    let ds = DatasetDef::from_json(&json!({"source": {"range": {"stop": N}}})).expect("dataset");
+    let opts = DistributeOptions {
+        processing_mode: ProcessingMode::Named(NamedMode::DistributedEpoch),
+        job_name: Some("epoch".into()),
+        split_size: Some(10),
+        elements_per_request: 4,
+        max_outstanding_requests: 2,
+        heartbeat_interval: Duration::from_millis(50),
+        unknown_task_timeout: Duration::from_secs(60),
+        unavailable_timeout: Duration::from_secs(60),
+        ..DistributeOptions::default()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let read = AtomicUsize::new(0);
+    let (kills, got) = std::thread::scope(|s| {
+        let killer = s.spawn(|| {
+            let mut leader = first;
+            let mut kills = Vec::new();
+            for at in [300, 1200] {
+                // (After 60 s regardless: a stalled read then fails its own checks.)
+                let _ = try_poll_until(Duration::from_secs(60), || {
+                    if read.load(Ordering::SeqCst) >= at { Ok(()) } else { Err(()) }
+                });
+                r.kill(leader);
+                let killed = Instant::now();
+                let (next, _) = r.leader(Duration::from_secs(20));
+                kills.push((read.load(Ordering::SeqCst), killed.elapsed()));
+                r.restart(leader);
+                leader = next;
+            }
+            kills
+        });
+        let got = rt.block_on(async {
+            let reading = distribute(urls.as_str(), ds, opts).try_fold(Vec::new(), |mut got, e| {
+                got.push(e);
+                read.store(got.len(), Ordering::SeqCst);
+                std::future::ready(Ok(got))
+            });
+            tokio::time::timeout(Duration::from_secs(120), reading)
+                .await
+                .expect("the epoch ends")
+                .expect("no error")
+        });
+        (killer.join().expect("killer"), got)
+    });
+    for (at, took) in &kills {
+        println!(
+            "leader killed after {at} of {N} elements; a standby served {} ms later",
+            took.as_millis()
+        );
+    }
+    assert!(kills.iter().all(|(at, _)| (*at as i64) < N), "both kills landed mid-epoch: {kills:?}");
+    let c = counts(&ints(&got));
+    assert_eq!(c.keys().copied().collect::<Vec<_>>(), (0..N).collect::<Vec<_>>(), "none lost");
+    let twice: Vec<_> = c.iter().filter(|(_, n)| **n > 1).map(|(e, _)| *e).collect();
+    assert!(twice.is_empty(), "elements read twice: {twice:?}");
+}
+
+/// A leader stopped gracefully (SIGTERM, as Kubernetes stops a pod) revokes its lease: a
+/// standby serves at once, not a lease later.
+#[test]
+fn a_leader_stopped_gracefully_hands_over_at_once() {
+    let lease = Duration::from_secs(20);
+    let mut r = Replicas::start_leased(2, "handover", &[], lease);
+    let (leader, term) = r.leader(Duration::from_secs(20));
+    let url = r.urls[leader].clone();
+    assert_eq!(ok(&register(&url, "kept"))["dataset_id"], "kept");
+    r.signal(leader, "TERM");
+    let stopped = Instant::now();
+    let (next, next_term) = r.leader(Duration::from_secs(10));
+    let took = stopped.elapsed();
+    println!(
+        "graceful handover: a standby served {} ms after SIGTERM (lease {lease:?})",
+        took.as_millis()
+    );
+    assert!((next, next_term) != (leader, term));
+    assert!(took < lease / 2, "handed over in {took:?}, as if the lease had to expire");
+    let status = r.nodes[leader].as_mut().expect("the old leader").child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "the old leader exits cleanly");
+    ok(&http("GET", &r.urls[next], "/v1/datasets/kept", None).expect("answer"));
 }

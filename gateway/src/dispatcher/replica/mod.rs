@@ -27,7 +27,6 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig};
-use tokio::sync::Notify;
 
 use self::journal::{EtcdJournal, Fence};
 use self::log::{Fold, Key, Layout, LeaderValue, LogError, Manifest};
@@ -200,7 +199,7 @@ enum ReplicaError {
 /// A running replica (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Replica {
-    stop: Arc<Notify>,
+    stop: Arc<tokio::sync::watch::Sender<bool>>,
     done: Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
@@ -212,7 +211,7 @@ impl Replica {
         driver: DriverHandle,
         status: Arc<ReplicaStatus>,
     ) -> Replica {
-        let stop = Arc::new(Notify::new());
+        let stop = Arc::new(tokio::sync::watch::Sender::new(false));
         let _ = status.driver.set(driver.clone());
         let ctx = Ctx {
             layout: Layout::new(&options.prefix),
@@ -229,7 +228,7 @@ impl Replica {
 
     /// Stops: a leader ends its term and revokes its lease (a standby takes over at once).
     pub async fn stop(&self) {
-        self.stop.notify_one();
+        self.stop.send_replace(true);
         if let Some(task) = self.done.lock().await.take() {
             let _ = task.await;
         }
@@ -244,7 +243,15 @@ struct Ctx {
     client: etcd::Client,
     driver: DriverHandle,
     status: Arc<ReplicaStatus>,
-    stop: Arc<Notify>,
+    stop: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Ctx {
+    /// Resolves once the replica is asked to stop (at once if it was).
+    async fn stopped(&self) {
+        let mut rx = self.stop.subscribe();
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
 }
 
 /// Runs the replica until stopped: read, follow or lead, and start over after every term or
@@ -252,18 +259,25 @@ struct Ctx {
 async fn supervise(ctx: Arc<Ctx>) {
     let mut pause = Duration::from_millis(100);
     loop {
-        let round = tokio::select! {
-            () = ctx.stop.notified() => return,
-            r = round(&ctx) => r,
+        // Reading and following hold nothing in etcd: a stop simply drops them. A term is
+        // ended by `lead` itself (it revokes the lease: a standby takes over at once).
+        let won = tokio::select! {
+            biased;
+            r = until_won(&ctx) => r,
+            () = ctx.stopped() => return,
+        };
+        let outcome = match won {
+            Ok(Won { fold, term, lease }) => lead(&ctx, fold, term, lease).await,
+            Err(e) => Err(e),
         };
         ctx.status.set(Role::Candidate, None);
-        match round {
+        match outcome {
             Ok(Stopped::Yes) => return,
             Ok(Stopped::No) => pause = Duration::from_millis(100),
             Err(e) => {
                 tracing::warn!(error = %e, "replica starts over");
                 tokio::select! {
-                    () = ctx.stop.notified() => return,
+                    () = ctx.stopped() => return,
                     () = tokio::time::sleep(pause) => {}
                 }
                 pause = (pause * 2).min(Duration::from_secs(2));
@@ -277,8 +291,15 @@ enum Stopped {
     No,
 }
 
-/// One round: read the journal, follow until the leader is gone, campaign; lead if won.
-async fn round(ctx: &Ctx) -> Result<Stopped, ReplicaError> {
+/// A won campaign: the journal as read so far, the term and its lease.
+struct Won {
+    fold: Fold,
+    term: i64,
+    lease: i64,
+}
+
+/// Reads the journal, follows until the leader is gone, campaigns; until this replica wins.
+async fn until_won(ctx: &Ctx) -> Result<Won, ReplicaError> {
     let mut fold = load(ctx).await?;
     tracing::info!(
         records = fold.records,
@@ -288,7 +309,7 @@ async fn round(ctx: &Ctx) -> Result<Stopped, ReplicaError> {
     );
     loop {
         match campaign(ctx).await? {
-            Campaign::Won { term, lease } => return lead(ctx, fold, term, lease).await,
+            Campaign::Won { term, lease } => return Ok(Won { fold, term, lease }),
             Campaign::Lost => follow(ctx, &mut fold).await?,
         }
     }
@@ -529,7 +550,7 @@ async fn lead(ctx: &Ctx, mut fold: Fold, term: i64, lease: i64) -> Result<Stoppe
     let stopped = tokio::select! {
         () = ended.wait() => { tracing::warn!(term, "term ended: the journal could not be written"); Stopped::No }
         e = keep_alive(ctx, lease) => { tracing::warn!(term, error = %e, "term ended: the lease"); Stopped::No }
-        () = ctx.stop.notified() => Stopped::Yes,
+        () = ctx.stopped() => Stopped::Yes,
     };
     ctx.status.set(Role::Candidate, None);
     resign().await;
