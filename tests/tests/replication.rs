@@ -254,6 +254,35 @@ fn a_killed_leader_is_replaced_within_its_lease_and_nothing_acknowledged_is_lost
     assert!(*worst <= LEASE + Duration::from_secs(2), "failover took {worst:?}\n{}", r.outputs());
 }
 
+/// Issue 14, point 4: TensorFlow's gRPC calls to a follower answer UNAVAILABLE naming the
+/// leader (TensorFlow retries UNAVAILABLE; a Kubernetes Service on `/readyz` sends them to the
+/// leader), and the leader serves them.
+#[test]
+fn grpc_calls_to_a_follower_are_unavailable_and_name_the_leader() {
+    use shardwise_gateway::tf::proto::tensorflow::data as tf;
+    let r = Replicas::start(2, "grpc");
+    let (leader, _) = r.leader(Duration::from_secs(20));
+    let follower = 1 - leader;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let heartbeat = |url: String| async move {
+        let channel = tonic::transport::Endpoint::from_shared(url)
+            .expect("a URL")
+            .connect()
+            .await
+            .expect("connected");
+        let mut c = tf::dispatcher_service_client::DispatcherServiceClient::new(channel);
+        c.worker_heartbeat(tf::WorkerHeartbeatRequest {
+            worker_address: "localhost:7001".into(),
+            ..Default::default()
+        })
+        .await
+    };
+    let refused = rt.block_on(heartbeat(r.urls[follower].clone())).expect_err("a follower");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains(&r.urls[leader]), "{}", refused.message());
+    rt.block_on(heartbeat(r.urls[leader].clone())).expect("the leader serves");
+}
+
 /// Issue 14, point 6: one etcd member SIGKILLed (the first of every replica's --etcd list):
 /// the leader stays, and state changes go on being acknowledged.
 #[test]
