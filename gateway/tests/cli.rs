@@ -59,3 +59,35 @@ fn every_flag_has_its_own_environment_name() {
         assert!(e.starts_with("SHARDWISE_"), "{e}");
     }
 }
+
+/// The replication flags refuse what cannot work, as usage errors (exit 2) naming the flag,
+/// before anything is bound or dialled.
+#[test]
+fn replication_flags_are_checked() {
+    let bin = env!("CARGO_BIN_EXE_shardwise");
+    let dispatcher = |args: &[&str]| {
+        let out = Command::new(bin)
+            .args(["dispatcher", "--port", "0"])
+            .args(args)
+            .env_remove("SHARDWISE_ETCD")
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let etcd = "http://127.0.0.1:1";
+    for (args, says) in [
+        (&["--etcd", etcd, "--work-dir", "/tmp/x"][..], "--work-dir"),
+        (&["--etcd", "https://127.0.0.1:2379"][..], "--etcd"),
+        (&["--etcd", "ftp://x"][..], "--etcd"),
+        (&["--etcd", etcd, "--etcd-prefix", "no-slash"][..], "--etcd-prefix"),
+        (&["--etcd", etcd, "--etcd-prefix", "/trailing/"][..], "--etcd-prefix"),
+        (&["--etcd", etcd, "--leader-lease", "1s"][..], "--leader-lease"),
+        (&["--etcd", etcd, "--leader-lease", "2500ms"][..], "--leader-lease"),
+        (&["--etcd", etcd, "--host", "0.0.0.0"][..], "--advertise-url"),
+        (&["--etcd", etcd, "--advertise-url", "https://x:1"][..], "--advertise-url"),
+    ] {
+        let (code, stderr) = dispatcher(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

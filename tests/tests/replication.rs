@@ -303,6 +303,9 @@ fn an_etcd_member_killed_leaves_the_service_running() {
         assert_eq!(ok(&resp)["dataset_id"], id.as_str());
     }
     assert_eq!(r.leader(Duration::from_secs(5)), (leader, term), "the same leader, the same term");
+    let metrics = http("GET", &url, "/metrics", None).expect("metrics").body;
+    assert!(metrics.contains("\nshardwise_leader 1\n"), "{metrics}");
+    assert!(metrics.contains(&format!("\nshardwise_leader_term {term}\n")), "{metrics}");
     for id in ["before", "after-0", "after-19"] {
         ok(&http("GET", &url, &format!("/v1/datasets/{id}"), None).expect("answer"));
     }

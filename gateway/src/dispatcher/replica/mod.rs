@@ -337,7 +337,8 @@ async fn load(ctx: &Ctx) -> Result<Fold, ReplicaError> {
                 }
                 .into());
             }
-            let mut bytes = Vec::with_capacity(usize::try_from(m.bytes).unwrap_or(0));
+            // (The manifest's size is checked against the chunks, not trusted for an allocation.)
+            let mut bytes = Vec::with_capacity(usize::try_from(m.bytes).unwrap_or(0).min(64 << 20));
             for (i, kv) in chunks.iter().enumerate() {
                 if l.parse(&kv.key) != Some(Key::Chunk(m.id, i as u64)) {
                     return Err(LogError::BadSnapshot {

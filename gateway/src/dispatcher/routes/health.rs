@@ -10,6 +10,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
+use crate::dispatcher::replica::Role;
 use crate::http::{ApiResult, Code, Health, Problem, ok};
 
 /// This resource's routes (each with its part of the OpenAPI document).
@@ -84,6 +85,22 @@ pub(super) async fn metrics(State(s): State<AppState>) -> Response {
          histogram\n",
     );
     st.commit_latency.render(&mut out, "shardwise_journal_commit_duration_seconds", "");
+    let leadership = s.replica.report();
+    line(
+        &mut out,
+        "shardwise_leader",
+        "1 when this dispatcher leads (a single dispatcher always does), else 0.",
+        "gauge",
+        u64::from(leadership.role == Role::Leader),
+    );
+    line(
+        &mut out,
+        "shardwise_leader_term",
+        "The term of the leader this replica knows (the etcd revision of its election; 0 for a \
+         single dispatcher or when no leader is known).",
+        "gauge",
+        leadership.leader.map_or(0, |l| l.term),
+    );
     if let Some(figures) = gauges {
         line(
             &mut out,
