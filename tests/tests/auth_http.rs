@@ -129,6 +129,7 @@ fn bad_token_files_refuse_to_start() {
 /// may call everything).
 const EXPECTED: &[(&str, &str, &str)] = &[
     ("get", "/v1/version", "any"),
+    ("get", "/v1/leader", "any"),
     ("post", "/v1/workers/heartbeat", "worker"),
     ("post", "/v1/workers/update", "worker"),
     ("post", "/v1/iterations/{iteration_id}/splits", "worker"),
