@@ -517,3 +517,34 @@ fn a_leader_stopped_gracefully_hands_over_at_once() {
     assert_eq!(status.code(), Some(0), "the old leader exits cleanly");
     ok(&http("GET", &r.urls[next], "/v1/datasets/kept", None).expect("answer"));
 }
+
+/// An etcd member that stops answering (SIGSTOP: a paused or cut-off machine) is the first of
+/// every replica's --etcd list: the standbys' watches on it go quiet, not broken. They open
+/// them again elsewhere, so a leader killed meanwhile is still replaced, and state changes
+/// go on.
+#[test]
+fn a_paused_etcd_member_does_not_stall_the_standbys() {
+    let mut r = Replicas::start(3, "etcdpause");
+    let (leader, term) = r.leader(Duration::from_secs(20));
+    assert_eq!(ok(&register(&r.urls[leader], "before"))["dataset_id"], "before");
+    r.etcd.stop(0);
+    r.kill(leader);
+    let killed = Instant::now();
+    let (next, next_term) = r.leader(Duration::from_secs(20));
+    let took = killed.elapsed();
+    println!(
+        "with etcd member 0 paused, a standby served {} ms after the leader's SIGKILL",
+        took.as_millis()
+    );
+    assert!(next != leader && next_term > term);
+    let (resp, _) = answered(
+        &r.urls,
+        "POST",
+        "/v1/datasets",
+        Some(&json!({"dataset": {"source": {"range": {"stop": 3}}}, "dataset_id": "after"})),
+    );
+    assert_eq!(ok(&resp)["dataset_id"], "after");
+    ok(&http("GET", &r.urls[next], "/v1/datasets/before", None).expect("answer"));
+    r.etcd.cont(0);
+    assert!(took < LEASE + Duration::from_secs(3), "failover took {took:?}\n{}", r.outputs());
+}

@@ -431,7 +431,14 @@ async fn follow(ctx: &Ctx, fold: &mut Fold) -> Result<(), ReplicaError> {
     loop {
         let mut watch = ctx.client.watch(l.all_start(), l.all_end(), fold.revision + 1).await?;
         loop {
-            let batch = match watch.next().await {
+            // A member that stopped answering (paused, cut off) leaves a watch silent rather
+            // than broken: a watch quiet for half a lease is opened again (on another member
+            // if this one does not answer), from the last revision applied.
+            let Ok(next) = tokio::time::timeout(ctx.options.lease / 2, watch.next()).await else {
+                tracing::debug!("watch quiet for half a lease; watching again");
+                break;
+            };
+            let batch = match next {
                 Ok(b) => b,
                 Err(etcd::Error::Compacted { compact_revision }) => {
                     return Err(ReplicaError::Other(format!(
