@@ -265,9 +265,16 @@ struct Inner {
     compact_at_bytes: u64,
     /// Turns true when the term ends.
     ended: tokio::sync::watch::Sender<bool>,
+    /// A replica's lease: calls are refused once it has passed.
+    lease: Option<LeaseClock>,
 }
 
 impl Inner {
+    /// Whether the term's lease (if it has one) still holds.
+    fn holds(&self) -> bool {
+        self.lease.as_ref().is_none_or(LeaseClock::holds)
+    }
+
     /// Marks the term ended: nothing more is acknowledged.
     fn end(&self) {
         self.broken.store(true, Ordering::SeqCst);
@@ -297,6 +304,39 @@ pub struct DriverHandle {
 impl std::fmt::Debug for DriverHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DriverHandle").field("ready", &self.is_ready()).finish_non_exhaustive()
+    }
+}
+
+/// Until when a term's leadership is known to hold, on this process's monotonic clock: a
+/// replica extends it with every renewal of its etcd lease. Calls are refused once it has
+/// passed, so a leader that was paused past its lease (and may have been replaced) serves
+/// nothing, not even a read, before it notices and steps down.
+#[derive(Debug, Clone)]
+pub struct LeaseClock {
+    base: std::time::Instant,
+    until_ms: Arc<AtomicU64>,
+}
+
+impl LeaseClock {
+    /// A clock that holds until `until`.
+    pub fn until(until: std::time::Instant) -> LeaseClock {
+        let base = std::time::Instant::now();
+        let clock = LeaseClock { base, until_ms: Arc::new(AtomicU64::new(0)) };
+        clock.extend_to(until);
+        clock
+    }
+
+    /// Holds until `until` (if that is later than now).
+    pub fn extend_to(&self, until: std::time::Instant) {
+        let ms = u64::try_from(until.saturating_duration_since(self.base).as_millis())
+            .unwrap_or(u64::MAX);
+        self.until_ms.fetch_max(ms, Ordering::SeqCst);
+    }
+
+    /// Whether it holds now.
+    pub fn holds(&self) -> bool {
+        let now = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        now < self.until_ms.load(Ordering::SeqCst)
     }
 }
 
@@ -368,6 +408,17 @@ impl DriverHandle {
         dispatcher: Dispatcher,
         journal: Option<Box<dyn JournalWriter>>,
     ) -> TermEnded {
+        self.begin_leased_term(dispatcher, journal, None)
+    }
+
+    /// [`DriverHandle::begin_term`] for a replica's leadership: every call is refused once
+    /// `lease` has passed.
+    pub fn begin_leased_term(
+        &self,
+        dispatcher: Dispatcher,
+        journal: Option<Box<dyn JournalWriter>>,
+        lease: Option<LeaseClock>,
+    ) -> TermEnded {
         self.end_term();
         let (ended, ended_rx) = tokio::sync::watch::channel(false);
         let inner = Arc::new(Inner {
@@ -379,6 +430,7 @@ impl DriverHandle {
             stats: self.stats.clone(),
             compact_at_bytes: self.shared.compact_at_bytes,
             ended,
+            lease,
         });
         *write(&self.shared.incarnation) = dispatcher.incarnation().to_owned();
         let sink = match journal {
@@ -434,7 +486,7 @@ impl DriverHandle {
 
     /// Whether a term is being served (replay finished, the journal writable).
     pub fn is_ready(&self) -> bool {
-        self.current().is_some_and(|t| !t.broken.load(Ordering::SeqCst))
+        self.current().is_some_and(|t| !t.broken.load(Ordering::SeqCst) && t.holds())
     }
 
     /// Submits `request` to the dispatcher; resolves with its reply, which the core releases
@@ -446,6 +498,13 @@ impl DriverHandle {
         };
         if inner.broken.load(Ordering::SeqCst) {
             return Err(journal_broken());
+        }
+        if !inner.holds() {
+            return Err(Problem::new(
+                Code::Unavailable,
+                "This dispatcher replica could not renew its leadership in time (another one \
+                 may lead now); retry shortly.",
+            ));
         }
         let submitted = {
             let mut guard = inner.core.lock().map_err(|_| {

@@ -30,7 +30,7 @@ use shardwise_core::dispatch::{Dispatcher, DispatcherConfig};
 
 use self::journal::{EtcdJournal, Fence};
 use self::log::{Fold, Key, Layout, LeaderValue, LogError, Manifest};
-use super::core::{DriverHandle, now};
+use super::core::{DriverHandle, LeaseClock, now};
 use crate::etcd;
 
 /// `--etcd-prefix`'s default.
@@ -267,7 +267,7 @@ async fn supervise(ctx: Arc<Ctx>) {
             () = ctx.stopped() => return,
         };
         let outcome = match won {
-            Ok(Won { fold, term, lease }) => lead(&ctx, fold, term, lease).await,
+            Ok(won) => lead(&ctx, won).await,
             Err(e) => Err(e),
         };
         ctx.status.set(Role::Candidate, None);
@@ -296,6 +296,7 @@ struct Won {
     fold: Fold,
     term: i64,
     lease: i64,
+    granted: Instant,
 }
 
 /// Reads the journal, follows until the leader is gone, campaigns; until this replica wins.
@@ -309,7 +310,9 @@ async fn until_won(ctx: &Ctx) -> Result<Won, ReplicaError> {
     );
     loop {
         match campaign(ctx).await? {
-            Campaign::Won { term, lease } => return Ok(Won { fold, term, lease }),
+            Campaign::Won { term, lease, granted } => {
+                return Ok(Won { fold, term, lease, granted });
+            }
             Campaign::Lost => follow(ctx, &mut fold).await?,
         }
     }
@@ -371,7 +374,13 @@ async fn read_log(ctx: &Ctx, fold: &mut Fold, revision: i64) -> Result<(), Repli
 }
 
 enum Campaign {
-    Won { term: i64, lease: i64 },
+    /// The term, its lease, and when the lease was asked for (it holds for its TTL from about
+    /// then).
+    Won {
+        term: i64,
+        lease: i64,
+        granted: Instant,
+    },
     Lost,
 }
 
@@ -405,6 +414,7 @@ async fn campaign(ctx: &Ctx) -> Result<Campaign, ReplicaError> {
         }
     }
     let ttl = i64::try_from(ctx.options.lease.as_secs().max(1)).unwrap_or(i64::MAX);
+    let granted = Instant::now();
     let (lease, _) = ctx.client.lease_grant(ttl).await?;
     let value = serde_json::to_vec(&LeaderValue {
         url: ctx.options.advertise_url.clone(),
@@ -419,7 +429,7 @@ async fn campaign(ctx: &Ctx) -> Result<Campaign, ReplicaError> {
     let reply = ctx.client.txn(txn).await?;
     if reply.succeeded {
         let term = reply.revision();
-        return Ok(Campaign::Won { term, lease });
+        return Ok(Campaign::Won { term, lease, granted });
     }
     let _ = ctx.client.lease_revoke(lease).await;
     Ok(Campaign::Lost)
@@ -490,7 +500,11 @@ async fn follow(ctx: &Ctx, fold: &mut Fold) -> Result<(), ReplicaError> {
 }
 
 /// Leads one term (see the module docs).
-async fn lead(ctx: &Ctx, mut fold: Fold, term: i64, lease: i64) -> Result<Stopped, ReplicaError> {
+async fn lead(ctx: &Ctx, won: Won) -> Result<Stopped, ReplicaError> {
+    let Won { mut fold, term, lease, granted } = won;
+    // Leadership is known to hold until the lease's TTL, less a margin, from its request;
+    // every renewal extends it (see `keep_alive`).
+    let clock = LeaseClock::until(granted + held(ctx.options.lease));
     let started = Instant::now();
     let live = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let fence = Fence {
@@ -543,7 +557,7 @@ async fn lead(ctx: &Ctx, mut fold: Fold, term: i64, lease: i64) -> Result<Stoppe
         }
     };
     let journal = EtcdJournal::new(fence, fold.next, fold.bytes, fold.snapshot);
-    let ended = ctx.driver.begin_term(d, Some(Box::new(journal)));
+    let ended = ctx.driver.begin_leased_term(d, Some(Box::new(journal)), Some(clock.clone()));
     let term_u = u64::try_from(term).unwrap_or(0);
     ctx.status.set(
         Role::Leader,
@@ -557,7 +571,7 @@ async fn lead(ctx: &Ctx, mut fold: Fold, term: i64, lease: i64) -> Result<Stoppe
     );
     let stopped = tokio::select! {
         () = ended.wait() => { tracing::warn!(term, "term ended: the journal could not be written"); Stopped::No }
-        e = keep_alive(ctx, lease) => { tracing::warn!(term, error = %e, "term ended: the lease"); Stopped::No }
+        e = keep_alive(ctx, lease, &clock) => { tracing::warn!(term, error = %e, "term ended: the lease"); Stopped::No }
         () = ctx.stopped() => Stopped::Yes,
     };
     ctx.status.set(Role::Candidate, None);
@@ -565,22 +579,30 @@ async fn lead(ctx: &Ctx, mut fold: Fold, term: i64, lease: i64) -> Result<Stoppe
     Ok(stopped)
 }
 
-/// Renews the lease every third of its TTL; returns when it cannot be kept (gone, or not
-/// renewed for longer than its TTL less a margin, measured from the last renewal's request).
-async fn keep_alive(ctx: &Ctx, lease: i64) -> String {
+/// How long a lease is counted on from the moment its grant or renewal was asked for: its
+/// TTL less a quarter (clock rates differ a little; etcd counts from when it got the request).
+fn held(ttl: Duration) -> Duration {
+    ttl - ttl / 4
+}
+
+/// Renews the lease every third of its TTL, extending `clock` with each renewal; returns when
+/// the lease cannot be kept (gone, or not renewed before `clock` ran out).
+async fn keep_alive(ctx: &Ctx, lease: i64, clock: &LeaseClock) -> String {
     let ttl = ctx.options.lease;
-    let mut renewed = Instant::now();
     loop {
         tokio::time::sleep(ttl / 3).await;
         let sent = Instant::now();
         match ctx.client.lease_keep_alive(lease).await {
-            Ok(_) => renewed = sent,
+            Ok(_) => clock.extend_to(sent + held(ttl)),
             Err(etcd::Error::LeaseGone) => return "the lease expired".into(),
             Err(e) => {
-                if renewed.elapsed() + ttl / 4 >= ttl {
+                if !clock.holds() {
                     return format!("the lease was not renewed in time: {e}");
                 }
             }
+        }
+        if !clock.holds() {
+            return "the lease was not renewed in time".into();
         }
     }
 }
