@@ -989,6 +989,8 @@ struct RunResult {
     /// Etcd mode: WAL fsyncs of an etcd member during the run (mean over the members) and
     /// their mean duration in seconds (etcd's `etcd_disk_wal_fsync_duration_seconds`).
     wal_fsyncs: Option<(f64, f64)>,
+    /// Etcd mode: how much etcd's database in use grew during the run, in bytes.
+    etcd_db_growth: Option<f64>,
     /// Seconds the journal's commits took during the run (append, and fsync or the etcd
     /// transaction), from `/metrics`.
     commit_secs: Option<f64>,
@@ -1190,14 +1192,15 @@ async fn scrape_metrics(conn: &mut Option<Conn>) -> HashMap<String, f64> {
 }
 
 /// The etcd members' WAL fsyncs so far, summed: (count, seconds) of etcd's histogram
-/// `etcd_disk_wal_fsync_duration_seconds` on each member's `/metrics`. None without members
-/// or when one does not answer.
-async fn wal_fsyncs(members: &[SocketAddr]) -> Option<(f64, f64)> {
+/// `etcd_disk_wal_fsync_duration_seconds` on each member's `/metrics`; and the largest
+/// member's database in use (`etcd_mvcc_db_total_size_in_use_in_bytes`: etcd keeps every
+/// revision until its history is compacted). None without members or when one does not answer.
+async fn wal_fsyncs(members: &[SocketAddr]) -> Option<(f64, f64, f64)> {
     if members.is_empty() {
         return None;
     }
     let uri: Uri = "/metrics".parse().ok()?;
-    let (mut count, mut secs) = (0.0, 0.0);
+    let (mut count, mut secs, mut db) = (0.0, 0.0, 0.0_f64);
     for &m in members {
         let mut c = connect(m).await.ok()?;
         let (status, body) = send(&mut c, &Method::GET, &uri, Bytes::new()).await.ok()?;
@@ -1211,8 +1214,9 @@ async fn wal_fsyncs(members: &[SocketAddr]) -> Option<(f64, f64)> {
         };
         count += value("etcd_disk_wal_fsync_duration_seconds_count")?;
         secs += value("etcd_disk_wal_fsync_duration_seconds_sum")?;
+        db = db.max(value("etcd_mvcc_db_total_size_in_use_in_bytes")?);
     }
-    Some((count, secs))
+    Some((count, secs, db))
 }
 
 fn percentile(sorted: &[u32], q: f64) -> u32 {
@@ -1332,9 +1336,13 @@ async fn run_one(
             / secs,
         hit_cap: sh.issued.load(Ordering::Relaxed) >= opts.max_requests,
         wal_fsyncs: match (w0, w1) {
-            (Some((n0, s0)), Some((n1, s1))) if n1 > n0 => {
+            (Some((n0, s0, _)), Some((n1, s1, _))) if n1 > n0 => {
                 Some(((n1 - n0) / pids.etcd_addrs.len() as f64, (s1 - s0) / (n1 - n0)))
             }
+            _ => None,
+        },
+        etcd_db_growth: match (w0, w1) {
+            (Some((_, _, d0)), Some((_, _, d1))) => Some(d1 - d0),
             _ => None,
         },
         commit_secs: delta_f("shardwise_journal_commit_duration_seconds_sum"),
@@ -1929,15 +1937,17 @@ fn print_etcd_summary(samples: &EtcdSamples, opts: &Options) {
         "| mode | workload | conns | runs | calls/s | p50 µs | p99 µs | errors | dispatcher CPU \
          µs/call | etcd CPU µs/call (3 members) | standbys CPU µs/call | records per commit | \
          commits/s | journal commit mean µs | etcd WAL fsyncs/s per member | etcd WAL fsync mean \
-         µs |"
+         µs | etcd db growth, bytes/call |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for &mode in &opts.modes {
         for &w in &opts.workloads {
             for &c in &opts.concurrency {
                 let Some(rs) = samples.get(&(mode, w, c)) else { continue };
                 println!(
-                    "| {} | {} | {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     mode.short(),
                     w.name(),
                     rs.len(),
@@ -1953,6 +1963,9 @@ fn print_etcd_summary(samples: &EtcdSamples, opts: &Options) {
                     fmt_int(med(rs, &commit_mean_us)),
                     fmt_int(med(rs, &|r| wal_figures(r).0)),
                     fmt_int(med(rs, &|r| wal_figures(r).1)),
+                    fmt_int(med(rs, &|r| {
+                        r.etcd_db_growth.map_or(f64::NAN, |b| b / r.calls.max(1) as f64)
+                    })),
                 );
             }
         }
