@@ -41,6 +41,17 @@
 //! seconds. It reports errors, achieved rate, latency p50/p99/max from each request's due
 //! time, the dispatcher's CPU (% of one core) and RSS (every `--report-every` seconds), and
 //! this generator's own CPU. See [`shardwise_examples::fleet`].
+//!
+//! `--modes etcd` (or any list with `etcd`) adds a dispatcher whose journal is in etcd (issue
+//! 14): a 3-member etcd cluster on loopback ports started for each run
+//! ([`shardwise_tests::etcd::EtcdCluster`], the tests' helper; Debian's `etcd` on the PATH),
+//! the measured dispatcher its leader (`--etcd URLS`: every group commit is one fenced etcd
+//! transaction), and `--etcd-standbys` more replicas (default 2) following it as hot standbys.
+//! Its table adds the CPU per call of the three etcd members (summed) and of the standbys
+//! (summed). `--etcd` is the issue's benchmark: durable get-split at 64 connections with the
+//! journal in etcd against the work-dir journal (`--work-dir --fault-tolerant`), the two
+//! interleaved `--repeat` times (default 3, 5 s each, fresh servers each run), then a summary
+//! of medians and the ratio etcd ÷ work-dir of each round.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -75,7 +86,7 @@ const RANGE_STOP: u64 = 1 << 40;
 const TF_BEST_8_THREADS: f64 = 10_654.0;
 const GROUP_COMMIT_CEILING_64: (f64, f64) = (24_000.0, 73_500.0);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Workload {
     Healthz,
     WorkerHeartbeat,
@@ -111,10 +122,12 @@ impl Workload {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Mode {
     Memory,
     FaultTolerant,
+    /// The journal in a 3-member etcd cluster (`--etcd`), the measured dispatcher its leader.
+    Etcd,
 }
 
 impl Mode {
@@ -122,12 +135,14 @@ impl Mode {
         match self {
             Mode::Memory => "in-memory",
             Mode::FaultTolerant => "fault-tolerant (--work-dir, group-commit fsync)",
+            Mode::Etcd => "etcd (the journal in a 3-member etcd cluster, one txn per group commit)",
         }
     }
     fn short(self) -> &'static str {
         match self {
             Mode::Memory => "memory",
             Mode::FaultTolerant => "ft",
+            Mode::Etcd => "etcd",
         }
     }
 }
@@ -158,6 +173,10 @@ struct Options {
     /// `--fleet-compact LIST`: fault-tolerant fleet runs at each `--compact-at-bytes` (and on
     /// `--baseline` too), in one run.
     fleet_compact: Vec<u64>,
+    /// `--etcd`: the etcd journal against the work-dir journal, interleaved.
+    etcd: bool,
+    /// `--etcd-standbys N`: replicas following the etcd mode's leader.
+    etcd_standbys: usize,
 }
 
 const USAGE: &str = "\
@@ -169,7 +188,8 @@ usage: load [OPTIONS]
   --max-requests N       at most this many requests per run (default 1000000)
   --warmup N             requests per connection before each timed run (default 20)
   --concurrency LIST     connection counts (default 1,8,64)
-  --modes LIST           memory,ft (default both)
+  --modes LIST           memory,ft,etcd (default memory,ft; etcd: the journal in a 3-member
+                         etcd cluster started for the run, `etcd` on the PATH)
   --workloads LIST       healthz,worker_hb,client_hb,get_split (default all)
   --max-splits N         splits per get_split call (default 1)
   --client-threads N     this generator's tokio worker threads (default 1: current-thread)
@@ -180,6 +200,10 @@ usage: load [OPTIONS]
                          defaults: --concurrency 1,8 --seconds 5 --repeat 3
   --baseline PATH        with --compare: also measure this shardwise binary (e.g. main's)
   --repeat N             with --compare: runs of each measurement, medians reported
+  --etcd                 the etcd journal against the work-dir journal (issue 14): modes ft,etcd,
+                         interleaved --repeat times; defaults: --workloads get_split
+                         --concurrency 64 --seconds 5 --repeat 3
+  --etcd-standbys N      replicas following the etcd mode's leader as hot standbys (default 2)
   --bare-server          serve the bare axum yardstick on 127.0.0.1 port 0 and print its address
   --fleet                run the fleet instead (each worker and client heartbeating at --rate):
   --fleet-workers N      simulated workers (default 10000)
@@ -214,9 +238,13 @@ fn parse_args() -> Result<Options, String> {
         baseline: None,
         repeat: 0,
         fleet_compact: Vec::new(),
+        etcd: false,
+        etcd_standbys: 2,
     };
     let mut concurrency_set = false;
     let mut seconds_set = false;
+    let mut modes_set = false;
+    let mut workloads_set = false;
     let long = std::env::var("SHARDWISE_LONG").is_ok_and(|v| v == "1");
     let mut fleet = shardwise_examples::fleet::Options {
         duration: Duration::from_secs(if long { 300 } else { 20 }),
@@ -241,6 +269,13 @@ fn parse_args() -> Result<Options, String> {
                 seconds_set = true;
             }
             "--compare" => o.compare = true,
+            "--etcd" => o.etcd = true,
+            "--etcd-standbys" => {
+                o.etcd_standbys = usize::try_from(num(value()?)?)
+                    .ok()
+                    .filter(|n| *n <= 8)
+                    .ok_or("--etcd-standbys must be in 0..=8")?;
+            }
             "--baseline" => o.baseline = Some(PathBuf::from(value()?)),
             "--repeat" => o.repeat = num(value()?)? as usize,
             "--max-requests" => o.max_requests = num(value()?)?,
@@ -289,9 +324,11 @@ fn parse_args() -> Result<Options, String> {
                     .map(|m| match m.trim() {
                         "memory" => Ok(Mode::Memory),
                         "ft" => Ok(Mode::FaultTolerant),
-                        other => Err(format!("--modes: {other:?} (memory or ft)")),
+                        "etcd" => Ok(Mode::Etcd),
+                        other => Err(format!("--modes: {other:?} (memory, ft or etcd)")),
                     })
                     .collect::<Result<_, _>>()?;
+                modes_set = true;
             }
             "--workloads" => {
                 o.workloads = value()?
@@ -303,6 +340,7 @@ fn parse_args() -> Result<Options, String> {
                             .ok_or_else(|| format!("--workloads: unknown {w:?}"))
                     })
                     .collect::<Result<_, _>>()?;
+                workloads_set = true;
             }
             other => return Err(format!("unknown option {other:?}\n{USAGE}")),
         }
@@ -319,7 +357,32 @@ fn parse_args() -> Result<Options, String> {
         }
         o.fleet = Some(fleet);
     }
-    if o.compare {
+    if o.etcd {
+        if is_fleet || o.compare {
+            return Err("--etcd, --compare and --fleet are different runs".into());
+        }
+        if o.baseline.is_some() {
+            return Err("--baseline goes with --compare or --fleet-compact".into());
+        }
+        if !modes_set {
+            o.modes = vec![Mode::FaultTolerant, Mode::Etcd];
+        }
+        if !workloads_set {
+            o.workloads = vec![Workload::GetSplit];
+        }
+        if !concurrency_set {
+            o.concurrency = vec![64];
+        }
+        if !seconds_set {
+            o.seconds = 5.0;
+        }
+        if o.repeat == 0 {
+            o.repeat = 3;
+        }
+        if o.repeat > 100 {
+            return Err("--repeat must be in 1..=100".into());
+        }
+    } else if o.compare {
         if is_fleet {
             return Err("--compare and --fleet are different runs".into());
         }
@@ -337,7 +400,7 @@ fn parse_args() -> Result<Options, String> {
             return Err("--fleet-compact goes with --fleet (and --baseline)".into());
         }
     } else if o.baseline.is_some() || o.repeat > 0 {
-        return Err("--baseline and --repeat go with --compare (or --fleet-compact)".into());
+        return Err("--baseline and --repeat go with --compare (or --fleet-compact, --etcd)".into());
     }
     if o.compare && o.repeat > 100 {
         return Err("--repeat must be in 1..=100".into());
@@ -396,11 +459,30 @@ struct CpuSample {
     actor: u64,
     /// This process.
     me: u64,
+    /// The etcd members (summed), in etcd mode.
+    etcd: u64,
+    /// The standby replicas (summed), in etcd mode.
+    standbys: u64,
     /// The whole machine: busy (user, nice, system, irq, softirq) ticks of `/proc/stat`.
     machine: u64,
 }
 
-fn sample_cpu(pid: u32) -> CpuSample {
+/// The processes a run measures.
+#[derive(Debug, Clone, Default)]
+struct Pids {
+    dispatcher: u32,
+    etcd: Vec<u32>,
+    standbys: Vec<u32>,
+    /// The etcd members' client addresses (their `/metrics`).
+    etcd_addrs: Vec<SocketAddr>,
+}
+
+fn sum_ticks(pids: &[u32]) -> u64 {
+    pids.iter().map(|p| ticks_of(Path::new(&format!("/proc/{p}/stat"))).unwrap_or(0)).sum()
+}
+
+fn sample_cpu(pids: &Pids) -> CpuSample {
+    let pid = pids.dispatcher;
     let dispatcher = ticks_of(Path::new(&format!("/proc/{pid}/stat"))).unwrap_or(0);
     let mut actor = 0;
     if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) {
@@ -422,7 +504,9 @@ fn sample_cpu(pid: u32) -> CpuSample {
             Some(f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)?)
         })
         .unwrap_or(0);
-    CpuSample { dispatcher, actor, me, machine }
+    let etcd = sum_ticks(&pids.etcd);
+    let standbys = sum_ticks(&pids.standbys);
+    CpuSample { dispatcher, actor, me, etcd, standbys, machine }
 }
 
 fn ticks_to_micros(ticks: u64) -> f64 {
@@ -513,6 +597,30 @@ struct Dispatcher {
     child: Child,
     addr: SocketAddr,
     work_dir: Option<PathBuf>,
+    /// Etcd mode: the replicas following this leader (killed after it, before etcd).
+    standbys: Vec<Dispatcher>,
+    /// Etcd mode: the cluster holding the journal (killed last, its data removed).
+    etcd: Option<shardwise_tests::etcd::EtcdCluster>,
+}
+
+impl Dispatcher {
+    fn pids(&self) -> Pids {
+        Pids {
+            dispatcher: self.child.id(),
+            etcd: self.etcd.as_ref().map(|c| c.pids()).unwrap_or_default(),
+            standbys: self.standbys.iter().map(|s| s.child.id()).collect(),
+            etcd_addrs: self
+                .etcd
+                .as_ref()
+                .map(|c| {
+                    c.client_urls()
+                        .iter()
+                        .filter_map(|u| u.strip_prefix("http://")?.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -570,17 +678,42 @@ fn find_or_build_shardwise(opts: &Options) -> Result<PathBuf, String> {
     Ok(bin)
 }
 
+/// `shardwise dispatcher` on 127.0.0.1 port 0 with `extra`, and only those flags: no
+/// SHARDWISE_* from the environment (its log filter aside).
+fn dispatcher_command(bin: &Path, extra: &[String]) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(["dispatcher", "--host", "127.0.0.1", "--port", "0"]);
+    cmd.args(extra);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SHARDWISE_") && k != "SHARDWISE_LOG" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// How long a fresh etcd cluster may take to elect its leader (a busy machine is slow).
+const ETCD_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Starts a dispatcher of `mode` (without waiting for it to be ready: see [`start_mode`]); in
+/// etcd mode, first a fresh 3-member etcd cluster for its journal.
 fn start_dispatcher(
     bin: &Path,
     mode: Mode,
     tmp: &Path,
     extra: &[String],
 ) -> Result<Dispatcher, String> {
-    let mut cmd = Command::new(bin);
-    cmd.args(["dispatcher", "--host", "127.0.0.1", "--port", "0"]);
-    cmd.args(extra);
+    let mut cmd = dispatcher_command(bin, extra);
+    let mut etcd = None;
     let work_dir = match mode {
         Mode::Memory => None,
+        Mode::Etcd => {
+            let mut cluster = shardwise_tests::etcd::EtcdCluster::start(3);
+            cluster.try_ready_within(ETCD_READY_TIMEOUT)?;
+            cmd.arg("--etcd").arg(cluster.client_urls().join(","));
+            etcd = Some(cluster);
+            None
+        }
         Mode::FaultTolerant => {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -591,14 +724,56 @@ fn start_dispatcher(
             Some(dir)
         }
     };
-    // Only the flags given here count: no SHARDWISE_* from the environment (its log filter
-    // aside).
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("SHARDWISE_") && k != "SHARDWISE_LOG" {
-            cmd.env_remove(k);
-        }
+    let mut d = spawn_server(cmd, work_dir, DISPATCHER_LISTENING)?;
+    d.etcd = etcd;
+    Ok(d)
+}
+
+/// What `shardwise dispatcher` prints, followed by its URL.
+const DISPATCHER_LISTENING: &str = "shardwise dispatcher listening on http://";
+
+/// Starts a dispatcher of `mode` and waits until it serves (`/readyz`); in etcd mode, then
+/// `opts.etcd_standbys` more replicas on the same etcd, each waited for until it follows the
+/// first (which therefore leads: it is the one measured).
+async fn start_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<Dispatcher, String> {
+    let mut d = start_dispatcher(bin, mode, &opts.tmp_dir, &opts.dispatcher_args)?;
+    wait_ready(d.addr).await?;
+    let Some(endpoints) = d.etcd.as_ref().map(|c| c.client_urls().join(",")) else {
+        return Ok(d);
+    };
+    for _ in 0..opts.etcd_standbys {
+        let mut cmd = dispatcher_command(bin, &opts.dispatcher_args);
+        cmd.arg("--etcd").arg(&endpoints);
+        let standby = spawn_server(cmd, None, DISPATCHER_LISTENING)?;
+        wait_following(standby.addr, d.addr).await?;
+        d.standbys.push(standby);
     }
-    spawn_server(cmd, work_dir, "shardwise dispatcher listening on http://")
+    Ok(d)
+}
+
+/// Waits until the replica at `addr` follows the leader at `leader` (`GET /v1/leader`).
+async fn wait_following(addr: SocketAddr, leader: SocketAddr) -> Result<(), String> {
+    let uri: Uri = "/v1/leader".parse().map_err(|e| format!("{e}"))?;
+    let want = format!("http://{leader}");
+    let mut last = String::new();
+    for _ in 0..READY_POLLS {
+        match connect(addr).await {
+            Ok(mut c) => match send(&mut c, &Method::GET, &uri, Bytes::new()).await {
+                Ok((StatusCode::OK, b)) => {
+                    let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+                    if v["role"] == "follower" && v["leader"]["url"] == want.as_str() {
+                        return Ok(());
+                    }
+                    last = String::from_utf8_lossy(&b).into_owned();
+                }
+                Ok((s, b)) => last = format!("{s}: {}", String::from_utf8_lossy(&b)),
+                Err(e) => last = e,
+            },
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(READY_POLL_GAP).await;
+    }
+    Err(format!("the standby at {addr} did not follow {want} in time (last: {last})"))
 }
 
 /// The bare axum yardstick: this executable with `--bare-server`.
@@ -632,7 +807,13 @@ fn spawn_server(
             }
         }
     });
-    let mut d = Dispatcher { child, addr: SocketAddr::from(([127, 0, 0, 1], 0)), work_dir };
+    let mut d = Dispatcher {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        work_dir,
+        standbys: Vec::new(),
+        etcd: None,
+    };
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -797,10 +978,22 @@ struct RunResult {
     disp_us: f64,
     actor_us: f64,
     me_us: f64,
+    /// Etcd mode: the etcd members' CPU per call (summed; NaN in other modes).
+    etcd_us: f64,
+    /// Etcd mode: the standby replicas' CPU per call (summed; NaN without standbys).
+    standbys_us: f64,
     disp_cores: f64,
     /// Cores busy with anything else (other processes: a compiler would skew the run).
     other_cores: f64,
     hit_cap: bool,
+    /// Etcd mode: WAL fsyncs of an etcd member during the run (mean over the members) and
+    /// their mean duration in seconds (etcd's `etcd_disk_wal_fsync_duration_seconds`).
+    wal_fsyncs: Option<(f64, f64)>,
+    /// Etcd mode: how much etcd's database in use grew during the run, in bytes.
+    etcd_db_growth: Option<f64>,
+    /// Seconds the journal's commits took during the run (append, and fsync or the etcd
+    /// transaction), from `/metrics`.
+    commit_secs: Option<f64>,
     /// Journal commits (fsyncs in fault-tolerant mode) and records during the run, from
     /// `/metrics` (None when the server has no such metric).
     commits: Option<u64>,
@@ -983,19 +1176,47 @@ async fn connection(
 }
 
 /// The dispatcher's Prometheus counters (`name value` lines).
-async fn scrape_metrics(conn: &mut Option<Conn>) -> HashMap<String, u64> {
+async fn scrape_metrics(conn: &mut Option<Conn>) -> HashMap<String, f64> {
     let mut out = HashMap::new();
     let (Some(c), Ok(uri)) = (conn.as_mut(), "/metrics".parse::<Uri>()) else { return out };
     if let Ok((StatusCode::OK, body)) = send(c, &Method::GET, &uri, Bytes::new()).await {
         for line in String::from_utf8_lossy(&body).lines().filter(|l| !l.starts_with('#')) {
             if let Some((k, v)) = line.split_once(' ')
-                && let Ok(v) = v.trim().parse::<u64>()
+                && let Ok(v) = v.trim().parse::<f64>()
             {
                 out.insert(k.to_owned(), v);
             }
         }
     }
     out
+}
+
+/// The etcd members' WAL fsyncs so far, summed: (count, seconds) of etcd's histogram
+/// `etcd_disk_wal_fsync_duration_seconds` on each member's `/metrics`; and the largest
+/// member's database in use (`etcd_mvcc_db_total_size_in_use_in_bytes`: etcd keeps every
+/// revision until its history is compacted). None without members or when one does not answer.
+async fn wal_fsyncs(members: &[SocketAddr]) -> Option<(f64, f64, f64)> {
+    if members.is_empty() {
+        return None;
+    }
+    let uri: Uri = "/metrics".parse().ok()?;
+    let (mut count, mut secs, mut db) = (0.0, 0.0, 0.0_f64);
+    for &m in members {
+        let mut c = connect(m).await.ok()?;
+        let (status, body) = send(&mut c, &Method::GET, &uri, Bytes::new()).await.ok()?;
+        if status != StatusCode::OK {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&body);
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+        };
+        count += value("etcd_disk_wal_fsync_duration_seconds_count")?;
+        secs += value("etcd_disk_wal_fsync_duration_seconds_sum")?;
+        db = db.max(value("etcd_mvcc_db_total_size_in_use_in_bytes")?);
+    }
+    Some((count, secs, db))
 }
 
 fn percentile(sorted: &[u32], q: f64) -> u32 {
@@ -1009,7 +1230,7 @@ fn percentile(sorted: &[u32], q: f64) -> u32 {
 async fn run_one(
     fx: &mut Fixture,
     addr: SocketAddr,
-    pid: u32,
+    pids: &Pids,
     workload: Workload,
     conns: usize,
     opts: &Options,
@@ -1043,7 +1264,8 @@ async fn run_one(
     // Every connection is up and warm (bounded by the request timeout per warm-up request).
     barrier.wait().await;
     let m0 = scrape_metrics(&mut metrics_conn).await;
-    let before = sample_cpu(pid);
+    let w0 = wal_fsyncs(&pids.etcd_addrs).await;
+    let before = sample_cpu(pids);
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(opts.seconds);
     let _ = start_tx.send(Some((start, deadline)));
@@ -1070,12 +1292,14 @@ async fn run_one(
             }
         }
     }
-    let after = sample_cpu(pid);
+    let after = sample_cpu(pids);
+    let w1 = wal_fsyncs(&pids.etcd_addrs).await;
     let m1 = scrape_metrics(&mut metrics_conn).await;
-    let delta = |k: &str| match (m0.get(k), m1.get(k)) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(*a)),
+    let delta_f = |k: &str| match (m0.get(k), m1.get(k)) {
+        (Some(a), Some(b)) => Some((b - a).max(0.0)),
         _ => None,
     };
+    let delta = |k: &str| delta_f(k).map(|d| d as u64);
     let secs = end.duration_since(start).as_secs_f64().max(1e-9);
     lat.sort_unstable();
     let calls = lat.len() as u64;
@@ -1094,14 +1318,34 @@ async fn run_one(
         disp_us: per(after.dispatcher, before.dispatcher),
         actor_us: per(after.actor, before.actor),
         me_us: per(after.me, before.me),
+        etcd_us: if pids.etcd.is_empty() { f64::NAN } else { per(after.etcd, before.etcd) },
+        standbys_us: if pids.standbys.is_empty() {
+            f64::NAN
+        } else {
+            per(after.standbys, before.standbys)
+        },
         disp_cores: ticks_to_micros(after.dispatcher.saturating_sub(before.dispatcher))
             / 1e6
             / secs,
         other_cores: ticks_to_micros(after.machine.saturating_sub(before.machine).saturating_sub(
-            after.dispatcher.saturating_sub(before.dispatcher) + after.me.saturating_sub(before.me),
+            after.dispatcher.saturating_sub(before.dispatcher)
+                + after.me.saturating_sub(before.me)
+                + after.etcd.saturating_sub(before.etcd)
+                + after.standbys.saturating_sub(before.standbys),
         )) / 1e6
             / secs,
         hit_cap: sh.issued.load(Ordering::Relaxed) >= opts.max_requests,
+        wal_fsyncs: match (w0, w1) {
+            (Some((n0, s0, _)), Some((n1, s1, _))) if n1 > n0 => {
+                Some(((n1 - n0) / pids.etcd_addrs.len() as f64, (s1 - s0) / (n1 - n0)))
+            }
+            _ => None,
+        },
+        etcd_db_growth: match (w0, w1) {
+            (Some((_, _, d0)), Some((_, _, d1))) => Some(d1 - d0),
+            _ => None,
+        },
+        commit_secs: delta_f("shardwise_journal_commit_duration_seconds_sum"),
         commits: delta("shardwise_journal_commits_total"),
         records: delta("shardwise_journal_records_total"),
     }
@@ -1132,15 +1376,39 @@ fn fmt_f(x: f64, prec: usize) -> String {
 
 fn print_table(mode: Mode, results: &[RunResult]) {
     println!("\n### {}\n", mode.name());
+    // Etcd mode: two more columns, the etcd members' and the standbys' CPU per call.
+    let etcd = mode == Mode::Etcd;
     println!(
         "| workload | conns | calls | calls/s | p50 µs | p99 µs | errors | dispatcher CPU µs/call \
          | of which journal thread | dispatcher cores busy | load generator CPU µs/call \
-         | other processes, cores | journal commits | records per commit |"
+         | other processes, cores | journal commits | records per commit |{}",
+        if etcd {
+            " journal commit mean µs | etcd CPU µs/call (3 members) | standbys CPU µs/call \
+             | etcd WAL fsyncs/s per member | etcd WAL fsync mean µs |"
+        } else {
+            ""
+        }
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}",
+        if etcd { "---:|---:|---:|---:|---:|" } else { "" }
+    );
     for r in results {
+        let extra = if etcd {
+            let (rate, mean) = wal_figures(r);
+            format!(
+                " {} | {} | {} | {} | {} |",
+                fmt_int(commit_mean_us(r)),
+                fmt_f(r.etcd_us, 1),
+                fmt_f(r.standbys_us, 1),
+                fmt_int(rate),
+                fmt_int(mean)
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "| {} | {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{extra}",
             r.workload.name(),
             r.conns,
             fmt_int(r.calls as f64),
@@ -1170,6 +1438,20 @@ fn print_table(mode: Mode, results: &[RunResult]) {
             r.first_error.as_deref().unwrap_or("?")
         );
     }
+}
+
+/// The mean duration of a journal commit during the run, in µs (NaN when not measured).
+fn commit_mean_us(r: &RunResult) -> f64 {
+    match (r.commit_secs, r.commits) {
+        (Some(secs), Some(n)) if n > 0 => secs / n as f64 * 1e6,
+        _ => f64::NAN,
+    }
+}
+
+/// Etcd mode: WAL fsyncs a second of a member (mean over the members) and their mean duration
+/// in µs (NaN when not measured).
+fn wal_figures(r: &RunResult) -> (f64, f64) {
+    r.wal_fsyncs.map_or((f64::NAN, f64::NAN), |(n, mean)| (n / r.secs, mean * 1e6))
 }
 
 fn met(ok: bool) -> &'static str {
@@ -1273,7 +1555,7 @@ fn print_goals(all: &HashMap<&'static str, Vec<RunResult>>, opts: &Options) {
 // ---------------------------------------------------------------------------------------
 
 async fn bench_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<Vec<RunResult>, String> {
-    let d = start_dispatcher(bin, mode, &opts.tmp_dir, &opts.dispatcher_args)?;
+    let d = start_mode(bin, mode, opts).await?;
     bench_server(d, mode.short(), &opts.workloads, false, opts).await
 }
 
@@ -1286,7 +1568,8 @@ async fn bench_server(
     bare: bool,
     opts: &Options,
 ) -> Result<Vec<RunResult>, String> {
-    let pid = d.child.id();
+    let pids = d.pids();
+    let pid = pids.dispatcher;
     wait_ready(d.addr).await?;
     // healthz alone needs no dispatcher state (and works against any server that answers
     // /readyz and /healthz, e.g. a trivial axum server as a baseline of the HTTP stack).
@@ -1306,10 +1589,19 @@ async fn bench_server(
         "load: {label} server pid {pid} at {}: {} workers, iteration {}, client {}",
         d.addr, opts.workers, fx.iteration_id, fx.client_id
     );
+    if !pids.etcd.is_empty() {
+        eprintln!(
+            "load: {label} etcd members (pids {:?}) at {:?}; standbys (pids {:?}) at {:?}",
+            pids.etcd,
+            pids.etcd_addrs,
+            pids.standbys,
+            d.standbys.iter().map(|s| s.addr).collect::<Vec<_>>()
+        );
+    }
     let mut results = Vec::new();
     for &w in workloads {
         for &c in &opts.concurrency {
-            let r = run_one(&mut fx, d.addr, pid, w, c, opts).await;
+            let r = run_one(&mut fx, d.addr, &pids, w, c, opts).await;
             eprintln!(
                 "load: {label} {} x {c}: {} calls/s, p50 {} µs, p99 {} µs, {} errors, server {} µs/call",
                 w.name(),
@@ -1347,8 +1639,7 @@ async fn bench_server(
 /// had errors.
 async fn fleet_mode(bin: &Path, mode: Mode, opts: &Options) -> Result<(String, bool), String> {
     let Some(fleet) = &opts.fleet else { return Err("not a fleet run".into()) };
-    let d = start_dispatcher(bin, mode, &opts.tmp_dir, &opts.dispatcher_args)?;
-    wait_ready(d.addr).await?;
+    let d = start_mode(bin, mode, opts).await?;
     let fleet =
         shardwise_examples::fleet::Options { dispatcher_pid: Some(d.child.id()), ..fleet.clone() };
     let report = shardwise_examples::fleet::run(d.addr, &fleet).await?;
@@ -1588,6 +1879,142 @@ fn print_compare(samples: &Samples, opts: &Options) -> bool {
     failed
 }
 
+// ---------------------------------------------------------------------------------------
+// --etcd: the journal in etcd against the work-dir journal (issue 14).
+
+/// Every run of `--etcd`, by (mode, workload, conns): (round, result).
+type EtcdSamples = HashMap<(Mode, Workload, usize), Vec<(usize, RunResult)>>;
+
+/// Every mode, `opts.repeat` rounds, the order rotated each round (no mode always runs first on
+/// a fresh machine or last on a tired one); each run on fresh servers (and a fresh etcd
+/// cluster). Prints each run's table; `true` when one failed or had errors.
+async fn etcd_runs(bin: &Path, opts: &Options) -> (EtcdSamples, bool) {
+    let mut samples = EtcdSamples::new();
+    let mut failed = false;
+    for round in 1..=opts.repeat {
+        let mut modes = opts.modes.clone();
+        let shift = (round - 1) % modes.len().max(1);
+        modes.rotate_left(shift);
+        println!("\n## Round {round} of {}", opts.repeat);
+        for mode in modes {
+            eprintln!("load: --etcd round {round}: {}", mode.short());
+            match bench_mode(bin, mode, opts).await {
+                Ok(rs) => {
+                    print_table(mode, &rs);
+                    for r in rs {
+                        failed |= r.errors > 0;
+                        samples.entry((mode, r.workload, r.conns)).or_default().push((round, r));
+                    }
+                }
+                Err(e) => {
+                    eprintln!("load: round {round}: {} failed: {e}", mode.short());
+                    println!("\n{}: failed: {e}", mode.name());
+                    failed = true;
+                }
+            }
+        }
+    }
+    (samples, failed)
+}
+
+/// The summary of `--etcd`: medians per mode, then etcd ÷ work-dir per round.
+fn print_etcd_summary(samples: &EtcdSamples, opts: &Options) {
+    let med = |rs: &[(usize, RunResult)], f: &dyn Fn(&RunResult) -> f64| {
+        median(&rs.iter().map(|(_, r)| f(r)).collect::<Vec<_>>())
+    };
+    let per_commit = |r: &RunResult| match (r.commits, r.records) {
+        (Some(c), Some(n)) if c > 0 => n as f64 / c as f64,
+        _ => f64::NAN,
+    };
+    println!(
+        "\n## Summary: the journal in etcd against the work-dir journal\n\n\
+         Medians of {} interleaved runs of {} s each (fresh servers, and a fresh 3-member etcd \
+         cluster, for each run); the etcd leader with {} standby replica(s). CPU per call: \
+         utime+stime of the process(es) over the calls answered.\n",
+        opts.repeat, opts.seconds, opts.etcd_standbys
+    );
+    println!(
+        "| mode | workload | conns | runs | calls/s | p50 µs | p99 µs | errors | dispatcher CPU \
+         µs/call | etcd CPU µs/call (3 members) | standbys CPU µs/call | records per commit | \
+         commits/s | journal commit mean µs | etcd WAL fsyncs/s per member | etcd WAL fsync mean \
+         µs | etcd db growth, bytes/call |"
+    );
+    println!(
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for &mode in &opts.modes {
+        for &w in &opts.workloads {
+            for &c in &opts.concurrency {
+                let Some(rs) = samples.get(&(mode, w, c)) else { continue };
+                println!(
+                    "| {} | {} | {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    mode.short(),
+                    w.name(),
+                    rs.len(),
+                    fmt_int(med(rs, &RunResult::rate)),
+                    fmt_int(med(rs, &|r| f64::from(r.p50))),
+                    fmt_int(med(rs, &|r| f64::from(r.p99))),
+                    rs.iter().map(|(_, r)| r.errors).sum::<u64>(),
+                    fmt_f(med(rs, &|r| r.disp_us), 1),
+                    fmt_f(med(rs, &|r| r.etcd_us), 1),
+                    fmt_f(med(rs, &|r| r.standbys_us), 1),
+                    fmt_f(med(rs, &per_commit), 1),
+                    fmt_int(med(rs, &|r| r.commits.map_or(f64::NAN, |c| c as f64 / r.secs))),
+                    fmt_int(med(rs, &commit_mean_us)),
+                    fmt_int(med(rs, &|r| wal_figures(r).0)),
+                    fmt_int(med(rs, &|r| wal_figures(r).1)),
+                    fmt_int(med(rs, &|r| {
+                        r.etcd_db_growth.map_or(f64::NAN, |b| b / r.calls.max(1) as f64)
+                    })),
+                );
+            }
+        }
+    }
+    if !(opts.modes.contains(&Mode::Etcd) && opts.modes.contains(&Mode::FaultTolerant)) {
+        return;
+    }
+    println!(
+        "\n### etcd ÷ work-dir (fault-tolerant), each round's pair\n\n\
+         calls/s and p50: etcd's figure over the work-dir's. CPU: the etcd-mode dispatcher's \
+         over the work-dir dispatcher's; with etcd: the dispatcher and the 3 etcd members \
+         together (standbys left out) over the work-dir dispatcher.\n"
+    );
+    println!(
+        "| workload | conns | calls/s ratio (per round) | median | p50 ratio (median) | \
+         dispatcher CPU ratio (median) | dispatcher + etcd CPU ratio (median) |"
+    );
+    println!("|---|---:|---|---:|---:|---:|---:|");
+    for &w in &opts.workloads {
+        for &c in &opts.concurrency {
+            let (Some(e), Some(f)) =
+                (samples.get(&(Mode::Etcd, w, c)), samples.get(&(Mode::FaultTolerant, w, c)))
+            else {
+                continue;
+            };
+            // Pairs of the same round.
+            let pairs: Vec<(&RunResult, &RunResult)> = e
+                .iter()
+                .filter_map(|(round, re)| {
+                    f.iter().find(|(r2, _)| r2 == round).map(|(_, rf)| (re, rf))
+                })
+                .collect();
+            let ratios = |g: &dyn Fn(&RunResult, &RunResult) -> f64| -> Vec<f64> {
+                pairs.iter().map(|(re, rf)| g(re, rf)).collect()
+            };
+            let rate = ratios(&|re, rf| re.rate() / rf.rate());
+            println!(
+                "| {} | {c} | {} | {} | {} | {} | {} |",
+                w.name(),
+                rate.iter().map(|x| fmt_f(*x, 3)).collect::<Vec<_>>().join(", "),
+                fmt_f(median(&rate), 3),
+                fmt_f(median(&ratios(&|re, rf| f64::from(re.p50) / f64::from(rf.p50))), 2),
+                fmt_f(median(&ratios(&|re, rf| re.disp_us / rf.disp_us)), 2),
+                fmt_f(median(&ratios(&|re, rf| (re.disp_us + re.etcd_us) / rf.disp_us)), 2),
+            );
+        }
+    }
+}
+
 /// `--bare-server`: serves the bare axum yardstick until killed.
 fn bare_server_main() -> ! {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -1604,6 +2031,14 @@ fn bare_server_main() -> ! {
     });
     eprintln!("load --bare-server: {r:?}");
     std::process::exit(1);
+}
+
+/// `etcd --version`'s first line (the etcd the etcd mode starts), or why there is none.
+fn etcd_version() -> String {
+    match Command::new("etcd").arg("--version").stdin(Stdio::null()).output() {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or("etcd ?").into(),
+        Err(e) => format!("no etcd on the PATH ({e})"),
+    }
 }
 
 /// Bytes of the files under `dir`, `depth` levels down at most.
@@ -1682,6 +2117,27 @@ fn main() {
                 }
             }
         }
+        std::process::exit(i32::from(failed));
+    }
+    if opts.etcd {
+        println!(
+            "# Shardwise: the journal in etcd against the work-dir journal\n\nbinary {} (built \
+             {age} s ago); {}; {} workers; get_split asks for {} split(s) per call; {} warm-up \
+             requests per connection; load generator on {} tokio thread(s); {} CPUs; CPU from \
+             /proc/*/stat utime+stime at an assumed {} ticks/s. \"other processes\" is the rest \
+             of the machine's busy time (etcd and the standbys excluded): above {BUSY_MACHINE} \
+             cores the run is skewed.",
+            bin.display(),
+            etcd_version(),
+            opts.workers,
+            opts.max_splits,
+            opts.warmup,
+            opts.client_threads,
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            CLK_TCK
+        );
+        let (samples, failed) = runtime.block_on(etcd_runs(&bin, &opts));
+        print_etcd_summary(&samples, &opts);
         std::process::exit(i32::from(failed));
     }
     if opts.compare {

@@ -135,6 +135,12 @@ impl EtcdCluster {
         (0..self.members.len()).map(|i| self.client_url(i)).collect()
     }
 
+    /// The process ids of the members that have a process (running or stopped), in member
+    /// order: e.g. to read their CPU time from `/proc/<pid>/stat`.
+    pub fn pids(&self) -> Vec<u32> {
+        self.members.iter().filter_map(|m| m.process.as_ref().map(|p| p.child.id())).collect()
+    }
+
     /// `http://127.0.0.1:PORT` of member `i`.
     pub fn client_url(&self, i: usize) -> String {
         format!("http://127.0.0.1:{}", self.members[i].client_port)
@@ -149,6 +155,14 @@ impl EtcdCluster {
 
     /// [`EtcdCluster::ready`] with a deadline of its own.
     pub fn ready_within(&mut self, deadline: Duration) {
+        if let Err(e) = self.try_ready_within(deadline) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`EtcdCluster::ready_within`] that says why instead of panicking (for a tool that reports
+    /// the failure its own way, e.g. the load generator): the error has every member's output.
+    pub fn try_ready_within(&mut self, deadline: Duration) -> Result<(), String> {
         let result = try_poll_until(deadline, || {
             let mut unhealthy = Vec::new();
             for i in 0..self.members.len() {
@@ -167,10 +181,10 @@ impl EtcdCluster {
             if unhealthy.is_empty() { Ok(Ok(())) } else { Err(unhealthy.join("; ")) }
         });
         match result {
-            Ok(Ok(())) => {}
-            Ok(Err(exited)) => panic!("etcd: {exited}\n{}", self.outputs()),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(exited)) => Err(format!("etcd: {exited}\n{}", self.outputs())),
             Err(last) => {
-                panic!("etcd not ready within {deadline:?}: {last}\n{}", self.outputs())
+                Err(format!("etcd not ready within {deadline:?}: {last}\n{}", self.outputs()))
             }
         }
     }
