@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{DistributeOptions, distribute};
+use shardwise_gateway::etcd;
 use shardwise_tests::crash::{answered, check_acked, churn};
 use shardwise_tests::etcd::EtcdCluster;
 use shardwise_tests::{
@@ -229,6 +230,18 @@ fn a_killed_leader_is_replaced_within_its_lease_and_nothing_acknowledged_is_lost
     assert!(
         journal.first().is_some_and(|l| l.get("snapshot").is_some()),
         "the journal in etcd starts with a snapshot (compaction ran)"
+    );
+    // ...and etcd's history of the deleted entries was compacted too (else etcd's database
+    // would grow until its quota stops every write).
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let early = rt.block_on(async {
+        let client = etcd::Client::new(&r.etcd.client_urls(), etcd::Options::default())?;
+        let at = etcd::RangeOptions { revision: 2, ..etcd::RangeOptions::default() };
+        client.range(r.prefix.clone(), Vec::new(), at).await
+    });
+    assert!(
+        matches!(&early, Err(etcd::Error::Rejected { code: tonic::Code::OutOfRange, .. })),
+        "revision 2 is still readable: {early:?}"
     );
     assert!(acked.datasets.len() >= 20, "the churn ran through the failovers: {acked:?}");
     // The restarted replicas follow the leader.

@@ -47,7 +47,7 @@ impl Fence {
     /// outcome is then unknown). While etcd does not answer (an etcd election, a member
     /// down), the same transaction is sent again: it is idempotent (the same values at the same
     /// keys, under the same fence), so a first attempt that did commit changes nothing.
-    pub(super) fn write(&self, ops: Vec<etcd::RequestOp>) -> io::Result<()> {
+    pub(super) fn write(&self, ops: Vec<etcd::RequestOp>) -> io::Result<i64> {
         let started = std::time::Instant::now();
         loop {
             match self.write_once(ops.clone()) {
@@ -59,12 +59,13 @@ impl Fence {
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
                 Err(Retry::Later(e) | Retry::Never(e)) => return Err(e),
-                Ok(()) => return Ok(()),
+                Ok(revision) => return Ok(revision),
             }
         }
     }
 
-    fn write_once(&self, ops: Vec<etcd::RequestOp>) -> Result<(), Retry> {
+    /// One attempt; the transaction's revision when it held.
+    fn write_once(&self, ops: Vec<etcd::RequestOp>) -> Result<i64, Retry> {
         let txn = etcd::TxnRequest {
             compare: vec![etcd::Compare::create_revision(
                 self.layout.leader(),
@@ -77,7 +78,7 @@ impl Fence {
         let client = self.client.clone();
         let reply = self.runtime.block_on(async move { client.txn(txn).await });
         match reply {
-            Ok(r) if r.succeeded => Ok(()),
+            Ok(r) if r.succeeded => Ok(r.revision()),
             Ok(_) => Err(Retry::Never(io::Error::other(format!(
                 "this dispatcher no longer leads (term {} ended: {} has another holder or none)",
                 self.term,
@@ -118,6 +119,9 @@ pub(super) struct EtcdJournal {
     snapshot: Option<u64>,
     /// The compaction in progress: its snapshot's id and the last entry it covers.
     compacting: Option<(u64, u64)>,
+    /// The revision of the last compaction's transaction: etcd's history before it is
+    /// compacted at the next one.
+    compacted_at: Option<i64>,
 }
 
 impl EtcdJournal {
@@ -130,6 +134,7 @@ impl EtcdJournal {
             bytes_since_begin: 0,
             snapshot,
             compacting: None,
+            compacted_at: None,
         }
     }
 }
@@ -195,9 +200,21 @@ impl JournalWriter for EtcdJournal {
             let (start, end) = layout.chunks(old);
             ops.push(etcd::RequestOp::delete_range(start, end));
         }
-        self.fence.write(ops)?;
+        let revision = self.fence.write(ops)?;
         self.snapshot = Some(manifest.id);
         self.bytes = self.bytes_since_begin;
+        // etcd keeps every revision of the deleted entries until its history is compacted
+        // (its database would fill its quota): compact it up to the previous compaction, so
+        // that one compaction interval of history stays for watchers (a standby further
+        // behind reads the journal again).
+        if let Some(previous) = self.compacted_at.replace(revision) {
+            let client = self.fence.client.clone();
+            match self.fence.runtime.block_on(async move { client.compact(previous).await }) {
+                Ok(_) => tracing::debug!(revision = previous, "etcd history compacted"),
+                // (e.g. etcd compacted past it already: its own --auto-compaction-retention)
+                Err(e) => tracing::debug!(error = %e, "etcd history not compacted"),
+            }
+        }
         Ok(())
     }
 }

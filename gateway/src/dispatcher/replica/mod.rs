@@ -538,7 +538,7 @@ async fn lead(ctx: &Ctx, won: Won) -> Result<Stopped, ReplicaError> {
             f.write(vec![etcd::RequestOp::delete_range(start, stop)])
         })
         .await;
-        if !matches!(r, Ok(Ok(()))) {
+        if !matches!(r, Ok(Ok(_))) {
             resign().await;
             return Err(ReplicaError::Other("cannot delete a torn batch".into()));
         }
