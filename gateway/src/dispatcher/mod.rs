@@ -458,7 +458,6 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         let driver = DriverHandle::idle(args.compact_at_bytes);
         let status = std::sync::Arc::new(replica::ReplicaStatus::replica(advertise_url.clone()));
         let options = replica::ReplicaOptions {
-            endpoints: args.etcd.clone(),
             prefix: args.etcd_prefix.clone(),
             lease: args.leader_lease,
             advertise_url: advertise_url.clone(),

@@ -10,11 +10,15 @@
 //!   batch a former leader left, and begins a term of the [`DriverHandle`] with an
 //!   [`EtcdJournal`](journal::EtcdJournal): every group commit is a transaction fenced on its
 //!   term, so a deposed leader (e.g. a process paused longer than its lease) never writes
-//!   again. It keeps its lease alive; the term ends when a write fails or its outcome is
-//!   unknown, the fence fails, or the lease cannot be renewed in time. Then it stops
-//!   acknowledging (UNAVAILABLE), revokes its lease and starts over as a follower, reading the
-//!   journal back from etcd.
-//! - **Follow.** A follower watches the journal's keys and applies every entry to its fold;
+//!   again. A write etcd does not answer is sent again (it is idempotent) for up to the lease.
+//!   It keeps its lease alive, and counts it on its own monotonic clock ([`LeaseClock`]): once
+//!   that runs out it answers nothing, reads included. The term ends when a write is refused
+//!   or unanswered for a lease, the fence fails, or the lease cannot be renewed in time. Then
+//!   it stops acknowledging (UNAVAILABLE), revokes its lease and starts over as a follower,
+//!   reading the journal back from etcd. After each journal compaction it also compacts
+//!   etcd's history, up to the previous one.
+//! - **Follow.** A follower watches the journal's keys and applies every entry to its fold
+//!   (a watch quiet for half a lease is opened again: its member may have stopped answering);
 //!   when `P/leader` is deleted (the leader's lease expired or was revoked) it campaigns.
 //!
 //! [`ReplicaStatus`] says who leads and at which term (`GET /v1/leader`); followers redirect
@@ -56,8 +60,6 @@ pub fn check_prefix(prefix: &str) -> Result<String, String> {
 /// How a replica runs.
 #[derive(Debug, Clone)]
 pub struct ReplicaOptions {
-    /// etcd's client URLs.
-    pub endpoints: Vec<String>,
     /// The journal's key prefix.
     pub prefix: String,
     /// The leader's lease.
