@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 r"""The seed flow (TensorFlow's `DispatchServer` example) through a Python SDK generated from
-Shardwise's OpenAPI document: register `range(10)`, create a `parallel_epochs` job and an
+Shardwise's OpenAPI document: register `range(20)` followed by `take(10)`, built from the SDK's
+typed models (`DatasetDef`, `RangeSource`, `TakeTransform`, ...), create a `parallel_epochs` job and an
 iteration, heartbeat as its client to learn the tasks, read every task from its worker, release
 the client. With one `shardwise worker` it prints `[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]`.
 
@@ -33,10 +34,12 @@ from shardwise_client.models import (
     CreateIteration,
     CreateJob,
     DatasetDef,
-    DatasetDefSource,
     NamedMode,
     Problem,
+    RangeArgs,
+    RangeSource,
     RegisterDataset,
+    TakeTransform,
 )
 
 TIMEOUT_S = 60.0  # for the whole epoch
@@ -75,7 +78,12 @@ def read_task(worker: Client, task_id: str, deadline: float) -> list:
 def seed(dispatcher_url: str) -> list:
     deadline = time.monotonic() + TIMEOUT_S
     with Client(base_url=dispatcher_url, raise_on_unexpected_status=True) as dispatcher:
-        dataset = DatasetDef(source=DatasetDefSource.from_dict({"range": {"stop": 10}}))
+        # `{"source": {"range": {"stop": 20}}, "transforms": [{"take": 10}]}`, typed: each source
+        # and transform is its own model (`range_`: the generator's name for the key `range`).
+        dataset = DatasetDef(
+            source=RangeSource(range_=RangeArgs(stop=20)),
+            transforms=[TakeTransform(take=10)],
+        )
         body = RegisterDataset(dataset=dataset)
         dataset_id = ok(register_dataset.sync_detailed(client=dispatcher, body=body)).dataset_id
         job = CreateJob(dataset_id=dataset_id, processing_mode=NamedMode.PARALLEL_EPOCHS)

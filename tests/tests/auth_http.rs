@@ -166,6 +166,9 @@ fn every_documented_operation_is_checked_for_its_role() {
     let mut walked = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
+            if method == "servers" {
+                continue; // the worker's route says where it is served
+            }
             let need = EXPECTED
                 .iter()
                 .find(|(m, p, _)| m == method && p == path)
@@ -173,6 +176,23 @@ fn every_documented_operation_is_checked_for_its_role() {
                     panic!("{method} {path} is not in EXPECTED: say who may call it")
                 })
                 .2;
+            // The document declares the same: `security: []` when open, else the bearer scheme
+            // with the roles that may call it (admin always) as scopes and `x-shardwise-roles`.
+            let declared = match need {
+                "open" => json!([]),
+                "any" => json!([{"bearerAuth": ["admin", "worker", "client", "monitor"]}]),
+                roles => {
+                    let mut roles: Vec<&str> = roles.split('|').collect();
+                    if !roles.contains(&"admin") {
+                        roles.push("admin");
+                    }
+                    json!([{"bearerAuth": roles}])
+                }
+            };
+            assert_eq!(op["security"], declared, "{method} {path}");
+            if need != "open" {
+                assert_eq!(op["x-shardwise-roles"], declared[0]["bearerAuth"], "{method} {path}");
+            }
             let on_worker = op["tags"].as_array().unwrap().iter().any(|t| t == "worker-data-plane");
             let url = if on_worker { &w.url } else { &d.url };
             let concrete = path

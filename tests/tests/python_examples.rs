@@ -320,6 +320,14 @@ fn seed_flow_through_the_generated_sdk_prints_the_range() {
     );
     // The iteration finished and the SDK client released its lease.
     let job = ok("job", &d.call("GET", "/v1/jobs/5000", None));
+    // The typed models sent the definition the script spells (in its canonical form).
+    let id = job["dataset_id"].as_str().expect("dataset_id");
+    let dataset = ok("dataset", &d.call("GET", &format!("/v1/datasets/{id}"), None));
+    assert_eq!(
+        dataset["dataset"],
+        json!({"source": {"range": {"start": 0, "stop": 20, "step": 1}}, "transforms": [{"take": 10}]}),
+        "{dataset}"
+    );
     assert_eq!(job["iterations"][0]["finished"], true, "{job}");
     assert_eq!(job["iterations"][0]["num_clients"], 0, "{job}");
 }

@@ -24,14 +24,18 @@ use shardwise_tests::{Dispatcher, TempDir, Worker, repo_root, run_bounded, targe
 /// The checks every answer must pass. Left out, and why: `positive_data_acceptance` and
 /// `negative_data_rejection` ask the schema to be exactly as strict as the server, which JSON
 /// Schema cannot say for semantic rules (a coordinated-read job needs a `consumer_index`, a
-/// dataset id must be registered first); `ignored_auth` and `object_level_authorization`
-/// need security schemes the document does not declare (auth is tested by `auth_http.rs`).
+/// dataset id must be registered first); `object_level_authorization` has no owners to tell
+/// apart (roles are tested by `auth_http.rs`). Both servers run with `--auth-tokens`, so
+/// `ignored_auth` and `missing_required_header` check the document's `bearerAuth`. How
+/// exactly the dataset schema matches the dispatcher is tested below.
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
                       response_schema_conformance,response_headers_conformance,\
                       unsupported_method,allow_header_conformance,use_after_free,\
-                      ensure_resource_availability,missing_required_header";
+                      ensure_resource_availability,missing_required_header,ignored_auth";
 
 const CLIENT: &str = "client-token-schemathesis-0123";
+const ADMIN: &str = "admin-token-schemathesis-0123";
+const WORKER: &str = "worker-token-schemathesis-0123";
 
 /// `<target>/st-venv/bin/schemathesis`, installed at most once per target directory.
 fn schemathesis() -> &'static PathBuf {
@@ -130,23 +134,34 @@ fn schemathesis_finds_nothing_against_the_live_dispatcher_and_worker() {
     eprintln!("schemathesis: seed {seed} (SHARDWISE_SEED={seed} replays it), long: {long}");
     schemathesis();
 
-    // The dispatcher: every operation but the worker's.
-    let d = Dispatcher::start(&[]);
+    // The dispatcher with `--auth-tokens`, called with an admin token: every operation but
+    // the worker's (without the token, or with another, a protected one answers 401).
+    let dir = TempDir::new("schemathesis-auth");
+    let tokens = dir.0.join("tokens.json");
+    let file = json!({"tokens": [
+        {"role": "admin", "token": ADMIN}, {"role": "worker", "token": WORKER},
+        {"role": "client", "token": CLIENT}
+    ]});
+    std::fs::write(&tokens, file.to_string()).unwrap();
+    let worker_token = dir.0.join("worker-token");
+    std::fs::write(&worker_token, WORKER).unwrap();
+    let tokens = tokens.to_str().unwrap();
+    let d = Dispatcher::start(&["--auth-tokens", tokens]);
+    let admin = format!("Authorization: Bearer {ADMIN}");
     let dispatcher_cases = run(
         "dispatcher",
         &d.url,
-        &["--exclude-tag", "worker-data-plane"],
+        &["--exclude-tag", "worker-data-plane", "--header", &admin],
         seed,
         if long { 1_000 } else { 60 },
     );
     assert!(!d.output().contains("panicked"), "{}", d.output());
 
     // A worker with `--auth-tokens`, read with a client token: its element route.
-    let dir = TempDir::new("schemathesis-auth");
-    let tokens = dir.0.join("tokens.json");
-    let file = json!({"tokens": [{"role": "client", "token": CLIENT}]});
-    std::fs::write(&tokens, file.to_string()).unwrap();
-    let w = Worker::start(&d.url, &["--auth-tokens", tokens.to_str().unwrap()]);
+    let w = Worker::start(
+        &d.url,
+        &["--token-file", worker_token.to_str().unwrap(), "--auth-tokens", tokens],
+    );
     let header = format!("Authorization: Bearer {CLIENT}");
     let worker_cases = run(
         "worker",
@@ -163,4 +178,133 @@ fn schemathesis_finds_nothing_against_the_live_dispatcher_and_worker() {
          worker), 0 failures, seed {seed}"
     );
     assert!(total >= 1_000, "only {total} cases were generated");
+}
+
+/// Dataset definitions the dispatcher accepts and refuses, each with the schema's verdict:
+/// `DatasetDef` in the document accepts exactly what the dispatcher accepts, except for the
+/// rules JSON Schema does not express (there the description says them).
+#[test]
+fn the_dataset_schema_accepts_exactly_what_the_dispatcher_accepts() {
+    let deep = (0..70).fold(json!(1), |v, _| json!([v]));
+    // (definition, whether the dispatcher registers it)
+    let cases: Vec<(serde_json::Value, bool)> = vec![
+        (json!({"source": {"range": {"stop": 10}}}), true),
+        (json!({"source": {"range": {"start": -5, "stop": 5, "step": 2}}, "transforms": []}), true),
+        (json!({"source": {"list": {"elements": [1, "a", null, {"k": [true]}]}}}), true),
+        (json!({"source": {"files": {"paths": ["a.txt"], "format": "lines"}}}), true),
+        (json!({"source": {"files": {"paths": [], "format": "bytes"}}}), true),
+        (json!({"source": {"splits": {"items": ["gs://b/0", 1]}}}), true),
+        (
+            json!({"source": {"range": {"stop": 100}}, "transforms": [
+                {"repeat": null}, {"repeat": 2}, {"take": 5}, {"skip": 0},
+                {"shuffle": {"buffer": 1, "seed": 18446744073709551615u64}},
+                {"batch": {"size": 1000000, "drop_remainder": true}}, {"batch": {"size": 2}},
+                {"shard_hint": {}}
+            ]}),
+            true,
+        ),
+        (json!({}), false),
+        (json!({"source": {"range": {"stop": 10}}, "extra": 1}), false),
+        (json!({"source": {}}), false),
+        (json!({"source": {"range": {"stop": 1}, "list": {"elements": []}}}), false),
+        (json!({"source": {"range": {}}}), false),
+        (json!({"source": {"range": {"stop": 1.5}}}), false),
+        (json!({"source": {"range": {"stop": "10"}}}), false),
+        (json!({"source": {"range": {"stop": 1, "end": 2}}}), false),
+        (json!({"source": {"range": {"stop": 9223372036854775808u64}}}), false),
+        (json!({"source": {"list": {}}}), false),
+        (json!({"source": {"list": {"elements": 1}}}), false),
+        (json!({"source": {"files": {"paths": ["a"]}}}), false),
+        (json!({"source": {"files": {"paths": [1], "format": "lines"}}}), false),
+        (json!({"source": {"files": {"paths": ["a"], "format": "csv"}}}), false),
+        (json!({"source": {"splits": {"items": "x"}}}), false),
+        (json!({"source": {"tensorflow": {}}}), false),
+        (json!({"source": {"range": {"stop": 1}}, "transforms": {}}), false),
+        (json!({"source": {"range": {"stop": 1}}, "transforms": [{}]}), false),
+        (json!({"source": {"range": {"stop": 1}}, "transforms": [{"take": -1}]}), false),
+        (json!({"source": {"range": {"stop": 1}}, "transforms": [{"skip": null}]}), false),
+        (json!({"source": {"range": {"stop": 1}}, "transforms": [{"repeat": -1}]}), false),
+        (json!({"source": {"range": {"stop": 1}}, "transforms": [{"take": 1, "skip": 1}]}), false),
+        (json!({"source": {"range": {"stop": 1}}, "transforms": [{"filter": {}}]}), false),
+        (
+            json!({"source": {"range": {"stop": 1}}, "transforms": [{"shuffle": {"buffer": 0, "seed": 1}}]}),
+            false,
+        ),
+        (
+            json!({"source": {"range": {"stop": 1}}, "transforms": [{"shuffle": {"buffer": 2}}]}),
+            false,
+        ),
+        (
+            json!({"source": {"range": {"stop": 1}}, "transforms": [{"batch": {"size": 1000001}}]}),
+            false,
+        ),
+        (
+            json!({"source": {"range": {"stop": 1}}, "transforms": [{"batch": {"size": 2, "drop_remainder": 1}}]}),
+            false,
+        ),
+        (
+            json!({"source": {"range": {"stop": 1}}, "transforms": [{"shard_hint": {"x": 1}}]}),
+            false,
+        ),
+        (json!({"source": {"range": {"stop": 1}}, "transforms": [{"shard_hint": null}]}), false),
+        (
+            json!({"source": {"range": {"stop": 1}}, "transforms": vec![json!({"take": 1}); 10_001]}),
+            false,
+        ),
+    ];
+    // Refused by rules the schema states in prose only.
+    let prose_only: Vec<serde_json::Value> = vec![
+        json!({"source": {"range": {"stop": 1, "step": 0}}}),
+        json!({"source": {"list": {"elements": [deep]}}}),
+        json!({"source": {"range": {"stop": 1}}, "transforms": vec![json!({"batch": {"size": 1}}); 33]}),
+    ];
+
+    let d = Dispatcher::start(&[]);
+    let registered = |def: &serde_json::Value| {
+        let r =
+            shardwise_tests::http("POST", &d.url, "/v1/datasets", Some(&json!({"dataset": def})))
+                .expect("POST /v1/datasets");
+        assert!(r.status == 200 || r.status == 400, "{def}: {} {}", r.status, r.body);
+        r.status == 200
+    };
+    let all: Vec<serde_json::Value> =
+        cases.iter().map(|(def, _)| def.clone()).chain(prose_only.iter().cloned()).collect();
+    let verdicts = schema_verdicts(&all);
+    for ((def, accepted), valid) in cases.iter().zip(&verdicts) {
+        assert_eq!(registered(def), *accepted, "the dispatcher on {def}");
+        assert_eq!(valid, accepted, "the schema on {def}");
+    }
+    for (def, valid) in prose_only.iter().zip(&verdicts[cases.len()..]) {
+        assert!(!registered(def), "the dispatcher on {def}");
+        assert!(valid, "the schema on {def}");
+    }
+}
+
+/// Whether each definition is valid under `DatasetDef` of the checked-in document, by
+/// `jsonschema_rs` (JSON Schema 2020-12, which OpenAPI 3.1 uses) in schemathesis' venv.
+fn schema_verdicts(defs: &[serde_json::Value]) -> Vec<bool> {
+    let python = schemathesis().parent().expect("venv bin").join("python");
+    let dir = TempDir::new("dataset-schema");
+    let input = dir.0.join("defs.json");
+    std::fs::write(&input, serde_json::Value::from(defs.to_vec()).to_string()).unwrap();
+    let script = r##"
+import json, sys
+import jsonschema_rs
+doc = json.load(open(sys.argv[1]))
+schema = {"$ref": "#/components/schemas/DatasetDef", "components": doc["components"]}
+validator = jsonschema_rs.Draft202012Validator(schema)
+print(json.dumps([validator.is_valid(d) for d in json.load(open(sys.argv[2]))]))
+"##;
+    let out = run_bounded(
+        Command::new(python)
+            .arg("-c")
+            .arg(script)
+            .arg(repo_root().join("openapi/openapi.json"))
+            .arg(&input),
+        Duration::from_secs(120),
+    );
+    shardwise_tests::assert_ran("jsonschema_rs", &out);
+    let verdicts: Vec<bool> = serde_json::from_str(out.stdout.trim()).expect("verdicts");
+    assert_eq!(verdicts.len(), defs.len());
+    verdicts
 }

@@ -42,6 +42,8 @@ mod ops;
 mod parse;
 mod pipeline;
 mod rng;
+#[cfg(feature = "openapi")]
+mod schema;
 mod source;
 mod split;
 #[cfg(test)]

@@ -35,11 +35,17 @@ pub struct Problem {
     pub tf_exception: Option<String>,
     /// For `UNAVAILABLE` cluster answers: how many tasks each job still lacks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<MissingTasks>)]
     pub missing: Option<BTreeMap<String, usize>>,
     /// For answers of a replica that does not lead (307): the leader's URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
 }
+
+// Named in the OpenAPI document, so that SDKs get a type for `Problem::missing`.
+/// How many tasks each job of the cluster still lacks: job name to count.
+#[derive(Debug, utoipa::ToSchema)]
+pub struct MissingTasks(pub BTreeMap<String, usize>);
 
 /// The one table from status class to HTTP status and title. Some answers override the
 /// status within their class (405, 408, 413, 415, 429 above): see [`Problem::with_status`].
