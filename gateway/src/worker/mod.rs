@@ -693,10 +693,10 @@ mod tests {
     /// A start that fails is a typed error that knows its exit status and its stderr line.
     #[tokio::test]
     async fn start_errors_render_as_exit_status_and_line() {
-        let e = start(WorkerArgs::new("https://d:1")).await.unwrap_err();
+        let e = start(WorkerArgs::new("ftp://d:1")).await.unwrap_err();
         assert!(matches!(e, StartError::Dispatcher(_)), "{e}");
         assert_eq!(e.exit_code(), 2);
-        assert!(e.to_string().starts_with("--dispatcher: https://d:1: this build speaks plain"));
+        assert!(e.to_string().starts_with("--dispatcher: \"ftp://d:1\" is not an http"), "{e}");
         // In a list, the bad address is named with its place.
         let e = start(WorkerArgs::new("127.0.0.1:1,,https://d:1")).await.unwrap_err();
         assert_eq!(e.exit_code(), 2);
