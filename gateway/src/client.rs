@@ -117,6 +117,9 @@ pub struct DistributeOptions {
     pub unknown_task_timeout: Duration,
     /// How long `UNAVAILABLE` answers and transport failures are retried (default 1 h).
     pub unavailable_timeout: Duration,
+    /// A PEM file of CA certificates trusted for `https://` dispatchers and workers, besides
+    /// the system's roots (default: the system's roots only).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for DistributeOptions {
@@ -137,6 +140,7 @@ impl Default for DistributeOptions {
             heartbeat_interval: Duration::from_secs(1),
             unknown_task_timeout: Duration::from_secs(60),
             unavailable_timeout: Duration::from_secs(3600),
+            ca_file: None,
         }
     }
 }
@@ -170,6 +174,16 @@ pub enum ClientError {
         /// The dispatcher's incarnation now.
         now: String,
     },
+    /// The TLS handshake with an `https://` dispatcher or worker failed: its certificate is not
+    /// trusted (neither the system's roots nor [`DistributeOptions::ca_file`] sign it) or not
+    /// for its host, or it does not speak TLS. Not retried.
+    #[error("{context}: TLS handshake failed: {detail}")]
+    Tls {
+        /// Which call.
+        context: String,
+        /// rustls' reason (e.g. `invalid peer certificate: UnknownIssuer`).
+        detail: String,
+    },
     /// A 2xx answer that is not what the API documents.
     #[error("{context}: unexpected answer: {detail}")]
     Protocol {
@@ -187,7 +201,7 @@ impl ClientError {
         match self {
             ClientError::InvalidArgument(_) => Code::InvalidArgument,
             ClientError::Problem { problem, .. } => problem.code,
-            ClientError::Unavailable(_) => Code::Unavailable,
+            ClientError::Unavailable(_) | ClientError::Tls { .. } => Code::Unavailable,
             ClientError::DispatcherRestarted { .. } => Code::FailedPrecondition,
             ClientError::Protocol { .. } => Code::Internal,
         }
@@ -202,6 +216,7 @@ impl ClientError {
             CallError::Transport(t) => ClientError::Unavailable(format!("{context}: {t}")),
             e @ CallError::Redirect { .. } => ClientError::Unavailable(format!("{context}: {e}")),
             CallError::Decode(detail) => ClientError::Protocol { context, detail },
+            CallError::Tls(detail) => ClientError::Tls { context, detail },
         }
     }
 }
@@ -487,7 +502,9 @@ impl Reader {
     ) -> Result<Reader, ClientError> {
         validate(&options)?;
         let urls = urls.map_err(|e| ClientError::InvalidArgument(format!("dispatcher: {e}")))?;
-        let http = crate::http::client::http_client(Duration::from_secs(60));
+        let tls = crate::http::tls::client_config(options.ca_file.as_deref())
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        let http = crate::http::client::http_client_with(Duration::from_secs(60), tls);
         let rest = Failover::new(http, urls, options.token.clone());
         let timeout = options.unavailable_timeout;
         let version: VersionReply =
@@ -581,8 +598,12 @@ impl Reader {
         }
     }
 
+    /// A worker's element server: over `https://` when the dispatcher is (a TLS cluster is TLS
+    /// throughout: workers started with --tls-cert), else plain HTTP.
     fn worker_rest(&self, address: &str) -> Rest {
-        self.dispatcher.with_base(format!("http://{address}"))
+        let scheme =
+            if self.dispatcher.current().starts_with("https://") { "https" } else { "http" };
+        self.dispatcher.with_base(format!("{scheme}://{address}"))
     }
 
     /// First-come-first-served reads of every task until the epoch is over.

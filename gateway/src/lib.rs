@@ -1,9 +1,10 @@
 //! The IO side of Shardwise: the `shardwise` command and everything that reads the host.
 //!
 //! HTTP between the processes (worker to dispatcher, client to dispatcher and workers) is
-//! plain HTTP/1.1 over reqwest without a TLS stack: the servers only speak plain HTTP, and
-//! leaving TLS out keeps one tokio and one hyper in the tree and no crypto provider to pick.
-//! A TLS-terminating proxy in front of the servers is the way to encrypt today.
+//! HTTP/1.1 over reqwest, plain or TLS: `--tls-cert`/`--tls-key` make a server speak TLS only,
+//! and `https://` URLs are trusted against the system's roots and a CA file
+//! ([`http::tls`]). One crypto stack: rustls on ring, which kube brings already (reqwest gets
+//! a preconfigured rustls config, no provider of its own), so one tokio, one hyper, one rustls.
 //!
 //! # Modules by role, and which may use which
 //!

@@ -84,7 +84,7 @@ fn replication_flags_are_checked() {
         (&["--etcd", etcd, "--leader-lease", "1s"][..], "--leader-lease"),
         (&["--etcd", etcd, "--leader-lease", "2500ms"][..], "--leader-lease"),
         (&["--etcd", etcd, "--host", "0.0.0.0"][..], "--advertise-url"),
-        (&["--etcd", etcd, "--advertise-url", "https://x:1"][..], "--advertise-url"),
+        (&["--etcd", etcd, "--advertise-url", "ftp://x:1"][..], "--advertise-url"),
     ] {
         let (code, stderr) = dispatcher(args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");

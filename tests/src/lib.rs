@@ -448,7 +448,7 @@ impl Worker {
 
     /// Its address as the dispatcher knows it (`HOST:PORT`).
     pub fn address(&self) -> &str {
-        self.url.trim_start_matches("http://")
+        self.url.trim_start_matches("http://").trim_start_matches("https://")
     }
 
     /// Everything it printed so far (stdout and stderr).

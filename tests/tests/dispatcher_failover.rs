@@ -142,8 +142,8 @@ fn a_redirect_outside_the_list_is_never_followed() {
 #[test]
 fn a_bad_address_in_the_list_is_a_usage_error() {
     let d = Dispatcher::start(&[]);
-    let e = Worker::try_start(&format!("{},https://d.example:1", d.url), &[]).unwrap_err();
+    let e = Worker::try_start(&format!("{},ftp://d.example:1", d.url), &[]).unwrap_err();
     assert!(e.starts_with("exited with Some(2)"), "{e}");
-    assert!(e.contains("--dispatcher: https://d.example:1: this build speaks plain HTTP"), "{e}");
+    assert!(e.contains("--dispatcher: \"ftp://d.example:1\" is not an http:// or https://"), "{e}");
     assert!(e.contains("(address 2 of 2)"), "{e}");
 }

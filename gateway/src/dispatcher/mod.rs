@@ -137,9 +137,16 @@ pub struct DispatcherArgs {
     #[arg(long, env = "SHARDWISE_LEADER_LEASE", default_value = "5s", value_parser = parse_lease)]
     pub leader_lease: Duration,
     /// The URL other replicas redirect to when this one leads, and `GET /v1/leader` reports
-    /// (default: `http://<--host>:<bound port>`; needed when --host is a wildcard address).
+    /// (default: `http://<--host>:<bound port>`, `https://` with --tls-cert; needed when --host is a wildcard address).
     #[arg(long, env = "SHARDWISE_ADVERTISE_URL", value_name = "URL")]
     pub advertise_url: Option<String>,
+    /// Serve TLS only (HTTP/1.1 and HTTP/2 by ALPN, REST and gRPC alike) with this PEM
+    /// certificate chain (the server's certificate first); needs --tls-key.
+    #[arg(long, env = "SHARDWISE_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "SHARDWISE_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// `--leader-lease`: whole seconds, 2 s to 1 h.
@@ -216,6 +223,8 @@ impl Default for DispatcherArgs {
             etcd_prefix: replica::DEFAULT_PREFIX.into(),
             leader_lease: Duration::from_secs(5),
             advertise_url: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -356,6 +365,9 @@ pub enum StartError {
     /// An unusable `--etcd` endpoint.
     #[error("--etcd: {0}")]
     Etcd(crate::etcd::Error),
+    /// An unusable `--tls-cert` or `--tls-key`.
+    #[error(transparent)]
+    Tls(#[from] crate::http::tls::TlsFileError),
     /// An unusable `--advertise-url`, or none where one is needed.
     #[error("--advertise-url: {0}")]
     AdvertiseUrl(String),
@@ -370,7 +382,8 @@ impl StartError {
             | StartError::Config(_)
             | StartError::ClusterConfig(_)
             | StartError::Etcd(_)
-            | StartError::AdvertiseUrl(_) => 2,
+            | StartError::AdvertiseUrl(_)
+            | StartError::Tls(_) => 2,
             StartError::WorkDir(_)
             | StartError::Listen(_)
             | StartError::Recovery(_)
@@ -451,6 +464,11 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         };
         Some(crate::etcd::Client::new(&args.etcd, options).map_err(StartError::Etcd)?)
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(crate::http::tls::server_config(cert, key)?),
+        _ => None,
+    };
+    let https = tls.is_some();
     let (listener, local) = crate::http::listen(&args.host, args.port).await?;
     let advertise_url = advertise_url(&args, local)?;
     let fault_tolerant = config.fault_tolerant;
@@ -498,7 +516,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     let read_timeout = args.read_timeout;
     let replica = replica.map(|(r, _)| r);
     let task = tokio::spawn(async move {
-        conn::serve(listener, app, Some(grpc), read_timeout, async move {
+        conn::serve(listener, app, Some(grpc), tls, read_timeout, async move {
             let _ = stop_rx.await;
         })
         .await;
@@ -508,7 +526,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         }
         0
     });
-    let running = Running::new(local, local.to_string(), stop_tx, task);
+    let running = Running::new(local, local.to_string(), https, stop_tx, task);
     // A replica serves at once (GET /v1/leader says what it is); a single dispatcher is
     // ready once replay finished: the caller prints the listening line after this.
     let Some(started_rx) = started_rx else { return Ok(running) };
@@ -565,7 +583,7 @@ fn advertise_url(args: &DispatcherArgs, local: std::net::SocketAddr) -> Result<S
     }
     if local.ip().is_unspecified() {
         if args.etcd.is_empty() {
-            return Ok(format!("http://{local}"));
+            return Ok(format!("{}://{local}", scheme(args)));
         }
         return Err(StartError::AdvertiseUrl(format!(
             "--host {} listens on every address: say which one other replicas and clients reach \
@@ -574,7 +592,12 @@ fn advertise_url(args: &DispatcherArgs, local: std::net::SocketAddr) -> Result<S
             local.port()
         )));
     }
-    Ok(format!("http://{local}"))
+    Ok(format!("{}://{local}", scheme(args)))
+}
+
+/// `https` when the dispatcher serves TLS, else `http`.
+fn scheme(args: &DispatcherArgs) -> &'static str {
+    if args.tls_cert.is_some() { "https" } else { "http" }
 }
 
 #[cfg(test)]

@@ -34,6 +34,10 @@ pub enum CallError {
     Transport(String),
     /// A 2xx answer that is not the expected JSON.
     Decode(String),
+    /// The TLS handshake failed (an `https://` URL): the server's certificate is not trusted
+    /// (not signed by the system's roots or the CA file) or not for that host, or the server
+    /// does not speak TLS. rustls' reason.
+    Tls(String),
     /// A redirect (307 or 308) that was not followed: the URL that answered it and its
     /// `Location` as sent (`None` when missing, not UTF-8 or longer than 2 KiB).
     Redirect {
@@ -53,7 +57,8 @@ impl CallError {
             // A follower's redirect: the service is there, its leader may be reachable
             // through another configured URL later.
             CallError::Transport(_) | CallError::Redirect { .. } => true,
-            CallError::Decode(_) => false,
+            // A certificate refused now is refused on every try.
+            CallError::Decode(_) | CallError::Tls(_) => false,
         }
     }
 
@@ -62,7 +67,9 @@ impl CallError {
     pub fn code(&self) -> Code {
         match self {
             CallError::Problem(p) => p.code,
-            CallError::Transport(_) | CallError::Redirect { .. } => Code::Unavailable,
+            CallError::Transport(_) | CallError::Redirect { .. } | CallError::Tls(_) => {
+                Code::Unavailable
+            }
             CallError::Decode(_) => Code::Internal,
         }
     }
@@ -74,6 +81,7 @@ impl std::fmt::Display for CallError {
             CallError::Problem(p) => write!(f, "{} ({}): {}", p.code, p.status, p.detail),
             CallError::Transport(e) => write!(f, "UNAVAILABLE: {e}"),
             CallError::Decode(e) => write!(f, "unexpected answer: {e}"),
+            CallError::Tls(e) => write!(f, "UNAVAILABLE: TLS handshake failed: {e}"),
             CallError::Redirect { from, location: Some(l) } => {
                 write!(f, "UNAVAILABLE: {from} redirected to {l:?} (not followed)")
             }
@@ -92,37 +100,30 @@ pub struct Rest {
     token: Option<String>,
 }
 
-/// An address that is not a plain-HTTP base URL (quoted as `{:?}` quotes it).
+/// An address that is not an http(s) base URL (quoted as `{:?}` quotes it).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BaseUrlError {
     /// Nothing but whitespace and slashes.
     #[error("the address is empty")]
     Empty,
-    /// An `https://` URL (the address after the scheme).
-    #[error(
-        "https://{0}: this build speaks plain HTTP only (put a TLS-terminating proxy in front, \
-         or use http://)"
-    )]
-    Https(String),
     /// Another scheme.
-    #[error("{0:?} is not an http:// URL")]
+    #[error("{0:?} is not an http:// or https:// URL")]
     Scheme(String),
-    /// A path, whitespace or no host after `http://`.
-    #[error("{0:?} is not an http://host:port URL")]
+    /// A path, whitespace or no host after `http://` or `https://`.
+    #[error("{0:?} is not an http(s)://host:port URL")]
     NotHostPort(String),
 }
 
-/// `http://host:port` from `host:port`, `http://host:port` or `http://host:port/`.
+/// `http://host:port` from `host:port`, `http://host:port` or `http://host:port/`;
+/// `https://host:port` from `https://host:port` (TLS, trusted as [`super::tls`] says).
 pub fn base_url(address: &str) -> Result<String, BaseUrlError> {
     let a = address.trim().trim_end_matches('/');
     if a.is_empty() {
         return Err(BaseUrlError::Empty);
     }
     let url = if a.contains("://") { a.to_owned() } else { format!("http://{a}") };
-    if let Some(rest) = url.strip_prefix("https://") {
-        return Err(BaseUrlError::Https(rest.to_owned()));
-    }
-    let Some(hostport) = url.strip_prefix("http://") else {
+    let Some(hostport) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"))
+    else {
         return Err(BaseUrlError::Scheme(a.to_owned()));
     };
     if hostport.is_empty() || hostport.contains('/') || hostport.contains(char::is_whitespace) {
@@ -134,8 +135,18 @@ pub fn base_url(address: &str) -> Result<String, BaseUrlError> {
 /// The HTTP client every call shares: keep-alive, bounded connect and request time, and no
 /// redirect followed by itself (a redirect comes back as [`CallError::Redirect`]; only
 /// [`Failover`] follows one, within its list).
+///
+/// `https://` URLs trust the system's roots only ([`http_client_with`] adds a CA file).
 pub fn http_client(request_timeout: Duration) -> reqwest::Client {
+    http_client_with(request_timeout, super::tls::system_client_config())
+}
+
+/// [`http_client`] whose `https://` calls use `tls` ([`super::tls::client_config`]).
+pub fn http_client_with(request_timeout: Duration, tls: rustls::ClientConfig) -> reqwest::Client {
+    // The fallback below builds without `tls`: it needs the process's default provider.
+    super::tls::ensure_provider();
     reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(5))
         .timeout(request_timeout)
@@ -194,7 +205,10 @@ impl Rest {
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
-        let res = req.send().await.map_err(|e| CallError::Transport(error_chain(&e)))?;
+        let res = req.send().await.map_err(|e| match super::tls::tls_failure(&e) {
+            Some(why) => CallError::Tls(why),
+            None => CallError::Transport(error_chain(&e)),
+        })?;
         let status = res.status();
         if matches!(status.as_u16(), 307 | 308) {
             let location = res
@@ -524,12 +538,12 @@ mod tests {
         assert_eq!(base_url("127.0.0.1:5050").unwrap(), "http://127.0.0.1:5050");
         assert_eq!(base_url("http://h:1/").unwrap(), "http://h:1");
         assert_eq!(base_url(""), Err(BaseUrlError::Empty));
-        assert!(base_url("https://h:1").unwrap_err().to_string().contains("plain HTTP"));
+        assert_eq!(base_url("https://h:1/").unwrap(), "https://h:1");
         assert_eq!(base_url("ftp://h"), Err(BaseUrlError::Scheme("ftp://h".into())));
         assert_eq!(base_url("http://h:1/x"), Err(BaseUrlError::NotHostPort("http://h:1/x".into())));
         assert_eq!(
             base_url("ftp://h").unwrap_err().to_string(),
-            "\"ftp://h\" is not an http:// URL"
+            "\"ftp://h\" is not an http:// or https:// URL"
         );
     }
 
@@ -549,12 +563,13 @@ mod tests {
             "{e}"
         );
         assert_eq!(e.to_string(), "the address is empty (address 2 of 3)");
-        let e = DispatcherUrls::parse("a:1,https://b:2").unwrap_err();
-        assert!(e.to_string().starts_with("https://b:2: this build speaks plain HTTP"), "{e}");
+        let l = DispatcherUrls::parse("a:1,https://b:2").unwrap();
+        assert_eq!(l.bases(), ["http://a:1", "https://b:2"]);
+        let e = DispatcherUrls::parse("a:1,ftp://b:2").unwrap_err();
         assert!(e.to_string().ends_with("(address 2 of 2)"), "{e}");
         // One address: its error alone, as before lists.
         let e = DispatcherUrls::parse("ftp://h").unwrap_err();
-        assert_eq!(e.to_string(), "\"ftp://h\" is not an http:// URL");
+        assert_eq!(e.to_string(), "\"ftp://h\" is not an http:// or https:// URL");
         // What `base_url` lets through but is no URL: a bad port, a comma in a slice's item.
         for bad in ["a:99999", "a:x", "http://a:1,b:2"] {
             let e = DispatcherUrls::new([bad]).unwrap_err();

@@ -1,6 +1,12 @@
 //! Serving connections with bounded read times (`--read-timeout`), for the dispatcher and the
 //! worker alike, in HTTP/1.1 and in HTTP/2 over cleartext (prior knowledge, as gRPC clients
-//! speak it) on the same port.
+//! speak it) on the same port; or all of it over TLS (`--tls-cert`, [`super::tls`]).
+//!
+//! * **TLS.** With a server config, every connection is TLS: the handshake (ALPN `h2` or
+//!   `http/1.1`) and then the first bytes must arrive within the read timeout, else the
+//!   connection is closed (a client that connects and sends nothing, or stalls mid-handshake,
+//!   holds nothing for longer). A plain-HTTP request to a TLS port fails the handshake and is
+//!   closed. Inside TLS the protocol is decided as below (an `h2` client sends the preface).
 //!
 //! * **Protocol.** A connection whose first bytes are HTTP/2's connection preface
 //!   (`PRI * HTTP/2.0...`) is served as HTTP/2, any other as HTTP/1.1. The first bytes must
@@ -100,14 +106,17 @@ impl GrpcService for Router {
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops gracefully: no new
 /// connections, in-flight requests finish, idle connections are closed. Each connection's
-/// headers must arrive within `read_timeout`. gRPC requests go to `grpc` when given.
+/// headers must arrive within `read_timeout`. gRPC requests go to `grpc` when given. With
+/// `tls`, every connection is TLS (its handshake within `read_timeout` too).
 pub(crate) async fn serve<G: GrpcService>(
     listener: tokio::net::TcpListener,
     app: Router,
     grpc: Option<G>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     read_timeout: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let mut shutdown = std::pin::pin!(shutdown);
     let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
@@ -156,9 +165,18 @@ pub(crate) async fn serve<G: GrpcService>(
         });
         let service = TowerToHyperService::new(service);
         let mut closing = closing_rx.clone();
+        let tls = tls.clone();
         connections.spawn(async move {
+            // The TLS handshake, then the first bytes, all within the read timeout.
+            let opened = async move {
+                let io = match tls {
+                    None => Io::Tcp(tcp),
+                    Some(acceptor) => Io::Tls(Box::new(acceptor.accept(tcp).await?)),
+                };
+                sniff(io).await
+            };
             let sniffed = tokio::select! {
-                s = tokio::time::timeout(read_timeout, sniff(tcp)) => s,
+                s = tokio::time::timeout(read_timeout, opened) => s,
                 _ = closing.wait_for(|c| *c) => return,
             };
             let (io, h2) = match sniffed {
@@ -359,10 +377,71 @@ impl Wake for Relay {
     }
 }
 
+/// A connection: plain TCP, or TLS over it.
+#[derive(Debug)]
+enum Io {
+    Tcp(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>),
+}
+
+/// Delegates a poll to the stream inside.
+macro_rules! io_poll {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self.get_mut() {
+            Io::Tcp($s) => $e,
+            Io::Tls($s) => $e,
+        }
+    };
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        io_poll!(self, s => Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        io_poll!(self, s => Pin::new(s).poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        io_poll!(self, s => Pin::new(s).poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Tcp(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        io_poll!(self, s => Pin::new(s).poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        io_poll!(self, s => Pin::new(s).poll_shutdown(cx))
+    }
+}
+
 /// Reads a connection's first bytes until they are, or cannot be, HTTP/2's preface: the
 /// connection with those bytes put back in front, and whether it speaks HTTP/2. An error when
-/// the peer closes first.
-async fn sniff(mut tcp: tokio::net::TcpStream) -> std::io::Result<(Prefixed, bool)> {
+/// the peer closes first. (Over TLS the same: a client that negotiated ALPN `h2` sends the
+/// preface first, one with `http/1.1` or no ALPN a request.)
+async fn sniff(mut tcp: Io) -> std::io::Result<(Prefixed, bool)> {
     let mut head = [0u8; H2_PREFACE.len()];
     let mut len = 0;
     let h2 = loop {
@@ -386,7 +465,7 @@ async fn sniff(mut tcp: tokio::net::TcpStream) -> std::io::Result<(Prefixed, boo
 struct Prefixed {
     head: Vec<u8>,
     at: usize,
-    tcp: tokio::net::TcpStream,
+    tcp: Io,
 }
 
 impl AsyncRead for Prefixed {
@@ -448,7 +527,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let app = Router::new().route("/who", get(|| async { "rest" }));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(serve(listener, app, grpc, Duration::from_millis(300), async move {
+        tokio::spawn(serve(listener, app, grpc, None, Duration::from_millis(300), async move {
             let _ = rx.await;
         }));
         (addr, tx)
@@ -461,7 +540,11 @@ mod tests {
         let grpc = Router::new().route("/who", axum::routing::post(|| async { "grpc" }));
         let (addr, _stop) = server(Some(grpc)).await;
         let url = format!("http://{addr}/who");
-        let h1 = reqwest::Client::builder().http1_only().build().unwrap();
+        let h1 = reqwest::Client::builder()
+            .tls_backend_preconfigured(crate::http::tls::system_client_config())
+            .http1_only()
+            .build()
+            .unwrap();
         let r = h1.get(&url).send().await.unwrap();
         assert_eq!(r.version(), reqwest::Version::HTTP_11);
         assert_eq!(r.text().await.unwrap(), "rest");
@@ -550,9 +633,16 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(serve(listener, app, None::<Router>, Duration::from_secs(5), async move {
-            let _ = rx.await;
-        }));
+        tokio::spawn(serve(
+            listener,
+            app,
+            None::<Router>,
+            None,
+            Duration::from_secs(5),
+            async move {
+                let _ = rx.await;
+            },
+        ));
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (send, conn) =
             hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
@@ -589,6 +679,7 @@ mod tests {
             listener,
             app,
             None::<Router>,
+            None,
             Duration::from_secs(5),
             async move {
                 let _ = rx.await;

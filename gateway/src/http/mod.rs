@@ -18,6 +18,7 @@ pub(crate) mod front;
 pub mod limit;
 pub mod metrics;
 pub mod problem;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -153,6 +154,7 @@ pub(crate) fn init_logging() {
 pub struct Running {
     addr: SocketAddr,
     advertised: String,
+    https: bool,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<i32>,
 }
@@ -161,10 +163,11 @@ impl Running {
     pub(crate) fn new(
         addr: SocketAddr,
         advertised: String,
+        https: bool,
         stop: tokio::sync::oneshot::Sender<()>,
         task: tokio::task::JoinHandle<i32>,
     ) -> Running {
-        Running { addr, advertised, stop: Some(stop), task }
+        Running { addr, advertised, https, stop: Some(stop), task }
     }
 
     /// The bound socket address.
@@ -172,10 +175,11 @@ impl Running {
         self.addr
     }
 
-    /// `http://` and the address others use to reach it (for a worker, its advertised
-    /// address).
+    /// `http://` (`https://` when it serves TLS) and the address others use to reach it (for
+    /// a worker, its advertised address).
     pub fn url(&self) -> String {
-        format!("http://{}", self.advertised)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.advertised)
     }
 
     /// Stops it gracefully (in-flight requests finish) and returns its exit status.

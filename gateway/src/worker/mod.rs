@@ -126,6 +126,17 @@ pub struct WorkerArgs {
     /// with RESOURCE_EXHAUSTED); a task's element buffer also pauses production there.
     #[arg(long, env = "SHARDWISE_WORKER_MAX_BUFFER_BYTES", default_value_t = DEFAULT_MAX_BUFFERED_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_buffer_bytes: u64,
+    /// Serve TLS only (HTTP/1.1 and HTTP/2 by ALPN) with this PEM certificate chain (the
+    /// worker's certificate first); needs --tls-key. Clients then read elements over
+    /// `https://`.
+    #[arg(long, env = "SHARDWISE_WORKER_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "SHARDWISE_WORKER_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA certificates trusted, besides the system's roots, for `https://` dispatcher URLs.
+    #[arg(long, env = "SHARDWISE_WORKER_CA_FILE", value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl WorkerArgs {
@@ -145,6 +156,9 @@ impl WorkerArgs {
             data_roots: Vec::new(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_buffer_bytes: DEFAULT_MAX_BUFFERED_BYTES,
+            tls_cert: None,
+            tls_key: None,
+            ca_file: None,
         }
     }
 }
@@ -430,7 +444,10 @@ fn advertised(args: &WorkerArgs, local: SocketAddr) -> Result<String, StartError
 /// the stderr line (after `shardwise worker: `), [`StartError::exit_code`] the exit status.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// `--dispatcher` is not a list of plain-HTTP addresses.
+    /// An unusable `--tls-cert`, `--tls-key` or `--ca-file`.
+    #[error(transparent)]
+    Tls(#[from] crate::http::tls::TlsFileError),
+    /// `--dispatcher` is not a list of http(s) addresses.
     #[error("--dispatcher: {0}")]
     Dispatcher(crate::http::client::UrlListError),
     /// An empty tag among `--tags` (TensorFlow's words; all the tags, trimmed).
@@ -508,7 +525,8 @@ impl StartError {
             | StartError::DataRoot { .. }
             | StartError::DataRootNotDirectory { .. }
             | StartError::WorkerAddress(_)
-            | StartError::Unadvertisable { .. } => 2,
+            | StartError::Unadvertisable { .. }
+            | StartError::Tls(_) => 2,
         }
     }
 }
@@ -540,10 +558,18 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
         Some(path) => Some(auth::Tokens::load(path)?),
     };
     let files = DataRoots::new(&args.data_roots, args.max_file_bytes)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(crate::http::tls::server_config(cert, key)?),
+        _ => None,
+    };
+    let client_tls = crate::http::tls::client_config(args.ca_file.as_deref())?;
     let (listener, local) = crate::http::listen(&args.host, args.port).await?;
     let address = advertised(&args, local)?;
-    let dispatcher =
-        Failover::new(crate::http::client::http_client(Duration::from_secs(30)), urls, token);
+    let dispatcher = Failover::new(
+        crate::http::client::http_client_with(Duration::from_secs(30), client_tls),
+        urls,
+        token,
+    );
     let shared = Arc::new(Shared {
         dispatcher,
         address: address.clone(),
@@ -561,17 +587,19 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
     let (loops_tx, loops_rx) = watch::channel(false);
     let server_shared = Arc::clone(&shared);
     let read_timeout = args.read_timeout;
+    let https = tls.is_some();
     let task = tokio::spawn(async move {
         // Bounded header and body reads, TCP_NODELAY, graceful shutdown: as on the dispatcher.
-        crate::http::conn::serve(listener, app, None::<axum::Router>, read_timeout, async move {
+        let stop = async move {
             let _ = stop_rx.await;
-        })
-        .await;
+        };
+        crate::http::conn::serve(listener, app, None::<axum::Router>, tls, read_timeout, stop)
+            .await;
         let _ = loops_tx.send(true);
         server_shared.stop_all();
         0
     });
-    let running = Running::new(local, address, stop_tx, task);
+    let running = Running::new(local, address, https, stop_tx, task);
     // Register: retry while the dispatcher is unavailable (it may start later).
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
@@ -665,10 +693,10 @@ mod tests {
     /// A start that fails is a typed error that knows its exit status and its stderr line.
     #[tokio::test]
     async fn start_errors_render_as_exit_status_and_line() {
-        let e = start(WorkerArgs::new("https://d:1")).await.unwrap_err();
+        let e = start(WorkerArgs::new("ftp://d:1")).await.unwrap_err();
         assert!(matches!(e, StartError::Dispatcher(_)), "{e}");
         assert_eq!(e.exit_code(), 2);
-        assert!(e.to_string().starts_with("--dispatcher: https://d:1: this build speaks plain"));
+        assert!(e.to_string().starts_with("--dispatcher: \"ftp://d:1\" is not an http"), "{e}");
         // In a list, the bad address is named with its place.
         let e = start(WorkerArgs::new("127.0.0.1:1,,https://d:1")).await.unwrap_err();
         assert_eq!(e.exit_code(), 2);

@@ -1,0 +1,194 @@
+//! TLS for the servers and the clients, on the one crypto stack of the tree: rustls with ring
+//! (kube brings it; no aws-lc, no OpenSSL).
+//!
+//! * **Servers** (`--tls-cert FILE --tls-key FILE` on `shardwise dispatcher` and `shardwise
+//!   worker`): [`server_config`] loads a PEM certificate chain (the server's certificate
+//!   first, then its intermediates) and a PEM private key (PKCS#8, PKCS#1 or SEC1), checks
+//!   that they belong together, and offers ALPN `h2` and `http/1.1`. The port then speaks TLS
+//!   only; [`conn`](super::conn) bounds the handshake by `--read-timeout`.
+//! * **Clients** (the worker's calls to the dispatcher, the Rust client's calls to dispatchers
+//!   and workers): [`client_config`] trusts the system's roots (the platform's store, as
+//!   `rustls-native-certs` finds it) **and**, besides them, the certificates of a CA file
+//!   (`--ca-file`, `DistributeOptions::ca_file`): a private CA works without installing it
+//!   system-wide, and public certificates keep working. A server whose certificate chains to
+//!   neither is refused ([`CallError::Tls`](super::client::CallError::Tls)).
+//!
+//! Every unusable file is a [`TlsFileError`] naming the file and what is wrong with it (the
+//! process exits 2, as for any bad argument).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// A certificate, key or CA file that cannot be used: which file, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{flag} {}: {reason}", path.display())]
+pub struct TlsFileError {
+    /// The option that named it (`--tls-cert`, `--tls-key`, `--ca-file`).
+    pub flag: &'static str,
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl TlsFileError {
+    fn new(flag: &'static str, path: &Path, reason: impl Into<String>) -> TlsFileError {
+        TlsFileError { flag, path: path.to_owned(), reason: reason.into() }
+    }
+}
+
+/// The ring provider, the only one this build uses; also installed as the process's default
+/// (what a rustls user that picks none gets, e.g. reqwest's own builder).
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    let ring = Arc::new(rustls::crypto::ring::default_provider());
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may have installed it meanwhile: the same provider, nothing lost.
+        let _ = rustls::crypto::CryptoProvider::install_default(ring.as_ref().clone());
+    }
+    ring
+}
+
+/// Installs ring as the process's default provider (if none is): reqwest built without a
+/// preconfigured config looks for it, and panics without one.
+pub(crate) fn ensure_provider() {
+    let _ = provider();
+}
+
+/// A client's TLS settings trusting the system's roots only: [`client_config`] without a CA
+/// file, which reads nothing and so cannot fail.
+pub fn system_client_config() -> rustls::ClientConfig {
+    client_config(None).unwrap_or_else(|_| {
+        let mut roots = rustls::RootCertStore::empty();
+        let _ = roots.add_parsable_certificates(system_roots().iter().cloned());
+        let _ = provider();
+        rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth()
+    })
+}
+
+fn read(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
+    std::fs::read(path).map_err(|e| TlsFileError::new(flag, path, format!("cannot read it: {e}")))
+}
+
+/// The certificates of a PEM file (at least one).
+fn certificates(
+    flag: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
+    let pem = read(flag, path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsFileError::new(flag, path, format!("not a PEM certificate file: {e}")))?;
+    if certs.is_empty() {
+        return Err(TlsFileError::new(
+            flag,
+            path,
+            "no certificate in it (a PEM file with -----BEGIN CERTIFICATE----- blocks)",
+        ));
+    }
+    Ok(certs)
+}
+
+/// A server's TLS settings from its certificate chain and private key (PEM files): ALPN `h2`
+/// and `http/1.1`, TLS 1.2 and 1.3.
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, TlsFileError> {
+    let chain = certificates("--tls-cert", cert)?;
+    let key_pem = read("--tls-key", key)?;
+    let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+        TlsFileError::new(
+            "--tls-key",
+            key,
+            format!("no usable private key in it (PEM PKCS#8, PKCS#1 or SEC1): {e}"),
+        )
+    })?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsFileError::new("--tls-cert", cert, e.to_string()))?
+        .with_no_client_auth();
+    let mut config = builder.with_single_cert(chain, private).map_err(|e| {
+        TlsFileError::new(
+            "--tls-key",
+            key,
+            format!("cannot be used with the certificate of {}: {e}", cert.display()),
+        )
+    })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The system's roots, loaded once per process (certificates it cannot parse are skipped).
+fn system_roots() -> &'static [CertificateDer<'static>] {
+    static ROOTS: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let found = rustls_native_certs::load_native_certs();
+        for e in &found.errors {
+            tracing::debug!(error = %e, "a system root certificate could not be loaded");
+        }
+        found.certs
+    })
+}
+
+/// A client's TLS settings: the system's roots and, besides, every certificate of `ca_file`
+/// (PEM); ALPN `http/1.1` (the REST client speaks HTTP/1.1).
+pub fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, TlsFileError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let _ = roots.add_parsable_certificates(system_roots().iter().cloned());
+    if let Some(path) = ca_file {
+        for cert in certificates("--ca-file", path)? {
+            roots.add(cert).map_err(|e| {
+                TlsFileError::new("--ca-file", path, format!("not a usable CA certificate: {e}"))
+            })?;
+        }
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| {
+            TlsFileError::new("--ca-file", ca_file.unwrap_or(Path::new("")), e.to_string())
+        })?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The TLS failure among an error's sources, if any (rustls' own error, as hyper and reqwest
+/// wrap it in I/O errors): a refused certificate, a peer that does not speak TLS, ...
+pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(t) = e.downcast_ref::<rustls::Error>() {
+            return Some(t.to_string());
+        }
+        // An I/O error's `source` skips the error it wraps: go inside instead.
+        next = match e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unusable_files_name_the_file_and_the_flag() {
+        let dir = std::env::temp_dir().join(format!("shardwise-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.pem");
+        let e = server_config(&missing, &missing).unwrap_err();
+        assert_eq!(e.flag, "--tls-cert");
+        assert!(e.to_string().contains("missing.pem: cannot read it"), "{e}");
+        let junk = dir.join("junk.pem");
+        std::fs::write(&junk, "not pem\n").unwrap();
+        let e = server_config(&junk, &junk).unwrap_err();
+        assert!(e.to_string().starts_with("--tls-cert "), "{e}");
+        assert!(e.to_string().contains("no certificate in it"), "{e}");
+        let e = client_config(Some(&junk)).unwrap_err();
+        assert!(e.to_string().starts_with("--ca-file "), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
