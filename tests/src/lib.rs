@@ -237,6 +237,16 @@ impl Drop for TempDir {
     }
 }
 
+/// The tokio runtime the tests drive the Rust client on: two worker threads (the machine's
+/// cores are shared with the processes under test).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
 /// A `shardwise dispatcher` process on an ephemeral port, killed (SIGKILL) on drop.
 #[derive(Debug)]
 pub struct Dispatcher {

@@ -13,17 +13,9 @@ use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{Dispatchers, DistributeOptions, distribute};
-use shardwise_tests::{Dispatcher, Worker, ints, ok};
+use shardwise_tests::{Dispatcher, Worker, ints, ok, runtime};
 
 const WORKER: &[&str] = &["--heartbeat-interval", "200ms"];
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
 
 /// A fake replica on `127.0.0.1:0` on `rt`: a follower redirecting every request to
 /// `leader` (307 + Location + problem+json `leader`), or, without a leader, a plain server

@@ -26,7 +26,7 @@ use shardwise_gateway::etcd;
 use shardwise_tests::crash::{answered, check_acked, churn};
 use shardwise_tests::etcd::EtcdCluster;
 use shardwise_tests::{
-    Dispatcher, Worker, counts, http, ints, ok, poll_until, run_bounded, run_shardwise,
+    Dispatcher, Worker, counts, http, ints, ok, poll_until, run_bounded, run_shardwise, runtime,
     try_poll_until,
 };
 
@@ -466,11 +466,7 @@ fn a_distributed_epoch_reads_every_element_once_through_two_leader_kills() {
         unavailable_timeout: Duration::from_secs(60),
         ..DistributeOptions::default()
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = runtime();
     let read = AtomicUsize::new(0);
     let (kills, got) = std::thread::scope(|s| {
         let killer = s.spawn(|| {

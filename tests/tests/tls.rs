@@ -11,7 +11,7 @@ use futures::TryStreamExt;
 use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_gateway::client::{ClientError, DistributeOptions, distribute};
-use shardwise_tests::{Dispatcher, TempDir, Worker, http};
+use shardwise_tests::{Dispatcher, TempDir, Worker, http, runtime};
 
 /// A CA and certificates it signed for 127.0.0.1, as PEM files in a temp dir.
 struct Pki {
@@ -51,14 +51,6 @@ fn tls_dispatcher(pki: &Pki, extra: &[&str]) -> Dispatcher {
     let mut args = vec!["--tls-cert", &cert, "--tls-key", &key];
     args.extend_from_slice(extra);
     Dispatcher::start_replica(&args)
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
 }
 
 fn read_all(url: &str, options: DistributeOptions) -> Result<Vec<Value>, ClientError> {

@@ -10,18 +10,10 @@ use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
 use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{ClientError, DistributeOptions, distribute};
-use shardwise_tests::{Dispatcher, TempDir, Worker, counts, http, ints, ok, poll_until};
+use shardwise_tests::{Dispatcher, TempDir, Worker, counts, http, ints, ok, poll_until, runtime};
 
 /// Worker flags of these tests: heartbeats often enough for a 2 s worker timeout.
 const WORKER: &[&str] = &["--heartbeat-interval", "200ms"];
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
 
 fn options() -> DistributeOptions {
     DistributeOptions {

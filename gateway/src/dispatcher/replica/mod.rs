@@ -322,44 +322,44 @@ async fn until_won(ctx: &Ctx) -> Result<Won, ReplicaError> {
 
 /// Reads the snapshot and the log at one revision.
 async fn load(ctx: &Ctx) -> Result<Fold, ReplicaError> {
-    let l = &ctx.layout;
     let workers = ctx.options.config.worker_addresses.clone();
-    let manifest =
-        ctx.client.range(l.manifest(), Vec::new(), etcd::RangeOptions::default()).await?;
-    let revision = manifest.revision();
-    let mut fold = match manifest.kvs.first() {
+    let (revision, snapshot) = read_snapshot(&ctx.client, &ctx.layout).await?;
+    let mut fold = match snapshot {
         None => Fold::new(workers),
-        Some(kv) => {
-            let m: Manifest = serde_json::from_slice(&kv.value).map_err(|e| {
-                ReplicaError::Log(LogError::BadSnapshot { id: 0, reason: format!("manifest: {e}") })
-            })?;
-            let (start, end) = l.chunks(m.id);
-            let chunks = ctx.client.range_all(start, end, revision).await?.kvs;
-            if chunks.len() as u64 != m.chunks {
-                return Err(LogError::BadSnapshot {
-                    id: m.id,
-                    reason: format!("{} chunks, its manifest says {}", chunks.len(), m.chunks),
-                }
-                .into());
-            }
-            // (The manifest's size is checked against the chunks, not trusted for an allocation.)
-            let mut bytes = Vec::with_capacity(usize::try_from(m.bytes).unwrap_or(0).min(64 << 20));
-            for (i, kv) in chunks.iter().enumerate() {
-                if l.parse(&kv.key) != Some(Key::Chunk(m.id, i as u64)) {
-                    return Err(LogError::BadSnapshot {
-                        id: m.id,
-                        reason: format!("chunk {i} is missing"),
-                    }
-                    .into());
-                }
-                bytes.extend_from_slice(&kv.value);
-            }
-            Fold::from_snapshot(workers, &m, &bytes)?
-        }
+        Some((m, bytes)) => Fold::from_snapshot(workers, &m, &bytes)?,
     };
     fold.revision = revision;
     read_log(ctx, &mut fold, revision).await?;
     Ok(fold)
+}
+
+/// The latest snapshot's manifest and bytes (none before the first compaction), read at one
+/// revision, which it returns too; its chunks are checked against the manifest.
+async fn read_snapshot(
+    client: &etcd::Client,
+    l: &Layout,
+) -> Result<(i64, Option<(Manifest, Vec<u8>)>), ReplicaError> {
+    let manifest = client.range(l.manifest(), Vec::new(), etcd::RangeOptions::default()).await?;
+    let revision = manifest.revision();
+    let Some(kv) = manifest.kvs.first() else { return Ok((revision, None)) };
+    let bad = |id: u64, reason: String| ReplicaError::Log(LogError::BadSnapshot { id, reason });
+    let m: Manifest =
+        serde_json::from_slice(&kv.value).map_err(|e| bad(0, format!("manifest: {e}")))?;
+    let (start, end) = l.chunks(m.id);
+    let chunks = client.range_all(start, end, revision).await?.kvs;
+    if chunks.len() as u64 != m.chunks {
+        let reason = format!("{} chunks, its manifest says {}", chunks.len(), m.chunks);
+        return Err(bad(m.id, reason));
+    }
+    // (The manifest's size is checked against the chunks, not trusted for an allocation.)
+    let mut bytes = Vec::with_capacity(usize::try_from(m.bytes).unwrap_or(0).min(64 << 20));
+    for (i, kv) in chunks.iter().enumerate() {
+        if l.parse(&kv.key) != Some(Key::Chunk(m.id, i as u64)) {
+            return Err(bad(m.id, format!("chunk {i} is missing")));
+        }
+        bytes.extend_from_slice(&kv.value);
+    }
+    Ok((revision, Some((m, bytes))))
 }
 
 /// Applies the log entries after the fold's, as of `revision` (0: the latest).
@@ -622,22 +622,13 @@ pub async fn dump(
     let client =
         etcd::Client::new(endpoints, etcd::Options::default()).map_err(|e| e.to_string())?;
     let l = Layout::new(prefix);
-    let manifest = client
-        .range(l.manifest(), Vec::new(), etcd::RangeOptions::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let revision = manifest.revision();
+    let (revision, snapshot) = read_snapshot(&client, &l).await.map_err(|e| e.to_string())?;
     let mut n = 0;
     let mut line = |out: &mut dyn std::io::Write, v: serde_json::Value| {
         n += 1;
         writeln!(out, "{v}").map_err(|e| e.to_string())
     };
-    if let Some(kv) = manifest.kvs.first() {
-        let m: Manifest =
-            serde_json::from_slice(&kv.value).map_err(|e| format!("the snapshot manifest: {e}"))?;
-        let (start, end) = l.chunks(m.id);
-        let chunks = client.range_all(start, end, revision).await.map_err(|e| e.to_string())?;
-        let bytes: Vec<u8> = chunks.kvs.iter().flat_map(|kv| kv.value.iter().copied()).collect();
+    if let Some((m, bytes)) = snapshot {
         for u in log::decode_batch(m.index, &bytes).map_err(|e| e.to_string())? {
             line(out, serde_json::json!({"snapshot": m.id, "update": u}))?;
         }
