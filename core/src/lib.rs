@@ -54,6 +54,7 @@ pub mod dataset;
 pub mod dispatch;
 pub mod echo;
 pub mod json;
+pub mod position;
 pub mod pyrepr;
 pub mod rng;
 

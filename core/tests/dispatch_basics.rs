@@ -11,6 +11,7 @@ use shardwise_core::dispatch::{
     ClientId, DispatchError, Dispatcher, DispatcherConfig, Driver, Event, GetJob, Millis,
     ReleaseClient, ShardingPolicy, State, TargetWorkers, TaskId, Update, VecSink,
 };
+use shardwise_core::position::ReadPosition;
 
 fn def(v: Value) -> DatasetDef {
     DatasetDef::from_json(&v).unwrap()
@@ -727,4 +728,159 @@ fn a_standby_resumes_from_the_state_it_applied() {
     assert_eq!(d.incarnation(), h.d.dispatcher().incarnation(), "the journal's incarnation");
     assert_eq!(d.state().jobs_by_name().get("j"), Some(&job));
     assert!(d.state().clients().contains_key(&lease.client_id));
+}
+
+/// Drains an iteration's splits like [`drain_splits`], returning where each lies in the source.
+fn drain_positions(
+    h: &mut Harness,
+    now: u64,
+    iteration: shardwise_core::dispatch::IterationId,
+    workers: &[&str],
+) -> Vec<(Value, shardwise_core::position::SplitPositions)> {
+    let mut got = Vec::new();
+    let mut done = vec![false; workers.len()];
+    while !done.iter().all(|d| *d) {
+        assert!(got.len() < 100_000, "no progress");
+        for (i, w) in workers.iter().enumerate() {
+            if done[i] {
+                continue;
+            }
+            let req = GetSplits {
+                worker_address: (*w).into(),
+                worker_uid: None,
+                repetition: 0,
+                split_provider_index: 0,
+                max_splits: Some(3),
+                acknowledge: None,
+            };
+            let r = h.d.call(Millis(now), (iteration, req)).unwrap();
+            h.sync();
+            assert_eq!(r.positions.len(), r.splits.len());
+            got.extend(r.splits.into_iter().map(Value::from).zip(r.positions));
+            done[i] = r.end_of_splits;
+        }
+    }
+    got
+}
+
+fn position(v: Value) -> shardwise_core::position::ReadPosition {
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn every_split_says_where_it_lies_in_the_source() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    h.heartbeat(0, "w1", &[]);
+    let ds = h.dataset(range(25));
+    let job = h.job(&ds, ShardingPolicy::Dynamic, None);
+    let lease = h.d.call(Millis(1), (job, CreateIteration::default())).unwrap();
+    h.sync();
+    let got = drain_positions(&mut h, 2, lease.iteration_id, &["w1"]);
+    let ranges: Vec<(u64, u64, u64)> = got.iter().map(|(_, p)| (p.start, p.stop, p.skip)).collect();
+    assert_eq!(ranges, vec![(0, 10, 0), (10, 20, 0), (20, 25, 0)]);
+    for (split, p) in &got {
+        assert_eq!(split, &json!({"start": p.start, "stop": p.stop}));
+    }
+}
+
+#[test]
+fn a_resumed_iteration_hands_out_only_what_the_position_left() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    for w in ["w1", "w2", "w3"] {
+        h.heartbeat(0, w, &[]);
+    }
+    let ds = h.dataset(range(95));
+    let job = h.job(&ds, ShardingPolicy::Dynamic, None);
+    let p = position(json!({
+        "dataset_id": ds, "repetition": 0,
+        "done": [{"start": 0, "stop": 30}, {"start": 60, "stop": 70}],
+        "partial": [
+            {"split": {"start": 30, "stop": 40}, "consumed": 5},
+            {"split": {"start": 50, "stop": 60}, "consumed": 0}
+        ]
+    }));
+    let req = CreateIteration { resume_from: Some(p.clone()), ..CreateIteration::default() };
+    let lease = h.d.call(Millis(1), (job, req.clone())).unwrap();
+    h.sync();
+    // A second consumer resuming from the same position shares the iteration.
+    let again = h.d.call(Millis(1), (job, req)).unwrap();
+    h.sync();
+    assert_eq!(again.iteration_id, lease.iteration_id);
+    // From another position it is refused: the iteration is under way.
+    let other = CreateIteration {
+        resume_from: Some(ReadPosition { done: vec![], ..p.clone() }),
+        ..CreateIteration::default()
+    };
+    let e = h.d.call(Millis(1), (job, other)).unwrap_err();
+    assert_eq!(e.code(), shardwise_core::Code::FailedPrecondition, "{e}");
+    assert!(e.detail().contains("another position"), "{e}");
+
+    let got = drain_positions(&mut h, 2, lease.iteration_id, &["w1", "w2", "w3"]);
+    let mut left: Vec<u64> = got.iter().flat_map(|(_, p)| p.start..p.stop).collect();
+    left.sort_unstable();
+    let want: Vec<u64> = (35..60).chain(70..95).collect();
+    assert_eq!(left, want, "each position not consumed, once");
+    assert!(got.iter().all(|(_, p)| p.skip == 0 && p.stop - p.start <= 10));
+    for (split, p) in &got {
+        assert_eq!(split, &json!({"start": p.start, "stop": p.stop}));
+    }
+}
+
+#[test]
+fn a_files_split_resumed_part_way_tells_the_worker_what_to_skip() {
+    let mut h = Harness::new(DispatcherConfig::default());
+    h.heartbeat(0, "w1", &[]);
+    let ds = h.dataset(def(json!({"source": {"files": {
+        "paths": ["/d/a", "/d/b", "/d/c"], "format": "lines"}}})));
+    let job = h.job(&ds, ShardingPolicy::Dynamic, None);
+    let p = position(json!({
+        "dataset_id": ds, "repetition": 0, "done": [{"start": 0, "stop": 1}],
+        "partial": [{"split": {"start": 1, "stop": 2}, "consumed": 7}]
+    }));
+    let req = CreateIteration { resume_from: Some(p), ..CreateIteration::default() };
+    let lease = h.d.call(Millis(1), (job, req)).unwrap();
+    h.sync();
+    let got = drain_positions(&mut h, 2, lease.iteration_id, &["w1"]);
+    let got: Vec<(Value, u64, u64, u64)> =
+        got.into_iter().map(|(v, p)| (v, p.start, p.stop, p.skip)).collect();
+    assert_eq!(got, vec![(json!("/d/b"), 1, 2, 7), (json!("/d/c"), 2, 3, 0)]);
+}
+
+#[test]
+fn positions_that_cannot_be_resumed_are_refused_with_the_reason() {
+    use shardwise_core::Code;
+    let mut h = Harness::new(DispatcherConfig::default());
+    h.heartbeat(0, "w1", &[]);
+    let ds = h.dataset(range(50));
+    let other = h.dataset(range(51));
+    let shuffled = h.dataset(def(json!({"source": {"range": {"stop": 50}},
+        "transforms": [{"shuffle": {"buffer": 10, "seed": 1}}]})));
+    let dynamic = h.job(&ds, ShardingPolicy::Dynamic, None);
+    let static_job = h.job(&ds, ShardingPolicy::Off, None);
+    let shuffled_job = h.job(&shuffled, ShardingPolicy::Dynamic, None);
+    let at = |ds: &str, v: Value| {
+        let mut p = position(v);
+        p.dataset_id = ds.to_owned();
+        CreateIteration { resume_from: Some(p), ..CreateIteration::default() }
+    };
+    let empty = json!({"dataset_id": "", "repetition": 0, "done": [], "partial": []});
+    let mut refuse = |job, req: CreateIteration, code: Code, words: &str| {
+        let e = h.d.call(Millis(1), (job, req)).unwrap_err();
+        assert_eq!(e.code(), code, "{e}");
+        assert!(e.detail().contains(words), "{words:?} not in {e}");
+    };
+    refuse(static_job, at(&ds, empty.clone()), Code::FailedPrecondition, "DYNAMIC");
+    refuse(dynamic, at(&other, empty.clone()), Code::FailedPrecondition, "is of dataset");
+    refuse(shuffled_job, at(&shuffled, empty.clone()), Code::FailedPrecondition, "`shuffle`");
+    let mut rep = at(&ds, empty.clone());
+    rep.repetition = 1;
+    refuse(dynamic, rep, Code::InvalidArgument, "repetition 0");
+    let outside = json!({"dataset_id": "", "repetition": 0,
+        "done": [{"start": 40, "stop": 51}], "partial": []});
+    refuse(dynamic, at(&ds, outside), Code::InvalidArgument, "50 positions");
+    let too_many = json!({"dataset_id": "", "repetition": 0, "done": [],
+        "partial": [{"split": {"start": 0, "stop": 10}, "consumed": 11}]});
+    refuse(dynamic, at(&ds, too_many), Code::InvalidArgument, "not 11 consumed");
+    // Nothing was created by the refusals.
+    assert!(h.d.dispatcher().state().iterations().is_empty());
 }

@@ -84,7 +84,14 @@ impl H {
                 self.d
                     .call(
                         Millis(1),
-                        (job, CreateIteration { repetition: 0, consumer_index: Some(i) }),
+                        (
+                            job,
+                            CreateIteration {
+                                repetition: 0,
+                                consumer_index: Some(i),
+                                resume_from: None,
+                            },
+                        ),
                     )
                     .unwrap()
             })
@@ -202,8 +209,11 @@ fn a_restarted_consumer_replaces_its_predecessor() {
     // one consumer, so the task is not promoted until consumer 1 agrees.
     h.hb(&leases[0], 0, Some(1));
     let again =
-        h.d.call(Millis(3), (job, CreateIteration { repetition: 0, consumer_index: Some(0) }))
-            .unwrap();
+        h.d.call(
+            Millis(3),
+            (job, CreateIteration { repetition: 0, consumer_index: Some(0), resume_from: None }),
+        )
+        .unwrap();
     h.sync();
     let r = h.hb(&again, 0, Some(1));
     assert_eq!(r.tasks.len(), 1, "not promoted by one consumer twice");
@@ -266,8 +276,11 @@ fn coordinated_read_errors() {
     h.worker(0, "w1", &[]);
     let (job, _) = h.job(2);
     let e =
-        h.d.call(Millis(1), (job, CreateIteration { repetition: 0, consumer_index: Some(2) }))
-            .unwrap_err();
+        h.d.call(
+            Millis(1),
+            (job, CreateIteration { repetition: 0, consumer_index: Some(2), resume_from: None }),
+        )
+        .unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
     // maybe-remove on an ordinary task.
     let ds = h.d.dispatcher().state().datasets().keys().next().unwrap().clone();

@@ -1355,7 +1355,11 @@ impl Sut {
                 }
             }
             Call::CreateIteration { job, repetition } => {
-                let req = CreateIteration { repetition: *repetition, consumer_index: None };
+                let req = CreateIteration {
+                    repetition: *repetition,
+                    consumer_index: None,
+                    resume_from: None,
+                };
                 let r = self.d.call(now, (JobId(*job), req));
                 match &step.expect {
                     Expect::Lease { iteration, client, total } => {

@@ -542,6 +542,7 @@ impl Reader {
         let iteration = CreateIteration {
             repetition: options.repetition,
             consumer_index: options.consumer_index,
+            resume_from: None,
         };
         let path = format!("/v1/jobs/{}/iterations", job.job_id);
         let lease: IterationLease =

@@ -128,6 +128,29 @@ pub struct BatchDef {
 }
 
 impl DatasetDef {
+    /// Whether read positions of a DYNAMIC read of this dataset are exact (see
+    /// [`crate::position`]): every element must come from one split, and a split's output
+    /// must not depend on what was read before it. Only `shard_hint` qualifies; the error
+    /// names the first transform that does not, and why.
+    pub fn check_resumable(&self) -> Result<(), String> {
+        for t in &self.transforms {
+            let why = match t {
+                TransformDef::ShardHint => continue,
+                TransformDef::Shuffle(_) => "`shuffle` buffers elements across splits",
+                TransformDef::Batch(_) => "`batch` makes elements out of several splits",
+                TransformDef::Take(_) | TransformDef::Skip(_) => {
+                    "`take` and `skip` count elements across splits"
+                }
+                TransformDef::Repeat(_) => "`repeat` makes passes over the source that overlap",
+            };
+            return Err(format!(
+                "read positions are exact only for a source without transforms (shard_hint \
+                 aside): {why}; shuffle or batch in the trainer instead"
+            ));
+        }
+        Ok(())
+    }
+
     /// A dataset with no transforms.
     pub fn new(source: SourceDef) -> Self {
         DatasetDef { source, transforms: Vec::new() }

@@ -26,9 +26,10 @@ use super::wire::{
 };
 use crate::code::Code;
 use crate::dataset::{
-    DEFAULT_SPLIT_SIZE, Sharding, chunk_at, num_splits, split_at, validate_sharding,
+    DEFAULT_SPLIT_SIZE, Sharding, SourceDef, chunk_at, num_splits, split_at, validate_sharding,
 };
 use crate::echo::{bare, echo};
+use crate::position::{ResumePlan, SplitPositions};
 
 /// What the gateway may want to know about, besides replies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1157,6 +1158,57 @@ impl Dispatcher {
     }
 
     /// Get-or-create the iteration `(job, repetition)` and take a client lease on it.
+    /// The splits left by `req.resume_from` on `job` (`None` without one), or why the
+    /// position cannot be resumed there.
+    fn resume_plan(
+        &self,
+        job_id: JobId,
+        job: &Job,
+        req: &CreateIteration,
+    ) -> Result<Option<ResumePlan>, DispatchError> {
+        let Some(position) = &req.resume_from else { return Ok(None) };
+        if job.policy != ShardingPolicy::Dynamic {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "resume_from needs a DYNAMIC (distributed_epoch) job; job {job_id} shards {}",
+                job.policy.as_str()
+            )));
+        }
+        if position.dataset_id != job.dataset_id {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "the position is of dataset {}, but job {job_id} reads dataset {}",
+                echo(&position.dataset_id),
+                job.dataset_id
+            )));
+        }
+        if position.repetition != req.repetition {
+            return Err(DispatchError::InvalidArgument(format!(
+                "the position is in repetition {}; create that repetition to resume it (this \
+                 request creates repetition {})",
+                position.repetition, req.repetition
+            )));
+        }
+        let ds = self
+            .state
+            .datasets
+            .get(&job.dataset_id)
+            .ok_or_else(|| not_found_dataset(&job.dataset_id))?;
+        let Some(def) = ds.spec.declarative() else {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "dataset {} is a TensorFlow dataset: its reads have no positions to resume",
+                job.dataset_id
+            )));
+        };
+        def.check_resumable().map_err(|why| {
+            DispatchError::FailedPrecondition(format!(
+                "dataset {} cannot be resumed: {why}",
+                job.dataset_id
+            ))
+        })?;
+        ResumePlan::new(position, &def.source, job.split_size)
+            .map(Some)
+            .map_err(|e| DispatchError::InvalidArgument(format!("resume_from: {e}")))
+    }
+
     fn create_iteration(
         &mut self,
         now: Millis,
@@ -1178,6 +1230,7 @@ impl Dispatcher {
                 "consumer_index needs a job with num_consumers".into(),
             ));
         }
+        let resume = self.resume_plan(job_id, &job, req)?;
         let key = (job.name.clone(), req.repetition);
         let existing = self
             .state
@@ -1187,7 +1240,24 @@ impl Dispatcher {
             .copied();
         let mut pushed_tasks = Vec::new();
         let iteration_id = match existing {
-            Some(id) => id,
+            Some(id) => {
+                if let Some(plan) = &resume {
+                    let same = self
+                        .state
+                        .iterations
+                        .get(&id)
+                        .and_then(|i| i.splits.as_ref())
+                        .is_some_and(|s| s.plan.as_ref() == Some(plan));
+                    if !same {
+                        return Err(DispatchError::FailedPrecondition(format!(
+                            "iteration {id} (repetition {} of job {job_id}) is already under way \
+                             from another position; resume in another repetition or job",
+                            req.repetition
+                        )));
+                    }
+                }
+                id
+            }
             None => {
                 let id = IterationId(self.state.next_iteration_id);
                 let ds = self
@@ -1200,7 +1270,10 @@ impl Dispatcher {
                 if job.policy == ShardingPolicy::Dynamic {
                     match &ds.spec {
                         DatasetSpec::Declarative(def) => {
-                            total_splits = Some(num_splits(&def.source, job.split_size));
+                            total_splits = Some(match &resume {
+                                Some(plan) => plan.num_splits(),
+                                None => num_splits(&def.source, job.split_size),
+                            });
                         }
                         DatasetSpec::TensorFlow(tf) => match &tf.split_providers {
                             Ok(p) => tf_split_providers = Some(p.len() as u64),
@@ -1228,6 +1301,7 @@ impl Dispatcher {
                     repetition: req.repetition,
                     total_splits,
                     tf_split_providers,
+                    resume,
                 });
                 for w in workers {
                     let task = self.create_task(id, &w, false)?;
@@ -1567,18 +1641,17 @@ impl Dispatcher {
         let job_split_size =
             self.state.jobs.get(&it.job_id).map_or(DEFAULT_SPLIT_SIZE, |j| j.split_size);
         let dataset_id = self.state.jobs.get(&it.job_id).map_or("", |j| j.dataset_id.as_str());
-        let values: Vec<Split> = match self.state.datasets.get(dataset_id) {
-            Some(ds) => sent
+        let Some(ds) = self.state.datasets.get(dataset_id) else {
+            return Err(not_found_dataset(dataset_id));
+        };
+        let (values, positions): (Vec<Split>, Vec<SplitPositions>) = match ds.spec.declarative() {
+            Some(def) => sent
                 .iter()
                 .filter_map(|s| {
-                    let source = &ds.spec.declarative()?.source;
-                    match chunk_at(source, job_split_size, s.index) {
-                        Some((start, stop)) => Some(Split::Chunk { start, stop }),
-                        None => split_at(source, job_split_size, s.index).map(Split::Item),
-                    }
+                    split_of(&def.source, job_split_size, splits.plan.as_ref(), s.index)
                 })
-                .collect(),
-            None => return Err(not_found_dataset(dataset_id)),
+                .unzip(),
+            None => (Vec::new(), Vec::new()),
         };
         let split_ids = sent.iter().map(|s| SplitId(*s)).collect();
         if !assigned.is_empty() || !acked.is_empty() || advance_to.is_some() {
@@ -1593,6 +1666,7 @@ impl Dispatcher {
         Ok(SplitsReply {
             splits: values,
             split_ids,
+            positions,
             end_of_splits,
             retry_after_ms,
             incarnation: self.incarnation.clone(),
@@ -1660,4 +1734,27 @@ impl Dispatcher {
             self.events.push_back(Event::WorkerLost { address });
         }
     }
+}
+
+/// Split `index` of a DYNAMIC iteration over `source` (of `plan`'s splits when it was resumed)
+/// and where it lies in the source's positions.
+fn split_of(
+    source: &SourceDef,
+    split_size: u64,
+    plan: Option<&ResumePlan>,
+    index: u64,
+) -> Option<(Split, SplitPositions)> {
+    let at = match plan {
+        Some(plan) => plan.split(index)?,
+        None => match chunk_at(source, split_size, index) {
+            Some((start, stop)) => SplitPositions { start, stop, skip: 0 },
+            None => SplitPositions { start: index, stop: index.checked_add(1)?, skip: 0 },
+        },
+    };
+    let split = match source {
+        SourceDef::Range(_) | SourceDef::List(_) => Split::Chunk { start: at.start, stop: at.stop },
+        // One position per split: the path or item at it.
+        SourceDef::Files(_) | SourceDef::Splits(_) => Split::Item(split_at(source, 1, at.start)?),
+    };
+    Some((split, at))
 }

@@ -394,7 +394,10 @@ mod tests {
         }))
         .unwrap();
         let job = d.call(t, job).unwrap().job_id;
-        let lease = d.call(t, (job, CreateIteration { consumer_index: Some(0), repetition: 0 }));
+        let lease = d.call(
+            t,
+            (job, CreateIteration { consumer_index: Some(0), repetition: 0, resume_from: None }),
+        );
         let lease = lease.unwrap();
         d.call(t, (lease.client_id, ClientHeartbeat::default())).unwrap();
         let task = d.call(t, ListWorkers).unwrap().workers[0].tasks[0];

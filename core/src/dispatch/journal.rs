@@ -62,6 +62,19 @@ mod tests {
     use crate::dispatch::types::{Millis, TaskId};
     use crate::dispatch::{ClientId, IterationId, JobId};
 
+    /// A plan with a run of chunks and a file-like skip: 5..8 and 9..10 of `range(10)`.
+    fn resumed() -> crate::position::ResumePlan {
+        let source =
+            crate::dataset::SourceDef::from_json(&serde_json::json!({"range": {"stop": 10}}))
+                .unwrap();
+        let position: crate::position::ReadPosition = serde_json::from_value(serde_json::json!({
+            "dataset_id": "d", "repetition": 1, "done": [{"start": 0, "stop": 5}],
+            "partial": [{"split": {"start": 8, "stop": 10}, "consumed": 1}]
+        }))
+        .unwrap();
+        crate::position::ResumePlan::new(&position, &source, 3).unwrap()
+    }
+
     fn sample() -> Vec<Update> {
         vec![
             Update::CreateIteration {
@@ -70,6 +83,15 @@ mod tests {
                 repetition: 5,
                 total_splits: None,
                 tf_split_providers: None,
+                resume: None,
+            },
+            Update::CreateIteration {
+                iteration_id: IterationId(10),
+                job_id: JobId(4),
+                repetition: 1,
+                total_splits: Some(2),
+                tf_split_providers: None,
+                resume: Some(resumed()),
             },
             Update::RegisterWorker {
                 address: "w:1".into(),
@@ -113,6 +135,7 @@ mod tests {
                 repetition: 0,
                 total_splits: None,
                 tf_split_providers: Some(2),
+                resume: None,
             },
             Update::TfSplitHandedOut {
                 iteration_id: IterationId(9),

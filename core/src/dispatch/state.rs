@@ -17,6 +17,7 @@ use super::types::{
     ClientId, FIRST_DATASET_ID, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId,
 };
 use crate::dataset::DatasetDef;
+use crate::position::ResumePlan;
 
 /// A registered dataset.
 ///
@@ -157,6 +158,10 @@ pub struct SplitState {
     pub requeue: BTreeSet<SplitRef>,
     /// Splits handed out so far (fresh and again), for metrics.
     pub handed_out: u64,
+    /// A resumed iteration's splits (`0..total` index into it); `None`: the source's own
+    /// splits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<ResumePlan>,
 }
 
 impl From<(u64, u64)> for SplitRef {
@@ -586,6 +591,9 @@ pub enum Update {
         /// DYNAMIC of a TensorFlow dataset: its number of split providers.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tf_split_providers: Option<u64>,
+        /// Resumed from a read position: the splits left (`total_splits` of them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume: Option<ResumePlan>,
     },
     /// A task was created.
     CreateTask {
@@ -1082,6 +1090,7 @@ pub fn apply(state: &mut State, update: &Update) {
             repetition,
             total_splits,
             tf_split_providers,
+            resume,
         } => {
             bump(&mut state.next_iteration_id, iteration_id.0);
             let job = state.jobs.get(job_id);
@@ -1103,7 +1112,11 @@ pub fn apply(state: &mut State, update: &Update) {
                     last_release: None,
                     finished: false,
                     garbage_collected: false,
-                    splits: total_splits.map(|total| SplitState { total, ..SplitState::default() }),
+                    splits: total_splits.map(|total| SplitState {
+                        total,
+                        plan: resume.clone(),
+                        ..SplitState::default()
+                    }),
                     num_consumers,
                     pending: VecDeque::new(),
                     tf_splits: tf_split_providers

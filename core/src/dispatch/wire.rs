@@ -11,6 +11,7 @@ use super::tensorflow::{DatasetSpec, TfWorkerInfo, TransferServer};
 use super::types::{ClientId, IterationId, JobId, ShardingPolicy, TargetWorkers, TaskId};
 use crate::dataset::DatasetDef;
 use crate::echo::echo;
+use crate::position::{ReadPosition, SplitPositions};
 
 /// The protocol version `GET /v1/version` reports.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -278,7 +279,7 @@ pub struct CreateJob {
 }
 
 /// `POST /v1/jobs/{job_id}/iterations`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateIteration {
@@ -289,6 +290,12 @@ pub struct CreateIteration {
     /// client id, as for TensorFlow's clients, which send none.
     #[serde(default)]
     pub consumer_index: Option<u64>,
+    /// Resume a `distributed_epoch` read where a reader saved this position: the iteration
+    /// hands out only what the position has not consumed. The job must be DYNAMIC, over the
+    /// position's dataset, with a pipeline whose positions are exact, and `repetition` must
+    /// be the position's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_from: Option<ReadPosition>,
 }
 
 /// Reply to get-or-create iteration.
@@ -516,6 +523,12 @@ pub struct SplitsReply {
     pub splits: Vec<Split>,
     /// Their ids (`"<repetition>:<index>"`), to acknowledge them in the next request.
     pub split_ids: Vec<SplitId>,
+    /// Where each split lies in the source's positions, and how many of its first output
+    /// elements to skip (a split resumed part way), in the order of `splits` (declarative
+    /// datasets; empty from older dispatchers). Workers tag elements with it
+    /// (`OriginRun`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub positions: Vec<SplitPositions>,
     /// The repetition is over for this worker.
     pub end_of_splits: bool,
     /// No split now but the repetition is not over (splits are in flight elsewhere): ask

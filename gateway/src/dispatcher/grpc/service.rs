@@ -138,7 +138,7 @@ impl DispatcherService for DispatcherGrpc {
         let req = request.into_inner();
         let job = JobId(id("job_id", req.job_id)?);
         let repetition = convert::count("repetition", req.repetition)?;
-        let body = CreateIteration { repetition, consumer_index: None };
+        let body = CreateIteration { repetition, consumer_index: None, resume_from: None };
         let reply = self.driver.call((job, body)).await.map_err(from_problem)?;
         self.pusher.push(convert::pushed_tasks(&reply.pushed_tasks));
         Ok(Response::new(tf::GetOrCreateIterationResponse {

@@ -1,0 +1,116 @@
+//! Read positions: where a trainer is in a `distributed_epoch`, as plain data it can save next
+//! to a model checkpoint and hand back to resume.
+//!
+//! Every source has *positions* `0..n`: the elements of a `range` or `list` source, the paths
+//! of a `files` source (a file is one position; its records are the elements it outputs), the
+//! items of a `splits` source. A DYNAMIC split covers a [`SourceRange`] of them
+//! ([`SplitPositions`] says which, as the dispatcher hands it out), and its *output* is the
+//! elements the pipeline makes of it, in order.
+//!
+//! - A worker tags the elements it serves with [`OriginRun`]s: runs of consecutive elements
+//!   from one split, with their offset in that split's output.
+//! - A client folds the runs of the elements it handed to its caller into a
+//!   [`ReadPosition`]: the ranges wholly consumed (`done`) and, per split under way, how many
+//!   of its first output elements were (`partial`).
+//! - The dispatcher turns a position into a [`ResumePlan`]: the splits of what is left, with
+//!   the consumed prefix of each partial split skipped.
+//!
+//! A position is exact only for pipelines in which every element comes from one split and a
+//! split's output does not depend on what came before it: a source with no transform but
+//! `shard_hint` ([`DatasetDef::check_resumable`](crate::dataset::DatasetDef::check_resumable)). Buffering
+//! across splits (`shuffle`, `batch`), counting across them (`take`, `skip`) or passing over
+//! the source again (`repeat`) would make "the first K elements of a split" meaningless, so
+//! such pipelines carry no origins and resuming over them is refused.
+
+mod plan;
+mod tracker;
+
+pub use plan::{PlanError, ResumePlan};
+pub use tracker::PositionTracker;
+
+use serde::{Deserialize, Serialize};
+
+/// The most `done` plus `partial` entries a position may hold: a position's size is bounded
+/// by the splits a trainer read, and one this long means a hostile or broken caller.
+pub const MAX_POSITION_ENTRIES: usize = 100_000;
+
+/// A half-open range `start..stop` of a source's positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SourceRange {
+    /// The first position.
+    pub start: u64,
+    /// The end (exclusive).
+    pub stop: u64,
+}
+
+/// Where a split handed out by get-split lies in the source, and how many of its first output
+/// elements the worker must skip (a split resumed part way; 0 otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SplitPositions {
+    /// The first position.
+    pub start: u64,
+    /// The end (exclusive).
+    pub stop: u64,
+    /// Output elements of the split already consumed: the worker skips them, and the first
+    /// element it produces has this offset.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skip: u64,
+}
+
+impl SplitPositions {
+    /// The split's range of positions.
+    pub fn range(&self) -> SourceRange {
+        SourceRange { start: self.start, stop: self.stop }
+    }
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// Consecutive elements of an element reply that come from one split: `count` elements,
+/// starting at output offset `offset` of split `split`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct OriginRun {
+    /// The split's positions in the source.
+    pub split: SourceRange,
+    /// The offset, in the split's output, of the run's first element.
+    pub offset: u64,
+    /// Elements in the run (at least 1).
+    pub count: u64,
+    /// The run's last element is the split's last: once it is consumed, the whole split is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub end: bool,
+}
+
+/// A split of which only the first `consumed` output elements were consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PartialSplit {
+    /// The split's positions in the source.
+    pub split: SourceRange,
+    /// Output elements of the split consumed, from its first.
+    pub consumed: u64,
+}
+
+/// Where a reader of a `distributed_epoch` is: save it with a model checkpoint, resume with
+/// `{"resume_from": position}` when creating an iteration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ReadPosition {
+    /// The dataset read.
+    pub dataset_id: String,
+    /// The iteration's repetition (which pass over the job).
+    pub repetition: u64,
+    /// Ranges of source positions whose elements were all consumed.
+    pub done: Vec<SourceRange>,
+    /// Splits partly consumed.
+    pub partial: Vec<PartialSplit>,
+}

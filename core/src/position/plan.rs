@@ -1,0 +1,292 @@
+//! The dispatcher's side: a [`ReadPosition`] turned into the splits that are left to read.
+
+use serde::{Deserialize, Serialize};
+
+use super::{MAX_POSITION_ENTRIES, ReadPosition, SourceRange, SplitPositions};
+use crate::dataset::SourceDef;
+
+/// Why a position cannot be resumed over a source (INVALID_ARGUMENT).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PlanError(pub String);
+
+/// Consecutive splits of a resumed iteration: positions `start..stop` cut into splits of
+/// `size` positions, the first of which is split number `first`; every split of the run skips
+/// its first `skip` output elements (a `files` source's file resumed part way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct PlanRun {
+    start: u64,
+    stop: u64,
+    size: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    skip: u64,
+    first: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The splits of a resumed iteration: what a [`ReadPosition`] has not consumed, numbered
+/// `0..num_splits()` like a fresh iteration's splits, each computed on demand in
+/// O(log runs). Its size is bounded by the position's (one run per gap between consumed
+/// ranges, one per file resumed part way), not by the source's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumePlan {
+    runs: Vec<PlanRun>,
+    total: u64,
+}
+
+impl ResumePlan {
+    /// The splits `source` has left after `position`, for a job cutting `range` and `list`
+    /// sources into splits of `split_size` elements.
+    ///
+    /// `done` ranges are consumed; a partial split's first `consumed` output elements are.
+    /// For `range`, `list` and `splits` sources every position is one output element, so
+    /// that prefix is the positions `start..start + consumed`; a `files` split is one file,
+    /// resumed after its first `consumed` records. Ranges outside the source, a prefix
+    /// longer than its split, or a partial `files` split of more than one file are refused.
+    pub fn new(
+        position: &ReadPosition,
+        source: &SourceDef,
+        split_size: u64,
+    ) -> Result<ResumePlan, PlanError> {
+        let entries = position.done.len().saturating_add(position.partial.len());
+        if entries > MAX_POSITION_ENTRIES {
+            return Err(PlanError(format!(
+                "the position has {entries} done and partial entries; at most \
+                 {MAX_POSITION_ENTRIES} are accepted"
+            )));
+        }
+        let (n, files) = match source {
+            SourceDef::Range(r) => (r.len(), false),
+            SourceDef::List(l) => (len_u64(l.elements.len()), false),
+            SourceDef::Splits(s) => (len_u64(s.items.len()), false),
+            SourceDef::Files(f) => (len_u64(f.paths.len()), true),
+        };
+        let check = |what: &str, r: &SourceRange| {
+            if r.start >= r.stop || r.stop > n {
+                return Err(PlanError(format!(
+                    "{what} {{\"start\": {}, \"stop\": {}}} is not a non-empty range of the {} \
+                     source's {n} positions",
+                    r.start,
+                    r.stop,
+                    source.kind()
+                )));
+            }
+            Ok(())
+        };
+        let mut consumed: Vec<(u64, u64)> = Vec::with_capacity(entries);
+        for r in &position.done {
+            check("done range", r)?;
+            consumed.push((r.start, r.stop));
+        }
+        let mut skips: Vec<(u64, u64)> = Vec::new();
+        for p in &position.partial {
+            check("partial split", &p.split)?;
+            let len = p.split.stop - p.split.start;
+            if files {
+                if len != 1 {
+                    return Err(PlanError(format!(
+                        "partial split {{\"start\": {}, \"stop\": {}}} spans {len} files; a files \
+                         source's split is one file",
+                        p.split.start, p.split.stop
+                    )));
+                }
+                if p.consumed > 0 {
+                    skips.push((p.split.start, p.consumed));
+                }
+            } else if p.consumed > len {
+                return Err(PlanError(format!(
+                    "partial split {{\"start\": {}, \"stop\": {}}} has {len} elements, not {} \
+                     consumed",
+                    p.split.start, p.split.stop, p.consumed
+                )));
+            } else if p.consumed > 0 {
+                consumed.push((p.split.start, p.split.start + p.consumed));
+            }
+        }
+        let consumed = merge(consumed);
+        // A file resumed part way is its own run; one in a consumed range is done.
+        skips.sort_unstable();
+        let mut merged_skips: Vec<(u64, u64)> = Vec::with_capacity(skips.len());
+        for (f, k) in skips {
+            if covered(&consumed, f) {
+                continue;
+            }
+            match merged_skips.last_mut() {
+                Some((g, m)) if *g == f => *m = (*m).max(k),
+                _ => merged_skips.push((f, k)),
+            }
+        }
+        let size =
+            if files || matches!(source, SourceDef::Splits(_)) { 1 } else { split_size.max(1) };
+        let mut plan = ResumePlan::default();
+        let mut at = 0u64;
+        let mut skip_iter = merged_skips.into_iter().peekable();
+        for (start, stop) in consumed.into_iter().chain(std::iter::once((n, n))) {
+            // The gap at..start is left to read; files resumed part way cut it.
+            let mut from = at;
+            while let Some(&(f, k)) = skip_iter.peek() {
+                if f >= start {
+                    break;
+                }
+                skip_iter.next();
+                plan.push(from, f, size, 0);
+                plan.push(f, f + 1, 1, k);
+                from = f + 1;
+            }
+            plan.push(from, start, size, 0);
+            at = at.max(stop);
+        }
+        Ok(plan)
+    }
+
+    fn push(&mut self, start: u64, stop: u64, size: u64, skip: u64) {
+        if start >= stop {
+            return;
+        }
+        let count = (stop - start).div_ceil(size);
+        self.runs.push(PlanRun { start, stop, size, skip, first: self.total });
+        self.total += count;
+    }
+
+    /// How many splits are left.
+    pub fn num_splits(&self) -> u64 {
+        self.total
+    }
+
+    /// Split number `index` (`0..num_splits()`), or `None` past the end.
+    pub fn split(&self, index: u64) -> Option<SplitPositions> {
+        if index >= self.total {
+            return None;
+        }
+        let i = self.runs.partition_point(|r| r.first <= index) - 1;
+        let run = self.runs[i];
+        let start = run.start + (index - run.first) * run.size;
+        Some(SplitPositions { start, stop: (start + run.size).min(run.stop), skip: run.skip })
+    }
+}
+
+fn len_u64(len: usize) -> u64 {
+    u64::try_from(len).unwrap_or(u64::MAX)
+}
+
+/// Sorted, disjoint, non-touching ranges covering the same positions.
+fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (s, e) in ranges {
+        match out.last_mut() {
+            Some((_, last)) if s <= *last => *last = (*last).max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+fn covered(merged: &[(u64, u64)], p: u64) -> bool {
+    let i = merged.partition_point(|&(s, _)| s <= p);
+    i > 0 && merged[i - 1].1 > p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::position::PartialSplit;
+
+    fn source(json: &str) -> SourceDef {
+        SourceDef::from_json(&serde_json::from_str(json).unwrap()).unwrap()
+    }
+
+    fn r(start: u64, stop: u64) -> SourceRange {
+        SourceRange { start, stop }
+    }
+
+    fn pos(done: &[(u64, u64)], partial: &[((u64, u64), u64)]) -> ReadPosition {
+        ReadPosition {
+            dataset_id: "d".into(),
+            repetition: 0,
+            done: done.iter().map(|&(s, e)| r(s, e)).collect(),
+            partial: partial
+                .iter()
+                .map(|&((s, e), consumed)| PartialSplit { split: r(s, e), consumed })
+                .collect(),
+        }
+    }
+
+    fn splits(plan: &ResumePlan) -> Vec<(u64, u64, u64)> {
+        (0..plan.num_splits())
+            .map(|i| plan.split(i).unwrap())
+            .map(|s| (s.start, s.stop, s.skip))
+            .collect()
+    }
+
+    #[test]
+    fn an_empty_position_is_the_fresh_iterations_splits() {
+        let plan =
+            ResumePlan::new(&pos(&[], &[]), &source(r#"{"range": {"stop": 10}}"#), 4).unwrap();
+        assert_eq!(splits(&plan), vec![(0, 4, 0), (4, 8, 0), (8, 10, 0)]);
+        assert_eq!(plan.split(3), None);
+    }
+
+    #[test]
+    fn ranges_skip_done_ranges_and_consumed_prefixes() {
+        let p = pos(&[(0, 4), (8, 12)], &[((4, 8), 3), ((12, 16), 1), ((16, 20), 0)]);
+        let plan = ResumePlan::new(&p, &source(r#"{"range": {"stop": 20}}"#), 4).unwrap();
+        assert_eq!(splits(&plan), vec![(7, 8, 0), (13, 17, 0), (17, 20, 0)]);
+        // Every position is either consumed or in exactly one split.
+        let left: Vec<u64> = splits(&plan).iter().flat_map(|&(s, e, _)| s..e).collect();
+        assert_eq!(left, [7].into_iter().chain(13..20).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_consumed_source_has_no_splits_left() {
+        let p = pos(&[(0, 5), (3, 10)], &[]);
+        let plan = ResumePlan::new(&p, &source(r#"{"range": {"stop": 10}}"#), 3).unwrap();
+        assert_eq!(plan.num_splits(), 0);
+        assert_eq!(plan.split(0), None);
+    }
+
+    #[test]
+    fn files_resume_part_way_with_a_skip_and_done_files_are_dropped() {
+        let s = source(r#"{"files": {"paths": ["a", "b", "c", "d", "e"], "format": "lines"}}"#);
+        let p = pos(&[(0, 1), (3, 4)], &[((1, 2), 7), ((3, 4), 2), ((4, 5), 0)]);
+        let plan = ResumePlan::new(&p, &s, 1024).unwrap();
+        assert_eq!(splits(&plan), vec![(1, 2, 7), (2, 3, 0), (4, 5, 0)]);
+    }
+
+    #[test]
+    fn hostile_positions_are_refused_with_the_reason() {
+        let s = source(r#"{"range": {"stop": 10}}"#);
+        let err = |p: ReadPosition| ResumePlan::new(&p, &s, 4).unwrap_err().0;
+        assert!(
+            err(pos(&[(5, 11)], &[])).contains("10 positions"),
+            "{}",
+            err(pos(&[(5, 11)], &[]))
+        );
+        assert!(err(pos(&[(5, 5)], &[])).contains("non-empty"));
+        assert!(err(pos(&[(7, 3)], &[])).contains("non-empty"));
+        assert!(err(pos(&[], &[((0, 4), 5)])).contains("not 5 consumed"));
+        let files = source(r#"{"files": {"paths": ["a", "b"], "format": "lines"}}"#);
+        let e = ResumePlan::new(&pos(&[], &[((0, 2), 1)]), &files, 4).unwrap_err().0;
+        assert!(e.contains("one file"), "{e}");
+        let many = ReadPosition {
+            done: vec![r(0, 1); MAX_POSITION_ENTRIES + 1],
+            ..ReadPosition::default()
+        };
+        assert!(err(many).contains("at most"));
+    }
+
+    #[test]
+    fn a_huge_source_resumes_without_materializing_its_splits() {
+        let s = source(r#"{"range": {"stop": 1000000000000}}"#);
+        let p = pos(&[(0, 10)], &[((10, 20), 5)]);
+        let plan = ResumePlan::new(&p, &s, 1).unwrap();
+        assert_eq!(plan.num_splits(), 1_000_000_000_000 - 15);
+        assert_eq!(plan.split(0).unwrap().range(), r(15, 16));
+        let last = plan.split(plan.num_splits() - 1).unwrap();
+        assert_eq!(last.range(), r(999_999_999_999, 1_000_000_000_000));
+        assert!(plan.runs.len() <= 2);
+    }
+}
