@@ -127,9 +127,17 @@
     return Number.isInteger(v) ? String(v) : v.toFixed(1);
   }
 
+  // A legend of the plot colours, in series order.
   function legend(labels) {
     return el("div", { class: "legend" }, labels.map((l, i) =>
-      el("span", {}, el("i", { style: null, "data-color": i }), l)));
+      el("span", {}, el("i", { "data-color": i }), l)));
+  }
+
+  // A legend of the progress bar's parts (coloured by the style sheet).
+  function barLegend() {
+    return el("div", { class: "legend" },
+      [["acknowledged", "acknowledged"], ["leased", "leased (in flight)"], ["requeued", "to re-issue (lost worker)"], ["rest", "remaining"]]
+        .map(([cls, label]) => el("span", {}, el("i", { class: cls }), label)));
   }
 
   function colorLegend(root) {
@@ -173,7 +181,7 @@
     if (!st) {
       sections.push(card("unavailable", "State", null, el("p", { class: "empty" }, s.state_unavailable || "not serving")));
     } else {
-      sections.push(workersCard(st));
+      sections.push(wide(workersCard(st)));
       sections.push(iterationsCard(st, now));
       sections.push(splitPlotCard(st));
       sections.push(rateCard(s, now));
@@ -233,11 +241,16 @@
         td(i.tasks.join(", ") || "–"),
         td(progress));
     });
-    return card("iterations", "Iterations", fmtNum(st.totals.iterations_open) + " open of " + fmtNum(st.totals.iterations),
-      legend(["acknowledged", "leased (in flight)", "to re-issue (lost worker)"]),
+    return wide(card("iterations", "Iterations", fmtNum(st.totals.iterations_open) + " open of " + fmtNum(st.totals.iterations),
+      barLegend(),
       table([{ label: "id", num: true }, "job", { label: "repetition", num: true }, { label: "clients", num: true }, "state", "tasks", "split progress (DYNAMIC)"],
         rows, "No iteration."),
-      capped(st.iterations.length, st.totals.iterations));
+      capped(st.iterations.length, st.totals.iterations)));
+  }
+
+  function wide(section) {
+    section.classList.add("wide");
+    return section;
   }
 
   function splitPlotCard(st) {
