@@ -94,7 +94,7 @@ impl Harness {
         n
     }
     fn status(&mut self, now: u64) -> StatusReport {
-        let r = self.d.call(Millis(now), GetStatus).unwrap();
+        let r = *self.d.call(Millis(now), GetStatus).unwrap();
         // A query journals nothing.
         assert!(self.d.sink_mut().records.is_empty());
         r

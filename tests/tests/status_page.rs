@@ -13,6 +13,8 @@ use shardwise_tests::{Dispatcher, TempDir, Worker, http, ok, poll_until, target_
 
 const DEADLINE: Duration = Duration::from_secs(30);
 const WORKER_ARGS: &[&str] = &["--heartbeat-interval", "200ms"];
+/// Markup in a worker tag: it must reach the page as text.
+const HOSTILE: &str = "<img src=x onerror=\"window.pwned=1\">";
 
 /// Console entries at level SEVERE (errors), as `level message` lines.
 fn severe(browser: &Browser) -> Vec<String> {
@@ -101,7 +103,11 @@ fn save_screenshot(browser: &Browser, name: &str) -> std::path::PathBuf {
 fn status_page_shows_workers_and_a_dynamic_iteration_moving() {
     let browser = Browser::start();
     let d = Dispatcher::start(&[]);
-    let w1 = Worker::start(&d.url, &[&["--tags", "COLOCATED"], WORKER_ARGS].concat());
+    // A tag is any text a worker sends: the page shows it as text, never as markup.
+    let w1 = Worker::start(
+        &d.url,
+        &[&["--tags", &format!("COLOCATED,{HOSTILE}")], WORKER_ARGS].concat(),
+    );
     let w2 = Worker::start(&d.url, WORKER_ARGS);
     let (iteration, tasks) = dynamic_iteration(&d, 1_000_000);
 
@@ -119,6 +125,13 @@ fn status_page_shows_workers_and_a_dynamic_iteration_moving() {
         });
     }
     assert_eq!(browser.text("#role").as_deref(), Some("leader"));
+    let tags = browser.text(&format!("tr[data-worker=\"{}\"]", w1.address())).unwrap();
+    assert!(tags.contains(HOSTILE), "the tag is shown as text: {tags}");
+    assert_eq!(
+        browser.execute("return document.querySelectorAll('main img').length;", json!([])),
+        0
+    );
+    assert_eq!(browser.execute("return window.pwned === undefined;", json!([])), true);
     assert_eq!(browser.text("#journal-mode").as_deref(), Some("memory"));
 
     // Read slowly while the page polls: the acknowledged splits it shows grow.

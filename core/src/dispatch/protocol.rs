@@ -143,8 +143,8 @@ pub enum Response {
     CompressionDecision(CompressionDecision),
     /// To [`Request::TfGetSplit`].
     TfSplit(TfSplit),
-    /// To [`Request::Status`].
-    Status(StatusReport),
+    /// To [`Request::Status`] (boxed: it is far larger than every other reply).
+    Status(Box<StatusReport>),
 }
 
 /// What a request gets back: its response, or why it was refused.
@@ -262,5 +262,5 @@ call! {
     RegisterTfDataset => DatasetRegistered: DatasetRegistered;
     DisableCompression => CompressionDecision: CompressionDecision;
     (IterationId, TfGetSplit) => TfSplit: TfSplit;
-    GetStatus => Status: StatusReport;
+    GetStatus => Status: Box<StatusReport>;
 }

@@ -138,7 +138,7 @@ pub(super) async fn get_status(
     axum::extract::State(s): axum::extract::State<AppState>,
 ) -> ApiResult {
     let (state, state_unavailable) = match s.driver.call(GetStatus).await {
-        Ok(r) => (Some(r), None),
+        Ok(r) => (Some(*r), None),
         Err(p) => (None, Some(p.detail)),
     };
     let st = &s.driver.stats;
