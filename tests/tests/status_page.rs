@@ -293,3 +293,69 @@ fn readme_screenshot() {
     let path = save_screenshot(&browser, "status-page-readme.png");
     eprintln!("screenshot: {}", path.display());
 }
+
+/// `GET /v1/status` without a browser: the journal of a work dir, the live cluster of
+/// `--cluster-config` (following a new pod), and the per-route request counters.
+#[test]
+fn the_status_route_reports_the_journal_the_cluster_and_request_counts() {
+    use shardwise_tests::fake_k8s::{FakeKube, PodSpec};
+    let work = TempDir::new("status-route-work");
+    let dir = TempDir::new("status-route");
+    let kube = FakeKube::start();
+    for (i, ip) in ["10.0.0.1", "10.0.0.2"].into_iter().enumerate() {
+        kube.add_pod(
+            PodSpec::new("ml", format!("w-{i}")).label("job-name", "tf").ip(ip).port(8470),
+        );
+    }
+    let kubeconfig = kube.kubeconfig(&dir.0);
+    let cluster = dir.0.join("cluster.json");
+    let request = json!({
+        "resolver": {"kubernetes": {"job_to_label_mapping": {"worker": ["job-name=tf"]}, "namespace": "ml"}},
+        "task_type": "worker", "task_id": 0
+    });
+    std::fs::write(&cluster, request.to_string()).unwrap();
+    let d = Dispatcher::try_start_env(
+        &[
+            "--work-dir",
+            work.path(),
+            "--fault-tolerant",
+            "--cluster-config",
+            cluster.to_str().unwrap(),
+        ],
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+    )
+    .unwrap_or_else(|e| panic!("dispatcher: {e}"));
+    ok(&d.call(
+        "POST",
+        "/v1/datasets",
+        Some(json!({"dataset": {"source": {"range": {"stop": 5}}}})),
+    ));
+    let s = ok(&d.call("GET", "/v1/status", None));
+    let j = &s["journal"];
+    assert_eq!((j["mode"].as_str(), j["fault_tolerant"].as_bool()), (Some("work_dir"), Some(true)));
+    assert!(j["segment_bytes"].as_u64().unwrap() > 0, "{j}");
+    assert!(j["commits"].as_u64().unwrap() >= 1, "{j}");
+    assert!(j["last_commit_micros"].is_u64() && j["mean_commit_micros"].is_u64(), "{j}");
+    assert_eq!(s["replica"]["role"], "leader");
+    assert_eq!(s["state"]["totals"]["datasets"], 1);
+    assert_eq!(s["state"]["datasets"][0]["summary"], "range(0, 5)");
+    let datasets_posts = s["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["method"] == "POST" && r["route"] == "/v1/datasets")
+        .expect("the route is counted")["requests"]
+        .as_u64();
+    assert_eq!(datasets_posts, Some(1));
+    let c = &s["cluster"];
+    assert_eq!((c["live"].as_bool(), c["stale"].as_bool()), (Some(true), Some(false)), "{c}");
+    assert_eq!(c["total_members"], 2);
+    assert_eq!(c["members"][0]["job"], "worker");
+    assert!(c["members"][0]["address"].as_str().unwrap().starts_with("10.0.0.1"), "{c}");
+    // A new pod: the status follows the watch.
+    kube.add_pod(PodSpec::new("ml", "w-2").label("job-name", "tf").ip("10.0.0.3").port(8470));
+    poll_until("the status shows the new member", DEADLINE, || {
+        let s = ok(&d.call("GET", "/v1/status", None));
+        if s["cluster"]["total_members"] == 3 { Ok(()) } else { Err(s["cluster"].to_string()) }
+    });
+}
