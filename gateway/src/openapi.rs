@@ -111,6 +111,9 @@ pub const BEARER: &str = "bearerAuth";
 /// The worker's element route: served by `shardwise worker`, not by the dispatcher.
 pub const WORKER_ROUTE: &str = "/v1/tasks/{task_id}/elements";
 
+/// The routes served by `shardwise worker`, not by the dispatcher.
+pub const WORKER_ROUTES: &[&str] = &[WORKER_ROUTE, "/v1/worker/status"];
+
 /// Inline schemas given a name, so that generated SDKs get a meaningful type for each (not
 /// `ProcessingModeType1`): `(component, oneOf index, new name)`.
 const NAMED_VARIANTS: &[(&str, usize, &str)] = &[
@@ -233,7 +236,7 @@ pub fn complete(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
                 add_security(op, access);
             }
         }
-        if path == WORKER_ROUTE {
+        if WORKER_ROUTES.contains(&path.as_str()) {
             item.servers = Some(vec![
                 ServerBuilder::new()
                     .url("http://{worker_address}")

@@ -221,14 +221,17 @@ fn every_operation_names_its_roles_under_the_bearer_scheme() {
 #[test]
 fn the_element_route_is_served_by_workers() {
     let doc: serde_json::Value = serde_json::from_str(CHECKED_IN).unwrap();
-    let item = &doc["paths"]["/v1/tasks/{task_id}/elements"];
-    let server = &item["servers"][0];
-    assert_eq!(server["url"], "http://{worker_address}");
-    assert!(server["description"].as_str().unwrap().contains("shardwise worker"));
-    assert!(server["variables"]["worker_address"]["default"].is_string());
+    let worker_routes = ["/v1/tasks/{task_id}/elements", "/v1/worker/status"];
+    for path in worker_routes {
+        let item = &doc["paths"][path];
+        let server = &item["servers"][0];
+        assert_eq!(server["url"], "http://{worker_address}", "{path}");
+        assert!(server["description"].as_str().unwrap().contains("shardwise worker"));
+        assert!(server["variables"]["worker_address"]["default"].is_string());
+    }
     // No other path has a server of its own: they are the dispatcher's.
     for (path, item) in doc["paths"].as_object().unwrap() {
-        if path != "/v1/tasks/{task_id}/elements" {
+        if !worker_routes.contains(&path.as_str()) {
             assert!(item.get("servers").is_none(), "{path}");
         }
     }

@@ -1,6 +1,7 @@
 //! Helpers for Shardwise's black-box tests: find the real `shardwise` binary and run it.
 #![forbid(unsafe_code)]
 
+pub mod browser;
 pub mod crash;
 pub mod etcd;
 pub mod fake_k8s;

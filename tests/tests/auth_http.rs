@@ -148,6 +148,8 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("get", "/readyz", "open"),
     ("get", "/metrics", "monitor"),
     ("get", "/v1/tasks/{task_id}/elements", "client"),
+    ("get", "/v1/status", "monitor"),
+    ("get", "/v1/worker/status", "monitor"),
 ];
 
 /// Every operation of `openapi/openapi.json`, on the server that serves it (the worker for

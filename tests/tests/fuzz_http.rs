@@ -377,6 +377,8 @@ fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, DriverHandle, MemoryJ
         driver: actor.clone(),
         replica: Arc::new(ReplicaStatus::single("http://127.0.0.1:1".into())),
         fault_tolerant: true,
+        journal_mode: shardwise_gateway::dispatcher::JournalMode::WorkDir,
+        compact_at_bytes: 64 << 20,
         cluster: None,
         kube: Default::default(),
         routes: Arc::new(RouteMetrics::for_document(&api_router().1)),

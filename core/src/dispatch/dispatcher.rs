@@ -340,6 +340,10 @@ impl Dispatcher {
             Request::DisableCompression(r) => {
                 Response::CompressionDecision(self.disable_compression(&r)?)
             }
+            Request::Status(_) => {
+                let seen = |a: &str| self.state.heartbeat_index.get(a).and_then(|e| e.seen);
+                Response::Status(Box::new(super::status::report(&self.state, now, seen)))
+            }
             Request::TfGetSplit(iteration_id, r) => {
                 Response::TfSplit(self.tf_get_split(iteration_id, r)?)
             }

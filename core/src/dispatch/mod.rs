@@ -152,6 +152,7 @@ mod heartbeat_index;
 pub mod journal;
 mod protocol;
 pub mod state;
+pub mod status;
 pub mod tensorflow;
 pub mod types;
 pub mod wire;
@@ -167,6 +168,7 @@ pub use protocol::{
     Request, Response, Seq, Ticket,
 };
 pub use state::{IndexDrift, NotInWorkerList, State, Update, apply};
+pub use status::{GetStatus, STATUS_LIST_CAP, StatusReport};
 pub use tensorflow::{
     CompressionDecision, DatasetSpec, DisableCompression, RegisterTfDataset, SplitProviderDef,
     TfDataset, TfDatasetSummary, TfDatasetView, TfGetSplit, TfSplit, TfSplitProviders,

@@ -8,6 +8,7 @@
 
 use super::error::DispatchError;
 use super::state::Update;
+use super::status::{GetStatus, StatusReport};
 use super::tensorflow::{
     CompressionDecision, DisableCompression, RegisterTfDataset, TfGetSplit, TfSplit,
 };
@@ -67,6 +68,8 @@ pub enum Request {
     DisableCompression(DisableCompression),
     /// TensorFlow's `GetSplit` (one split of a TensorFlow DYNAMIC iteration).
     TfGetSplit(IterationId, TfGetSplit),
+    /// The status snapshot (`GET /v1/status`).
+    Status(GetStatus),
 }
 
 /// Release a client lease (`DELETE /v1/clients/{client_id}`).
@@ -140,6 +143,8 @@ pub enum Response {
     CompressionDecision(CompressionDecision),
     /// To [`Request::TfGetSplit`].
     TfSplit(TfSplit),
+    /// To [`Request::Status`] (boxed: it is far larger than every other reply).
+    Status(Box<StatusReport>),
 }
 
 /// What a request gets back: its response, or why it was refused.
@@ -228,6 +233,7 @@ into_request! {
     GetMetrics => Metrics;
     RegisterTfDataset => RegisterTfDataset;
     DisableCompression => DisableCompression;
+    GetStatus => Status;
 }
 
 into_request! {
@@ -256,4 +262,5 @@ call! {
     RegisterTfDataset => DatasetRegistered: DatasetRegistered;
     DisableCompression => CompressionDecision: CompressionDecision;
     (IterationId, TfGetSplit) => TfSplit: TfSplit;
+    GetStatus => Status: Box<StatusReport>;
 }

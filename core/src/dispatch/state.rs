@@ -158,6 +158,10 @@ pub struct SplitState {
     pub requeue: BTreeSet<SplitRef>,
     /// Splits handed out so far (fresh and again), for metrics.
     pub handed_out: u64,
+    /// Splits handed out again after their worker was lost (taken from `requeue`), for the
+    /// status page.
+    #[serde(default)]
+    pub reissued: u64,
     /// A resumed iteration's splits (`0..total` index into it); `None`: the source's own
     /// splits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1256,7 +1260,9 @@ pub fn apply(state: &mut State, update: &Update) {
                 None => {}
             }
             for split in assigned {
-                s.requeue.remove(split);
+                if s.requeue.remove(split) {
+                    s.reissued += 1;
+                }
                 if split.repetition == s.repetition && split.index >= s.next_index {
                     s.next_index = split.index + 1;
                 }

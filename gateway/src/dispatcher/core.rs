@@ -66,6 +66,12 @@ pub struct Stats {
     pub commit_latency: crate::http::metrics::Histogram,
     /// Requests handled.
     pub requests: AtomicU64,
+    /// Bytes in the journal's current segment after the last commit (0 in memory mode).
+    pub segment_bytes: AtomicU64,
+    /// When the last compaction finished, in wall-clock milliseconds (0: none yet).
+    pub last_compaction_ms: AtomicU64,
+    /// How long the last commit took, in microseconds.
+    pub last_commit_micros: AtomicU64,
 }
 
 /// How the dispatcher starts: built now, or recovered from a journal.
@@ -590,6 +596,11 @@ fn sync(inner: &Inner, mut journal: Box<dyn JournalWriter>) {
             stats.commits.fetch_add(1, Ordering::Relaxed);
             stats.records.fetch_add(batch.len() as u64, Ordering::Relaxed);
             stats.commit_latency.observe(started.elapsed());
+            stats.last_commit_micros.store(
+                u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+            stats.segment_bytes.store(journal.segment_bytes(), Ordering::Relaxed);
             batch.clear();
             if let Err(e) = r {
                 fail(inner, e, "journal write failed");
@@ -608,6 +619,8 @@ fn sync(inner: &Inner, mut journal: Box<dyn JournalWriter>) {
             }
             let finish_us = started.elapsed().as_micros();
             tracing::info!(finish_us, "journal compacted");
+            stats.last_compaction_ms.store(now().0, Ordering::Relaxed);
+            stats.segment_bytes.store(journal.segment_bytes(), Ordering::Relaxed);
         }
         // After a commit only, as before: a snapshot bigger than the threshold does not
         // start the next compaction by itself.

@@ -17,7 +17,7 @@ use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis};
 
 pub use self::core::DriverHandle;
 use self::core::{JournalWriter, Startup, StartupError, now};
-pub use self::routes::{AppState, api_router};
+pub use self::routes::{AppState, DispatcherStatus, JournalMode, api_router};
 use crate::http::{
     Code, DurationError, Problem, Running, auth, common_layers, conn, docs, front, incarnation,
     init_logging, limit, metrics, parse_duration, shutdown_signal,
@@ -289,8 +289,8 @@ pub fn router(state: AppState, limits: limit::LimitConfig, tokens: Option<auth::
     let docs: Router<AppState> = utoipa_swagger_ui::SwaggerUi::new("/docs")
         .external_url_unchecked("/openapi.json", docs::document())
         .into();
-    common_layers(api.merge(docs).fallback(crate::http::not_found), "dispatcher", limits)
-        .with_state(state)
+    let app = api.merge(docs).merge(crate::http::ui::router(crate::http::ui::Kind::Dispatcher));
+    common_layers(app.fallback(crate::http::not_found), "dispatcher", limits).with_state(state)
 }
 
 /// A replica that does not lead answers every `/v1/` call but `GET /v1/leader` with a
@@ -302,7 +302,8 @@ async fn to_leader(
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
     let path = request.uri().path();
-    if !path.starts_with("/v1/") || path == "/v1/leader" {
+    // A replica's status page shows that replica (its `state` is null while it follows).
+    if !path.starts_with("/v1/") || path == "/v1/leader" || path == "/v1/status" {
         return next.run(request).await;
     }
     match status.redirect() {
@@ -506,6 +507,14 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         driver,
         replica: status,
         fault_tolerant,
+        journal_mode: if !args.etcd.is_empty() {
+            routes::JournalMode::Etcd
+        } else if args.work_dir.is_some() {
+            routes::JournalMode::WorkDir
+        } else {
+            routes::JournalMode::Memory
+        },
+        compact_at_bytes: args.compact_at_bytes,
         cluster,
         kube: Default::default(),
         routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),

@@ -21,8 +21,9 @@ pub enum Role {
     Worker,
     /// Dataset, job, iteration, client and cluster routes, and a worker's element route.
     Client,
-    /// Monitoring: `/metrics` (of the dispatcher and of a worker) and `/v1/version`, nothing
-    /// else: a scraper needs no dataset definitions, worker addresses or cluster layout.
+    /// Monitoring: `/metrics` (of the dispatcher and of a worker), `/v1/version`, and the
+    /// status routes the status page polls (`/v1/status`, a worker's `/v1/worker/status`),
+    /// nothing else: no dataset definitions, and nothing that changes state.
     Monitor,
 }
 
@@ -92,12 +93,16 @@ pub fn access(method: &Method, path: &str) -> Access {
     match (method.as_str(), path) {
         (_, "/healthz" | "/readyz" | "/openapi.json") => Access::Open,
         (_, p) if p == "/docs" || p.starts_with("/docs/") => Access::Open,
+        // The status page and its assets hold no data: the page asks for a token itself.
+        ("GET", p) if p == "/" || p.starts_with("/ui/") => Access::Open,
         ("GET", "/v1/version" | "/v1/leader") => Access::Any,
         // Every task of a training job reads the cluster (its TF_CONFIG), workers and
         // clients alike; a monitoring token does not (the view names every host of the job).
         ("GET", "/v1/cluster") => Access::OneOf(&[Role::Worker, Role::Client]),
         // Prometheus scrapes with a monitor token (dispatcher and worker alike).
         ("GET", "/metrics") => Access::Only(Role::Monitor),
+        // The status page's data (dispatcher and worker).
+        ("GET", "/v1/status" | "/v1/worker/status") => Access::Only(Role::Monitor),
         (
             "POST",
             "/v1/workers/heartbeat" | "/v1/workers/update" | "/v1/iterations/{iteration_id}/splits",
@@ -417,7 +422,9 @@ mod table {
             ("get", "/healthz", Access::Open),
             ("get", "/readyz", Access::Open),
             ("get", "/metrics", Access::Only(Role::Monitor)),
+            ("get", "/v1/status", Access::Only(Role::Monitor)),
             ("get", "/v1/tasks/{task_id}/elements", Access::Only(Role::Client)),
+            ("get", "/v1/worker/status", Access::Only(Role::Monitor)),
         ];
         let mut seen = 0;
         for (path, item) in doc["paths"].as_object().unwrap() {
@@ -437,5 +444,8 @@ mod table {
         }
         assert_eq!(seen, expected.len());
         assert_eq!(access(&Method::GET, "/openapi.json"), Access::Open);
+        assert_eq!(access(&Method::GET, "/"), Access::Open);
+        assert_eq!(access(&Method::GET, "/ui/app.js"), Access::Open);
+        assert_eq!(access(&Method::POST, "/"), Access::Only(Role::Admin));
     }
 }

@@ -27,6 +27,11 @@ impl Histogram {
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
+    /// The sum of the observations, in microseconds.
+    pub fn sum_micros(&self) -> u64 {
+        self.sum_micros.load(Ordering::Relaxed)
+    }
+
     /// Observations so far.
     pub fn count(&self) -> u64 {
         self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
@@ -98,6 +103,22 @@ impl RouteMetrics {
         let class = usize::from(status / 100).clamp(1, 5) - 1;
         stats.by_class[class].fetch_add(1, Ordering::Relaxed);
         stats.latency.observe(elapsed);
+    }
+
+    /// `(method, route, answers, 4xx and 5xx answers)` of every route, by route then method.
+    pub fn counts(&self) -> Vec<(String, String, u64, u64)> {
+        let mut out: Vec<(String, String, u64, u64)> = self
+            .routes
+            .iter()
+            .flat_map(|(p, ms)| {
+                ms.iter().map(move |(m, s)| {
+                    let n = |i: usize| s.by_class[i].load(Ordering::Relaxed);
+                    (m.clone(), p.clone(), (0..5).map(n).sum(), n(3) + n(4))
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.1, &a.0).cmp(&(&b.1, &b.0)));
+        out
     }
 
     /// Appends the request counters and latency histograms, routes in a stable order.

@@ -19,6 +19,7 @@ pub mod limit;
 pub mod metrics;
 pub mod problem;
 pub mod tls;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -86,6 +86,8 @@ pub struct LiveCluster {
     request: ResolveRequest,
     inner: Mutex<Inner>,
     version: watch::Sender<u64>,
+    /// When `version` last changed (or the cluster was first resolved).
+    changed_at: Mutex<Instant>,
 }
 
 impl std::fmt::Debug for LiveCluster {
@@ -180,6 +182,7 @@ impl LiveCluster {
             request,
             inner: Mutex::new(Inner { resolver, watches }),
             version: watch::Sender::new(0),
+            changed_at: Mutex::new(Instant::now()),
         });
         if let Some(api) = api {
             for w in 0..n {
@@ -195,6 +198,13 @@ impl LiveCluster {
 
     fn bump(&self) {
         self.version.send_modify(|v| *v += 1);
+        *self.changed_at.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// How long ago the view or its freshness last changed (or the cluster was first
+    /// resolved).
+    pub fn since_change(&self) -> Duration {
+        self.changed_at.lock().unwrap_or_else(|e| e.into_inner()).elapsed()
     }
 
     /// The current view. While a watch has never listed, `UNAVAILABLE`.

@@ -238,6 +238,23 @@ impl Shared {
         out
     }
 
+    /// What `GET /v1/worker/status` answers: this worker and its live tasks (by id).
+    pub(crate) fn status(&self) -> routes::WorkerStatusReport {
+        let (mut tasks, incarnation): (Vec<_>, _) = {
+            let t = self.lock();
+            (t.live.values().map(|task| task.status()).collect(), t.incarnation.clone())
+        };
+        tasks.sort_unstable_by_key(|t| t.task_id);
+        routes::WorkerStatusReport {
+            worker_address: self.address.clone(),
+            dispatcher: self.dispatcher.current().to_owned(),
+            dispatchers: self.dispatcher.urls().bases().to_vec(),
+            tags: self.tags.clone(),
+            dispatcher_incarnation: incarnation,
+            tasks,
+        }
+    }
+
     fn stop_all(&self) {
         let mut t = self.lock();
         for (_, task) in t.live.drain() {

@@ -10,10 +10,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use shardwise_core::dispatch::TaskId;
-use utoipa::IntoParams;
+use shardwise_core::dispatch::{IterationId, JobId, ShardingPolicy, TaskId};
+use utoipa::{IntoParams, ToSchema};
 
 use super::task::Gone;
 use super::{Lookup, Shared};
@@ -132,6 +132,84 @@ fn reply(elements: Vec<Value>, end_of_sequence: bool) -> Response {
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
+/// How far a task is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskRunState {
+    /// No client read it yet: it produces nothing until the first read.
+    Waiting,
+    /// Producing (or waiting for room in its buffer, or for splits).
+    Running,
+    /// Its pipeline ended (its buffer may still hold elements).
+    Finished,
+    /// Its pipeline failed.
+    Failed,
+}
+
+/// One task of a worker.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TaskStatus {
+    /// The task.
+    pub task_id: TaskId,
+    /// Its iteration.
+    pub iteration_id: IterationId,
+    /// Its job.
+    pub job_id: JobId,
+    /// Its dataset.
+    pub dataset_id: String,
+    /// The job's sharding policy.
+    pub sharding_policy: ShardingPolicy,
+    /// How far it is.
+    pub state: TaskRunState,
+    /// Elements produced.
+    pub elements_produced: u64,
+    /// Elements handed to clients.
+    pub elements_served: u64,
+    /// Elements produced and not yet read.
+    pub buffered_elements: u64,
+    /// What they weigh, in approximate bytes.
+    pub buffered_bytes: u64,
+    /// The most elements the buffer holds.
+    pub buffer_capacity: u64,
+    /// The most bytes the buffer holds.
+    pub buffer_capacity_bytes: u64,
+    /// DYNAMIC: splits fetched and not yet acknowledged.
+    pub splits_held: u64,
+}
+
+/// `GET /v1/worker/status`: this worker and its tasks.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkerStatusReport {
+    /// The address it registered with.
+    pub worker_address: String,
+    /// The dispatcher it talks to now.
+    pub dispatcher: String,
+    /// Every dispatcher replica it knows (`--dispatcher`).
+    pub dispatchers: Vec<String>,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// The dispatcher incarnation it last heard (`null`: none yet).
+    pub dispatcher_incarnation: Option<String>,
+    /// Its live tasks, by id.
+    pub tasks: Vec<TaskStatus>,
+}
+
+/// `GET /v1/worker/status`.
+#[utoipa::path(
+    get,
+    path = "/v1/worker/status",
+    tag = "worker-data-plane",
+    operation_id = "get_worker_status",
+    summary = "A worker's status: its tasks, their buffers and splits (served by the worker, \
+               not the dispatcher).",
+    description = "What the worker's status page at `/` shows. Readable with the `monitor` role.",
+    responses((status = 200, description = "The worker and its tasks.", body = WorkerStatusReport))
+)]
+pub async fn get_worker_status(State(w): State<WorkerState>) -> Response {
+    let body = serde_json::to_vec(&w.0.status()).unwrap_or_default();
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+}
+
 async fn metrics(State(w): State<WorkerState>) -> Response {
     let (tasks, buffered, produced, served) = w.0.counters();
     let mut out = String::new();
@@ -173,7 +251,10 @@ async fn openapi_json() -> Response {
 pub fn api_router() -> (Router<WorkerState>, utoipa::openapi::OpenApi) {
     use utoipa_axum::router::OpenApiRouter;
     use utoipa_axum::routes;
-    OpenApiRouter::new().routes(routes!(get_elements)).split_for_parts()
+    OpenApiRouter::new()
+        .routes(routes!(get_elements))
+        .routes(routes!(get_worker_status))
+        .split_for_parts()
 }
 
 /// The worker's router: the element route behind `--auth-tokens` (client role), `/healthz`,
@@ -194,6 +275,9 @@ pub(crate) fn router(
         .route("/metrics", get(metrics))
         // No route takes a body; one sent anyway is read within the bound, after the token.
         .route_layer(crate::http::front::RouteLayer::new(None, tokens, &limits));
-    let app = api.route("/openapi.json", get(openapi_json)).fallback(crate::http::not_found);
+    let app = api
+        .route("/openapi.json", get(openapi_json))
+        .merge(crate::http::ui::router(crate::http::ui::Kind::Worker))
+        .fallback(crate::http::not_found);
     crate::http::common_layers(app, "worker", limits).with_state(WorkerState(shared))
 }

@@ -79,6 +79,8 @@ struct TaskState {
     stopped: bool,
     /// Coordinated reads.
     rounds: Option<Rounds>,
+    /// DYNAMIC: splits fetched and not yet acknowledged (for the status page).
+    splits_held: u64,
 }
 
 #[derive(Debug)]
@@ -238,6 +240,36 @@ impl Task {
         drop(st);
         self.readable.notify_waiters();
         self.writable.notify_waiters();
+    }
+
+    /// What the worker's status route shows of this task.
+    pub(crate) fn status(&self) -> super::routes::TaskStatus {
+        use super::routes::{TaskRunState, TaskStatus};
+        let st = self.lock();
+        let state = if st.failure.is_some() {
+            TaskRunState::Failed
+        } else if st.ended {
+            TaskRunState::Finished
+        } else if st.started {
+            TaskRunState::Running
+        } else {
+            TaskRunState::Waiting
+        };
+        TaskStatus {
+            task_id: self.def.task_id,
+            iteration_id: self.def.iteration_id,
+            job_id: self.def.job_id,
+            dataset_id: self.def.dataset_id.clone(),
+            sharding_policy: self.def.processing_mode,
+            state,
+            elements_produced: st.produced,
+            elements_served: st.served,
+            buffered_elements: st.unread() as u64,
+            buffered_bytes: st.buf_bytes,
+            buffer_capacity: self.capacity as u64,
+            buffer_capacity_bytes: self.capacity_bytes,
+            splits_held: st.splits_held,
+        }
     }
 
     /// How a deleted task reads: completed if it ended and every element was taken.
@@ -553,7 +585,9 @@ impl Task {
                     if !coordinated && !self.drained().await {
                         return;
                     }
-                    match self.get_splits(&shared, repetition, &mut held).await {
+                    let fetched = self.get_splits(&shared, repetition, &mut held).await;
+                    self.lock().splits_held = held.len() as u64;
+                    match fetched {
                         SplitFetch::Splits(splits) => {
                             for s in splits {
                                 pipeline.provide_split(repetition, Some(Value::from(s)));

@@ -8,6 +8,7 @@ mod datasets;
 mod health;
 mod iterations;
 mod jobs;
+mod status;
 mod tasks;
 mod version;
 mod workers;
@@ -22,6 +23,7 @@ use shardwise_core::dispatch::wire::{
 };
 use utoipa_axum::router::OpenApiRouter;
 
+pub use self::status::{DispatcherStatus, JournalMode};
 use super::core::DriverHandle;
 use crate::http::metrics::RouteMetrics;
 use crate::http::{Code, Problem, RequestBody};
@@ -37,6 +39,10 @@ pub struct AppState {
     pub replica: Arc<super::replica::ReplicaStatus>,
     /// Fault-tolerant mode.
     pub fault_tolerant: bool,
+    /// Where the journal lives (for `GET /v1/status`).
+    pub journal_mode: JournalMode,
+    /// `--compact-at-bytes`.
+    pub compact_at_bytes: u64,
     /// `--cluster-config`'s live cluster.
     pub cluster: Option<Arc<LiveCluster>>,
     /// The Kubernetes API for resolve requests without inline pods.
@@ -61,6 +67,7 @@ pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(tasks::routes())
         .merge(cluster::routes())
         .merge(health::routes())
+        .merge(status::routes())
         .split_for_parts()
 }
 
