@@ -426,3 +426,45 @@ fn no_secret_in_logs_or_error_bodies() {
         assert!(!bodies.contains(secret), "{secret} in an answer");
     }
 }
+
+/// `GET /v1/status` with a monitor token shows the `--cluster-config` membership's size and
+/// freshness but not its hosts (a monitor token may not read `GET /v1/cluster` either); an
+/// admin token shows the members.
+#[test]
+fn a_monitor_token_sees_the_clusters_size_not_its_hosts() {
+    let dir = TempDir::new("auth-status-cluster");
+    let (tokens, _) = token_files(&dir);
+    let kube = FakeKube::start();
+    for (i, ip) in ["10.0.0.1", "10.0.0.2"].into_iter().enumerate() {
+        kube.add_pod(
+            PodSpec::new("ml", format!("w-{i}")).label("job-name", "tf").ip(ip).port(8470),
+        );
+    }
+    let kubeconfig = kube.kubeconfig(&dir.0);
+    let cluster = dir.0.join("cluster.json");
+    let request = json!({
+        "resolver": {"kubernetes": {"job_to_label_mapping": {"worker": ["job-name=tf"]}, "namespace": "ml"}},
+        "task_type": "worker", "task_id": 0
+    });
+    std::fs::write(&cluster, request.to_string()).unwrap();
+    let d = Dispatcher::try_start_env(
+        &["--auth-tokens", &tokens, "--cluster-config", cluster.to_str().unwrap()],
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+    )
+    .unwrap_or_else(|e| panic!("dispatcher: {e}"));
+    let status = |token: &str| {
+        let (code, raw) = call(&d, "GET", "/v1/status", Some(token), None);
+        assert_eq!(code, 200, "{raw}");
+        let body = raw.split_once("\r\n\r\n").unwrap().1;
+        serde_json::from_str::<serde_json::Value>(body).unwrap()["cluster"].clone()
+    };
+    let monitor = status(MONITOR);
+    assert_eq!(monitor["total_members"], 2, "{monitor}");
+    assert_eq!(monitor["members_hidden"], true, "{monitor}");
+    assert_eq!(monitor["members"], json!([]), "{monitor}");
+    assert!(!monitor.to_string().contains("10.0.0."), "{monitor}");
+    assert_eq!(call(&d, "GET", "/v1/cluster", Some(MONITOR), None).0, 403);
+    let admin = status(ADMIN);
+    assert_eq!(admin["members_hidden"], false, "{admin}");
+    assert_eq!(admin["members"].as_array().map(Vec::len), Some(2), "{admin}");
+}

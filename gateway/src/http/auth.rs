@@ -280,16 +280,17 @@ impl Refusal {
 }
 
 /// Checks the `Authorization` header of a call that requires `need` (named by `what` in the
-/// refusal, e.g. `post /v1/jobs`; made only when refused): the refusal, if it does not pass. Shared by the REST routes
-/// and the gRPC service (whose metadata are HTTP/2 headers).
+/// refusal, e.g. `post /v1/jobs`; made only when refused): the caller's role (`None` for an
+/// open route), or the refusal. Shared by the REST routes and the gRPC service (whose
+/// metadata are HTTP/2 headers).
 pub fn check(
     tokens: &Tokens,
     need: Access,
     what: impl FnOnce() -> String,
     headers: &axum::http::HeaderMap,
-) -> Result<(), Refusal> {
+) -> Result<Option<Role>, Refusal> {
     if need == Access::Open {
-        return Ok(());
+        return Ok(None);
     }
     let presented = headers.get(header::AUTHORIZATION).and_then(|v| bearer_token(v.as_bytes()));
     let Some(presented) = presented else {
@@ -299,15 +300,21 @@ pub fn check(
         return Err(Refusal::Unauthenticated("the bearer token is not valid"));
     };
     if need.allows(role) {
-        Ok(())
+        Ok(Some(role))
     } else {
         Err(Refusal::PermissionDenied(format!("{} needs {}", what(), need.describe())))
     }
 }
 
+/// The role of the token a request was let in with (a request extension; absent without
+/// `--auth-tokens` and on open routes). Handlers that show less to some roles read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller(pub Role);
+
 /// Checks the access of `route` (the matched route template, else the path) against the
-/// request's bearer token: the answer that refuses it, if it does not pass.
-pub fn authorize(tokens: &Tokens, route: &str, req: &Request) -> Result<(), Response> {
+/// request's bearer token: the caller's role (`None` for an open route), or the answer that
+/// refuses it.
+pub fn authorize(tokens: &Tokens, route: &str, req: &Request) -> Result<Option<Role>, Response> {
     let need = access(req.method(), route);
     let what = || format!("{} {route}", req.method().as_str().to_lowercase());
     check(tokens, need, what, req.headers()).map_err(|refused| match refused {

@@ -319,16 +319,22 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request) -> BoxFuture {
+    fn call(&mut self, mut req: Request) -> BoxFuture {
         let started = Instant::now();
         let shared = self.shared.clone();
         let route = req.extensions().get::<MatchedPath>().cloned();
         let method = req.method().clone();
         if let Some(tokens) = &shared.tokens {
             let path = route.as_ref().map_or(req.uri().path(), MatchedPath::as_str);
-            if let Err(refused) = auth::authorize(tokens, path, &req) {
-                record(&shared, &method, route.as_ref(), refused.status(), started);
-                return Box::pin(std::future::ready(Ok(refused)));
+            match auth::authorize(tokens, path, &req) {
+                Ok(Some(role)) => {
+                    req.extensions_mut().insert(auth::Caller(role));
+                }
+                Ok(None) => {}
+                Err(refused) => {
+                    record(&shared, &method, route.as_ref(), refused.status(), started);
+                    return Box::pin(std::future::ready(Ok(refused)));
+                }
             }
         }
         // The body is read here, off the handler; the inner service is called after it.

@@ -10,6 +10,7 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use crate::dispatcher::replica::LeaderReport;
+use crate::http::auth::{Caller, Role};
 use crate::http::{ApiResult, ok};
 
 /// This resource's routes (each with its part of the OpenAPI document).
@@ -57,8 +58,11 @@ pub struct JournalStatus {
 /// The `--cluster-config` membership and its freshness (as `GET /v1/cluster` has them).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ClusterStatus {
-    /// The members, job by job (at most the status list cap in all).
+    /// The members, job by job (at most the status list cap in all; none for a caller with
+    /// a `monitor` token, which may not read `GET /v1/cluster` either).
     pub members: Vec<ClusterMember>,
+    /// The members were left out for this caller's role (`monitor`).
+    pub members_hidden: bool,
     /// Members in all.
     pub total_members: u64,
     /// Kept live by Kubernetes watches (false: resolved once at start).
@@ -131,12 +135,18 @@ pub struct DispatcherStatus {
     description = "What the status page at `/` shows. Lists hold at most 500 entries each \
                    (workers by address, datasets by id; jobs, iterations and clients newest \
                    first); `state.totals` counts everything. A replica that does not lead \
-                   answers too, with `state` null. Readable with the `monitor` role.",
+                   answers too, with `state` null. Readable with the `monitor` role, which sees the \
+                   cluster's size and freshness but not its members (`GET /v1/cluster` is not \
+                   readable with it either); admin sees them.",
     responses((status = 200, description = "The status.", body = DispatcherStatus))
 )]
 pub(super) async fn get_status(
     axum::extract::State(s): axum::extract::State<AppState>,
+    caller: Option<axum::Extension<Caller>>,
 ) -> ApiResult {
+    // A monitor token sees the cluster's size and freshness, not its hosts: it may not read
+    // `GET /v1/cluster` either (the view names every host of the training job).
+    let members_hidden = caller.is_some_and(|c| c.0.0 == Role::Monitor);
     let (state, state_unavailable) = match s.driver.call(GetStatus).await {
         Ok(r) => (Some(*r), None),
         Err(p) => (None, Some(p.detail)),
@@ -164,7 +174,7 @@ pub(super) async fn get_status(
                 for job in &view.reply.cluster_def {
                     for (index, address) in &job.tasks {
                         total += 1;
-                        if members.len() < STATUS_LIST_CAP {
+                        if !members_hidden && members.len() < STATUS_LIST_CAP {
                             members.push(ClusterMember {
                                 job: job.name.clone(),
                                 index: *index,
@@ -175,6 +185,7 @@ pub(super) async fn get_status(
                 }
                 ClusterStatus {
                     members,
+                    members_hidden,
                     total_members: total,
                     live: view.freshness.live,
                     stale: view.freshness.stale,
@@ -186,6 +197,7 @@ pub(super) async fn get_status(
             }
             Err(e) => ClusterStatus {
                 members: Vec::new(),
+                members_hidden,
                 total_members: 0,
                 live: true,
                 stale: true,

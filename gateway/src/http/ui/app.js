@@ -315,8 +315,10 @@
     return card("cluster", "Cluster", fmtNum(c.total_members) + " members",
       el("p", {}, state, " version " + c.version + " · changed " + fmtMs(c.since_change_ms) + " ago"),
       c.error ? el("p", { class: "empty" }, c.error) : null,
-      table(["job", { label: "index", num: true }, "address"], rows, "No member."),
-      capped(c.members.length, c.total_members));
+      c.members_hidden
+        ? el("p", { class: "empty" }, "Members are not shown to a monitor token (an admin token shows them).")
+        : table(["job", { label: "index", num: true }, "address"], rows, "No member."),
+      c.members_hidden ? null : capped(c.members.length, c.total_members));
   }
 
   // ---- worker page -------------------------------------------------------------------
