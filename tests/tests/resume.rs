@@ -270,3 +270,53 @@ fn element_replies_carry_origins_only_for_resumable_reads() {
     assert!(problem["detail"].as_str().unwrap().contains("`shuffle`"), "{problem}");
     drop(w);
 }
+
+#[test]
+fn resume_part_way_through_a_file_skips_the_records_read() {
+    // 4 JSON Lines files of 50 records (record j of file i is 100 * i + j): a split is a
+    // file, so a position taken after 75 records has a file under way, which the resumed
+    // read's worker opens and passes over the records already read.
+    let dir = TempDir::new("resumefiles");
+    let paths: Vec<String> = (0..4)
+        .map(|i| {
+            let path = format!("{}/part-{i}.jsonl", dir.path());
+            let text: String = (0..50).map(|j| format!("{}\n", 100 * i + j)).collect();
+            std::fs::write(&path, text).unwrap();
+            path
+        })
+        .collect();
+    let all: Vec<i64> = (0..4).flat_map(|i| (0..50).map(move |j| 100 * i + j)).collect();
+    let ds = || {
+        DatasetDef::from_json(&json!({"source": {"files": {"paths": paths, "format": "jsonl"}}}))
+            .unwrap()
+    };
+    let d = Dispatcher::start(&[]);
+    let worker =
+        || Worker::start(&d.url, &["--heartbeat-interval", "200ms", "--data-root", dir.path()]);
+    let _workers = [worker(), worker()];
+    await_workers(&d, 2);
+    let opts = |from| DistributeOptions { elements_per_request: 7, ..options(from) };
+    let (before, position) = runtime().block_on(async {
+        let mut stream = distribute(&d.url, ds(), opts(None));
+        let mut got = Vec::new();
+        while got.len() < 75 {
+            got.push(next_int(&mut stream).await.expect("more records"));
+        }
+        (got, stream.position().unwrap())
+    });
+    assert!(
+        position.partial.iter().any(|p| p.consumed > 0 && p.split.stop == p.split.start + 1),
+        "a file under way: {position:?}"
+    );
+    let after = runtime().block_on(async {
+        let mut stream = distribute(&d.url, ds(), opts(Some(position)));
+        let mut got = Vec::new();
+        while let Some(x) = next_int(&mut stream).await {
+            got.push(x);
+        }
+        got
+    });
+    let mut got: Vec<i64> = before.into_iter().chain(after).collect();
+    got.sort_unstable();
+    assert_eq!(got, all, "every record exactly once");
+}
