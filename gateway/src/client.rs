@@ -54,6 +54,12 @@
 //! [`DistributeOptions::unknown_task_timeout`]. Everything else ends the stream with a
 //! [`ClientError`].
 //!
+//! **Read positions.** A `distributed_epoch` read of a dataset without transforms (but
+//! `shard_hint`) can be saved and resumed: [`ElementStream::position`] says what the caller
+//! was handed so far, as a [`ReadPosition`] (plain JSON); a later stream with
+//! [`DistributeOptions::resume_from`] set to it, on a job over the same dataset with any
+//! number of workers, reads only what the position has not consumed.
+//!
 //! The stream must be created inside a tokio runtime (it spawns its reader there).
 
 use std::collections::{HashMap, VecDeque};
@@ -73,7 +79,8 @@ use shardwise_core::dispatch::wire::{
     ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, IterationLease, NamedMode,
     ProcessingMode, RegisterDataset, TaskInfo,
 };
-use shardwise_core::dispatch::{ClientId, JobId, TargetWorkers, TaskId};
+use shardwise_core::dispatch::{ClientId, JobId, ShardingPolicy, TargetWorkers, TaskId};
+use shardwise_core::position::{OriginRun, PositionTracker, ReadPosition};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
@@ -120,6 +127,10 @@ pub struct DistributeOptions {
     /// A PEM file of CA certificates trusted for `https://` dispatchers and workers, besides
     /// the system's roots (default: the system's roots only).
     pub ca_file: Option<std::path::PathBuf>,
+    /// Resume a `distributed_epoch` read where [`ElementStream::position`] was taken: the
+    /// iteration (of the position's repetition, whatever `repetition` says) hands out only
+    /// what the position has not consumed, and this stream's positions go on from it.
+    pub resume_from: Option<ReadPosition>,
 }
 
 impl Default for DistributeOptions {
@@ -141,6 +152,7 @@ impl Default for DistributeOptions {
             unknown_task_timeout: Duration::from_secs(60),
             unavailable_timeout: Duration::from_secs(3600),
             ca_file: None,
+            resume_from: None,
         }
     }
 }
@@ -184,6 +196,10 @@ pub enum ClientError {
         /// rustls' reason (e.g. `invalid peer certificate: UnknownIssuer`).
         detail: String,
     },
+    /// What was asked cannot be done in the stream's state (e.g. [`ElementStream::position`]
+    /// of a read whose positions are not exact).
+    #[error("failed precondition: {0}")]
+    FailedPrecondition(String),
     /// A 2xx answer that is not what the API documents.
     #[error("{context}: unexpected answer: {detail}")]
     Protocol {
@@ -202,7 +218,9 @@ impl ClientError {
             ClientError::InvalidArgument(_) => Code::InvalidArgument,
             ClientError::Problem { problem, .. } => problem.code,
             ClientError::Unavailable(_) | ClientError::Tls { .. } => Code::Unavailable,
-            ClientError::DispatcherRestarted { .. } => Code::FailedPrecondition,
+            ClientError::DispatcherRestarted { .. } | ClientError::FailedPrecondition(_) => {
+                Code::FailedPrecondition
+            }
             ClientError::Protocol { .. } => Code::Internal,
         }
     }
@@ -225,9 +243,126 @@ impl ClientError {
 /// client lease.
 #[derive(Debug)]
 pub struct ElementStream {
-    rx: mpsc::Receiver<Result<Vec<Value>, ClientError>>,
+    rx: mpsc::Receiver<Result<Batch, ClientError>>,
     pending: VecDeque<Value>,
     done: bool,
+    positions: Positions,
+}
+
+/// Elements of one read, with their origins when the worker gave them.
+#[derive(Debug)]
+struct Batch {
+    elements: Vec<Value>,
+    origin: Option<Vec<OriginRun>>,
+}
+
+/// The stream's read position: the origins of the elements handed to the caller, folded.
+#[derive(Debug)]
+struct Positions {
+    dataset_id: String,
+    repetition: u64,
+    /// Why this read has no position (`None`: it has one so far).
+    unavailable: Option<String>,
+    tracker: PositionTracker,
+    /// The runs of the `pending` elements (empty when they came without origins).
+    runs: VecDeque<OriginRun>,
+    /// Elements of `runs.front()` already handed out.
+    front_taken: u64,
+    /// The `pending` elements came with origins.
+    pending_tracked: bool,
+}
+
+impl Positions {
+    fn new(dataset: &DatasetDef, options: &DistributeOptions) -> Positions {
+        let policy = options.processing_mode.policy();
+        let unavailable = if policy != ShardingPolicy::Dynamic {
+            Some(format!(
+                "read positions need a distributed_epoch (DYNAMIC) read; this one shards {}",
+                policy.as_str()
+            ))
+        } else if options.num_consumers.is_some() {
+            Some("coordinated reads (num_consumers) have no read positions".to_owned())
+        } else {
+            dataset.check_resumable().err()
+        };
+        let (repetition, tracker) = match &options.resume_from {
+            Some(p) => (p.repetition, PositionTracker::resuming(p)),
+            None => (options.repetition, PositionTracker::new()),
+        };
+        Positions {
+            dataset_id: options.dataset_id.clone().unwrap_or_else(|| fingerprint(dataset)),
+            repetition,
+            unavailable,
+            tracker,
+            runs: VecDeque::new(),
+            front_taken: 0,
+            pending_tracked: false,
+        }
+    }
+
+    /// A new batch of pending elements (the previous ones were all handed out).
+    fn arrived(&mut self, batch: &Batch) {
+        self.runs.clear();
+        self.front_taken = 0;
+        self.pending_tracked = false;
+        if self.unavailable.is_some() {
+            return;
+        }
+        if let Some(runs) = &batch.origin {
+            let covered = runs.iter().try_fold(0u64, |n, r| n.checked_add(r.count));
+            if covered == Some(batch.elements.len() as u64) && runs.iter().all(|r| r.count > 0) {
+                self.runs.extend(runs.iter().copied());
+                self.pending_tracked = true;
+            }
+        }
+    }
+
+    /// One pending element was handed to the caller.
+    fn handed_out(&mut self) {
+        if self.pending_tracked {
+            let Some(front) = self.runs.front() else { return };
+            self.front_taken += 1;
+            if self.front_taken >= front.count {
+                self.tracker.consumed(front, front.count);
+                self.runs.pop_front();
+                self.front_taken = 0;
+            }
+        } else if self.unavailable.is_none() {
+            self.unavailable = Some(
+                "an element without origin was handed out (a worker that does not tag \
+                 elements with their origin, or origins that do not cover its elements)"
+                    .to_owned(),
+            );
+        }
+    }
+
+    fn position(&self) -> Result<ReadPosition, ClientError> {
+        if let Some(why) = &self.unavailable {
+            return Err(ClientError::FailedPrecondition(format!(
+                "this stream has no read position: {why}"
+            )));
+        }
+        let mut tracker = self.tracker.clone();
+        if let Some(front) = self.runs.front() {
+            tracker.consumed(front, self.front_taken);
+        }
+        Ok(tracker.position(&self.dataset_id, self.repetition))
+    }
+}
+
+impl ElementStream {
+    /// Where the caller is in the read: every element this stream handed out (and, when it
+    /// resumed, everything its [`DistributeOptions::resume_from`] covered), not those still
+    /// buffered in the client. Save it with a model checkpoint; resume with
+    /// [`DistributeOptions::resume_from`].
+    ///
+    /// `FAILED_PRECONDITION` ([`ClientError::FailedPrecondition`]) when the read has no exact
+    /// positions: it is not a `distributed_epoch` read, it is a coordinated read, the dataset
+    /// has a transform that buffers or counts across splits (the error says which), or an
+    /// element came without origin.
+    pub fn position(&self) -> Result<ReadPosition, ClientError> {
+        self.positions.position()
+    }
 }
 
 impl Stream for ElementStream {
@@ -236,6 +371,7 @@ impl Stream for ElementStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
             if let Some(v) = self.pending.pop_front() {
+                self.positions.handed_out();
                 return Poll::Ready(Some(Ok(v)));
             }
             if self.done {
@@ -243,7 +379,10 @@ impl Stream for ElementStream {
             }
             match self.rx.poll_recv(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(batch))) => self.pending = batch.into(),
+                Poll::Ready(Some(Ok(batch))) => {
+                    self.positions.arrived(&batch);
+                    self.pending = batch.elements.into();
+                }
                 Poll::Ready(Some(Err(e))) => {
                     self.done = true;
                     return Poll::Ready(Some(Err(e)));
@@ -323,6 +462,7 @@ pub fn distribute(
 ) -> ElementStream {
     let (tx, rx) = mpsc::channel(options.max_outstanding_requests.clamp(2, 1024));
     let urls = dispatchers.into_urls();
+    let positions = Positions::new(&dataset, &options);
     tokio::spawn(async move {
         let mut reader = match Reader::setup(urls, dataset, options).await {
             Ok(r) => r,
@@ -341,7 +481,7 @@ pub fn distribute(
             let _ = tx.send(Err(e)).await;
         }
     });
-    ElementStream { rx, pending: VecDeque::new(), done: false }
+    ElementStream { rx, pending: VecDeque::new(), done: false, positions }
 }
 
 /// A stable id for a dataset definition: FNV-1a over its canonical JSON, twice (128 bits).
@@ -450,6 +590,10 @@ fn validate(options: &DistributeOptions) -> Result<(), ClientError> {
     if options.heartbeat_interval.is_zero() {
         return invalid("heartbeat_interval must be positive");
     }
+    if options.resume_from.is_some() && options.processing_mode.policy() != ShardingPolicy::Dynamic
+    {
+        return invalid("resume_from needs processing_mode distributed_epoch (DYNAMIC)");
+    }
     if options.target_workers == TargetWorkers::Local {
         if options.num_consumers.is_some() {
             return invalid(
@@ -540,9 +684,9 @@ impl Reader {
         let job: JobIdReply =
             retrying("POST /v1/jobs", timeout, || rest.post("/v1/jobs", &job)).await?;
         let iteration = CreateIteration {
-            repetition: options.repetition,
+            repetition: options.resume_from.as_ref().map_or(options.repetition, |p| p.repetition),
             consumer_index: options.consumer_index,
-            resume_from: None,
+            resume_from: options.resume_from.clone(),
         };
         let path = format!("/v1/jobs/{}/iterations", job.job_id);
         let lease: IterationLease =
@@ -610,7 +754,7 @@ impl Reader {
     /// First-come-first-served reads of every task until the epoch is over.
     async fn run(
         &mut self,
-        tx: &mpsc::Sender<Result<Vec<Value>, ClientError>>,
+        tx: &mpsc::Sender<Result<Batch, ClientError>>,
     ) -> Result<(), ClientError> {
         let mut tasks: Vec<TaskRead> = Vec::new();
         let mut index: HashMap<TaskId, usize> = HashMap::new();
@@ -721,7 +865,8 @@ impl Reader {
                             if r.end_of_sequence {
                                 t.done = true;
                             }
-                            if !r.elements.is_empty() && tx.send(Ok(r.elements)).await.is_err() {
+                            let batch = Batch { elements: r.elements, origin: r.origin };
+                            if !batch.elements.is_empty() && tx.send(Ok(batch)).await.is_err() {
                                 return Ok(()); // the stream was dropped
                             }
                         }
@@ -765,7 +910,7 @@ impl Reader {
     /// Coordinated reads: round by round, one element per task in task order.
     async fn run_coordinated(
         &mut self,
-        tx: &mpsc::Sender<Result<Vec<Value>, ClientError>>,
+        tx: &mpsc::Sender<Result<Batch, ClientError>>,
     ) -> Result<(), ClientError> {
         let consumer = self.options.consumer_index.unwrap_or(0).to_string();
         // The next round to read; `rounds.current` is the last round started, which is what
@@ -822,7 +967,8 @@ impl Reader {
                     };
                     match result {
                         Ok(r) if !r.elements.is_empty() => {
-                            if tx.send(Ok(r.elements)).await.is_err() {
+                            let batch = Batch { elements: r.elements, origin: None };
+                            if tx.send(Ok(batch)).await.is_err() {
                                 return Ok(());
                             }
                             break;
@@ -954,6 +1100,82 @@ mod tests {
         for o in bad {
             assert_eq!(validate(&o).unwrap_err().code(), "INVALID_ARGUMENT", "{o:?}");
         }
+    }
+
+    #[test]
+    fn positions_count_only_elements_handed_out() {
+        use shardwise_core::position::{PartialSplit, SourceRange};
+        let dataset: DatasetDef = r#"{"source": {"range": {"stop": 100}}}"#.parse().unwrap();
+        let dynamic = DistributeOptions {
+            processing_mode: ProcessingMode::Named(NamedMode::DistributedEpoch),
+            dataset_id: Some("ds".into()),
+            ..DistributeOptions::default()
+        };
+        let r = |start, stop| SourceRange { start, stop };
+        let run = |start, stop, offset, count, end| OriginRun {
+            split: r(start, stop),
+            offset,
+            count,
+            end,
+        };
+        let mut p = Positions::new(&dataset, &dynamic);
+        assert_eq!(
+            p.position().unwrap(),
+            ReadPosition { dataset_id: "ds".into(), ..ReadPosition::default() }
+        );
+        let batch = Batch {
+            elements: (0..5).map(Value::from).collect(),
+            origin: Some(vec![run(0, 2, 0, 2, true), run(10, 20, 4, 3, false)]),
+        };
+        p.arrived(&batch);
+        for _ in 0..3 {
+            p.handed_out();
+        }
+        let got = p.position().unwrap();
+        assert_eq!(got.done, [r(0, 2)]);
+        assert_eq!(got.partial, [PartialSplit { split: r(10, 20), consumed: 5 }]);
+        p.handed_out();
+        p.handed_out();
+        assert_eq!(p.position().unwrap().partial, [PartialSplit { split: r(10, 20), consumed: 7 }]);
+        // Origins that do not cover their elements count as none.
+        p.arrived(&Batch {
+            elements: vec![Value::from(1)],
+            origin: Some(vec![run(2, 4, 0, 2, true)]),
+        });
+        p.handed_out();
+        let err = p.position().unwrap_err();
+        assert_eq!(err.code(), Code::FailedPrecondition);
+        assert!(err.to_string().contains("without origin"), "{err}");
+        // Resuming goes on from the position; its repetition is the position's.
+        let from = ReadPosition {
+            dataset_id: "ds".into(),
+            repetition: 3,
+            done: vec![r(0, 50)],
+            partial: vec![],
+        };
+        let p = Positions::new(
+            &dataset,
+            &DistributeOptions { resume_from: Some(from.clone()), ..dynamic.clone() },
+        );
+        assert_eq!(p.position().unwrap(), from);
+        // Reads that have no exact positions say why at once.
+        let shuffled: DatasetDef =
+            r#"{"source": {"range": {"stop": 9}}, "transforms": [{"shuffle": {"buffer": 2, "seed": 1}}]}"#
+                .parse()
+                .unwrap();
+        let err = Positions::new(&shuffled, &dynamic).position().unwrap_err();
+        assert!(err.to_string().contains("`shuffle` buffers elements across splits"), "{err}");
+        let err = Positions::new(&dataset, &DistributeOptions::default()).position().unwrap_err();
+        assert!(err.to_string().contains("distributed_epoch"), "{err}");
+        assert_eq!(
+            validate(&DistributeOptions {
+                resume_from: Some(from),
+                ..DistributeOptions::default()
+            })
+            .unwrap_err()
+            .code(),
+            Code::InvalidArgument
+        );
     }
 
     #[test]

@@ -55,6 +55,54 @@ impl TextCursor {
     }
 }
 
+impl TextCursor {
+    /// The next line's bytes (without its `\n` or `\r\n`) and the bytes it takes up, from
+    /// `offset`; `None` at the end of the file.
+    fn line_at(&self, offset: usize) -> Option<(&[u8], usize)> {
+        let rest = self.bytes.get(offset..).filter(|rest| !rest.is_empty())?;
+        let (line, consumed) = match rest.iter().position(|&b| b == b'\n') {
+            Some(i) => (rest.split_at_checked(i).map_or(rest, |(line, _)| line), i + 1),
+            None => (rest, rest.len()),
+        };
+        Some((line.strip_suffix(b"\r").unwrap_or(line), consumed))
+    }
+
+    /// Whether a JSON Lines line holds no record (blank lines are skipped).
+    fn is_blank(line: &[u8]) -> bool {
+        std::str::from_utf8(line).is_ok_and(|text| text.trim().is_empty())
+    }
+
+    /// Passes over the next `n` records without decoding them (they were read before: a
+    /// split resumed part way); fewer when the file has fewer.
+    pub(super) fn skip_records(&mut self, n: u64) {
+        let mut left = n;
+        while left > 0 {
+            let Some((line, consumed)) = self.line_at(self.offset) else { return };
+            let record = !self.jsonl || !Self::is_blank(line);
+            self.offset = self.offset.saturating_add(consumed);
+            self.line = self.line.saturating_add(1);
+            if record {
+                left -= 1;
+            }
+        }
+    }
+
+    /// Whether no record is left: the end of the file, or (JSON Lines) only blank lines,
+    /// which it passes over.
+    pub(super) fn at_end(&mut self) -> bool {
+        if self.jsonl {
+            while let Some((line, consumed)) = self.line_at(self.offset) {
+                if !Self::is_blank(line) {
+                    return false;
+                }
+                self.offset = self.offset.saturating_add(consumed);
+                self.line = self.line.saturating_add(1);
+            }
+        }
+        self.offset >= self.bytes.len()
+    }
+}
+
 /// The single element of a file in the `bytes` format: its bytes, whatever they are, as one
 /// base64 string (RFC 4648 standard alphabet, with padding), so that the element has one type.
 pub(super) fn bytes_element(bytes: &[u8]) -> Value {
@@ -102,6 +150,32 @@ mod tests {
         assert!(err.message().contains("duplicate key"), "{err}");
         let err = lines(b"ok\n\xff\n", false)[1].clone().unwrap_err();
         assert!(err.message().contains("line 2 is not valid UTF-8"), "{err}");
+    }
+
+    #[test]
+    fn records_are_skipped_and_the_end_is_seen_early() {
+        let mut c = TextCursor::new("f".into(), b"a\r\nb\n\nc\n", false);
+        assert!(!c.at_end());
+        c.skip_records(2);
+        assert_eq!(c.next_element(), Some(Ok(json!(""))));
+        assert!(!c.at_end());
+        assert_eq!(c.next_element(), Some(Ok(json!("c"))));
+        assert!(c.at_end());
+        c.skip_records(5);
+        assert_eq!(c.next_element(), None);
+        // JSON Lines: blank lines are not records, and trailing ones are the end.
+        let mut c = TextCursor::new("f".into(), b"\n1\n \n2\n3\n\n  \r\n", true);
+        c.skip_records(2);
+        assert_eq!(c.next_element(), Some(Ok(json!(3))));
+        assert!(c.at_end());
+        assert_eq!(c.next_element(), None);
+        let mut c = TextCursor::new("f".into(), b"1\n\n{bad\n", true);
+        assert_eq!(c.next_element(), Some(Ok(json!(1))));
+        assert!(!c.at_end(), "an undecodable line is not the end");
+        let err = c.next_element().unwrap().unwrap_err();
+        assert!(err.message().contains("line 3"), "{err}");
+        let mut c = TextCursor::new("f".into(), b"", true);
+        assert!(c.at_end());
     }
 
     #[test]

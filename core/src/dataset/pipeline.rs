@@ -9,6 +9,7 @@ use super::error::{DatasetError, invalid, precondition};
 use super::limits::{Budget, Limits};
 use super::ops::{Ctx, Input, Need, Op, Out};
 use super::source::{Feed, Source};
+use crate::position::{ElementOrigin, SplitPositions};
 
 /// How a task's pipeline is sharded: TensorFlow's sharding policies with the worker's static
 /// shard where one applies.
@@ -107,6 +108,11 @@ pub struct Pipeline {
     /// Where the chain was suspended by a request of the source (the source's index, 0).
     resume_at: Option<usize>,
     state: State,
+    /// DYNAMIC sharding of a dataset whose read positions are exact
+    /// ([`DatasetDef::check_resumable`]): elements have origins.
+    resumable: bool,
+    /// The last `next` returned an element.
+    emitted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,7 +242,10 @@ impl Pipeline {
         if let Some((n, i)) = plan.data {
             ops.push(Op::shard(n, i));
         }
+        let resumable = matches!(sharding, Sharding::Dynamic) && def.check_resumable().is_ok();
         Ok(Pipeline {
+            resumable,
+            emitted: false,
             source: Source::new(def.source.clone(), plan.feed),
             ops,
             budget: Budget::new(limits),
@@ -251,6 +260,7 @@ impl Pipeline {
         reason = "a step is not an iterator item: requests must be answered before going on"
     )]
     pub fn next(&mut self) -> Step {
+        self.emitted = false;
         match &self.state {
             State::Running => {}
             State::Ended => return Step::End,
@@ -286,7 +296,10 @@ impl Pipeline {
                 }
             };
             match out {
-                Out::Emit(element) if stage >= top => return Step::Element(element),
+                Out::Emit(element) if stage >= top => {
+                    self.emitted = true;
+                    return Step::Element(element);
+                }
                 Out::Emit(element) => {
                     stage += 1;
                     input = Input::Item(element);
@@ -347,11 +360,34 @@ impl Pipeline {
     /// split for a later repetition, a split after the end of splits, a split for a
     /// non-DYNAMIC pipeline, or one that does not belong to the source fails the pipeline.
     pub fn provide_split(&mut self, repetition: u64, split: Option<Value>) {
+        self.provide_split_at(repetition, split.map(|s| (s, None)));
+    }
+
+    /// [`Pipeline::provide_split`] with where the split lies in the source, as get-split
+    /// says (`positions`): its elements then have an [`origin`](Pipeline::origin), and the
+    /// first `skip` elements of its output are passed over (a split resumed part way: `range`
+    /// and `list` move on, a `bytes` file or a `splits` item is left out whole, a `lines` or
+    /// `jsonl` file passes over that many records once its bytes arrive).
+    pub fn provide_split_at(
+        &mut self,
+        repetition: u64,
+        split: Option<(Value, Option<SplitPositions>)>,
+    ) {
         if self.state == State::Running
             && let Err(e) = self.source.provide_split(repetition, split)
         {
             self.state = State::Failed(e);
         }
+    }
+
+    /// Where the element the last [`next`](Pipeline::next) returned comes from: its split's
+    /// positions, its offset in the split's output, and whether it is the split's last
+    /// element. `None` unless the pipeline shards DYNAMICally, its dataset passes
+    /// [`DatasetDef::check_resumable`], the last `next` returned an element and that
+    /// element's split was provided with its positions
+    /// ([`provide_split_at`](Pipeline::provide_split_at)).
+    pub fn origin(&self) -> Option<ElementOrigin> {
+        if self.resumable && self.emitted { self.source.origin() } else { None }
     }
 
     /// Hands in the contents of the file named by [`Step::NeedFile`]. Bytes for any other path,

@@ -10,6 +10,7 @@ use super::error::{DatasetError, brief, precondition, quoted};
 use super::files::{TextCursor, bytes_element};
 use super::ops::{Need, Out};
 use super::split::{self, SplitElements};
+use crate::position::{ElementOrigin, SourceRange, SplitPositions};
 
 /// Where the source's elements come from.
 #[derive(Debug, Clone)]
@@ -55,8 +56,14 @@ struct Pass {
     started: bool,
     /// (Static files) how many files of the shard have been requested.
     next_file: u64,
-    /// (Dynamic) splits provided and not yet started.
-    queue: VecDeque<Value>,
+    /// (Dynamic) splits provided and not yet started, with where they lie when the caller
+    /// said.
+    queue: VecDeque<(Value, Option<SplitPositions>)>,
+    /// (Dynamic) the current split's positions and the output offset of its next element,
+    /// when the caller said where it lies.
+    split: Option<(SourceRange, u64)>,
+    /// (Dynamic) records of the awaited file to pass over (a `files` split resumed part way).
+    skip_records: u64,
     /// (Dynamic) whether the caller said this repetition has no more splits.
     end_of_splits: bool,
     cursor: Cursor,
@@ -69,11 +76,13 @@ pub(super) struct Source {
     repetition: u64,
     split_requests: u64,
     pass: Pass,
+    /// Where the element the last `next` emitted comes from (DYNAMIC splits with positions).
+    origin: Option<ElementOrigin>,
 }
 
 impl Source {
     pub(super) fn new(def: SourceDef, feed: Feed) -> Self {
-        Source { def, feed, repetition: 0, split_requests: 0, pass: Pass::default() }
+        Source { def, feed, repetition: 0, split_requests: 0, pass: Pass::default(), origin: None }
     }
 
     pub(super) fn is_dynamic(&self) -> bool {
@@ -86,6 +95,22 @@ impl Source {
 
     pub(super) fn split_requests(&self) -> u64 {
         self.split_requests
+    }
+
+    /// Where the element the last [`Source::next`] emitted comes from: `None` unless it is
+    /// from a DYNAMIC split provided with its positions.
+    pub(super) fn origin(&self) -> Option<ElementOrigin> {
+        self.origin
+    }
+
+    /// The origin of the current split's next element, which is its last when `end`; moves
+    /// the split's output offset on.
+    fn emitted(&mut self, end: bool) {
+        self.origin = self.pass.split.as_mut().map(|(split, next)| {
+            let offset = *next;
+            *next = next.saturating_add(1);
+            ElementOrigin { split: *split, offset, end }
+        });
     }
 
     /// Starts the next pass (an enclosing `repeat` re-enters the source).
@@ -107,17 +132,23 @@ impl Source {
                         )));
                     };
                     self.pass.cursor = Cursor::Positions { next: next + 1, stop };
+                    self.emitted(next + 1 >= stop);
                     return Out::Emit(element);
                 }
                 Cursor::Positions { .. } => {}
-                Cursor::Item(element) => return Out::Emit(element),
+                Cursor::Item(element) => {
+                    self.emitted(true);
+                    return Out::Emit(element);
+                }
                 Cursor::AwaitFile(path) => {
                     self.pass.cursor = Cursor::AwaitFile(path.clone());
                     return Out::Need(Need::File { path });
                 }
                 Cursor::Text(mut text) => match text.next_element() {
                     Some(Ok(element)) => {
+                        let end = self.pass.split.is_some() && text.at_end();
                         self.pass.cursor = Cursor::Text(text);
+                        self.emitted(end);
                         return Out::Emit(element);
                     }
                     Some(Err(e)) => return Out::Fail(e),
@@ -145,7 +176,8 @@ impl Source {
                     }
                 },
                 Feed::Dynamic { paths } => {
-                    let Some(split) = self.pass.queue.pop_front() else {
+                    self.pass.split = None;
+                    let Some((split, at)) = self.pass.queue.pop_front() else {
                         if self.pass.end_of_splits {
                             return Out::End;
                         }
@@ -153,12 +185,24 @@ impl Source {
                         return Out::Need(Need::Split { repetition: self.repetition });
                     };
                     let known = |path: &str| paths.as_ref().is_some_and(|set| set.contains(path));
+                    let skip = at.map_or(0, |at| at.skip);
+                    self.pass.split = at.map(|at| (at.range(), skip));
+                    self.pass.skip_records = 0;
+                    // The first `skip` output elements were consumed before (a split resumed
+                    // part way): pass over them without producing them.
+                    let bytes_file =
+                        matches!(&self.def, SourceDef::Files(f) if f.format == FileFormat::Bytes);
                     self.pass.cursor = match split::elements_of_split_with(&self.def, &split, known)
                     {
                         Ok(SplitElements::Positions { start, stop }) => {
-                            Cursor::Positions { next: start, stop }
+                            Cursor::Positions { next: start.saturating_add(skip).min(stop), stop }
                         }
-                        Ok(SplitElements::File { path }) => Cursor::AwaitFile(path),
+                        Ok(SplitElements::File { .. }) if skip > 0 && bytes_file => Cursor::Empty,
+                        Ok(SplitElements::File { path }) => {
+                            self.pass.skip_records = skip;
+                            Cursor::AwaitFile(path)
+                        }
+                        Ok(SplitElements::Item(_)) if skip > 0 => Cursor::Empty,
                         Ok(SplitElements::Item(element)) => Cursor::Item(element),
                         Err(e) => return Out::Fail(e),
                     };
@@ -174,7 +218,7 @@ impl Source {
     pub(super) fn provide_split(
         &mut self,
         repetition: u64,
-        split: Option<Value>,
+        split: Option<(Value, Option<SplitPositions>)>,
     ) -> Result<(), DatasetError> {
         if !self.is_dynamic() {
             return Err(precondition(
@@ -193,7 +237,7 @@ impl Source {
         }
         match split {
             None => self.pass.end_of_splits = true,
-            Some(split) if self.pass.end_of_splits => {
+            Some((split, _)) if self.pass.end_of_splits => {
                 return Err(precondition(format!(
                     "split {} was provided after the end of splits of repetition {repetition}",
                     brief(&split)
@@ -224,8 +268,12 @@ impl Source {
         };
         self.pass.cursor = match format {
             FileFormat::Bytes => Cursor::Item(bytes_element(bytes)),
-            FileFormat::Lines => Cursor::Text(TextCursor::new(path.to_owned(), bytes, false)),
-            FileFormat::Jsonl => Cursor::Text(TextCursor::new(path.to_owned(), bytes, true)),
+            FileFormat::Lines | FileFormat::Jsonl => {
+                let jsonl = format == FileFormat::Jsonl;
+                let mut text = TextCursor::new(path.to_owned(), bytes, jsonl);
+                text.skip_records(std::mem::take(&mut self.pass.skip_records));
+                Cursor::Text(text)
+            }
         };
         Ok(())
     }

@@ -114,3 +114,97 @@ pub struct ReadPosition {
     /// Splits partly consumed.
     pub partial: Vec<PartialSplit>,
 }
+
+/// Where one element a pipeline produced comes from (see
+/// [`Pipeline::origin`](crate::dataset::Pipeline::origin)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElementOrigin {
+    /// The split's positions in the source.
+    pub split: SourceRange,
+    /// The element's offset in the split's output.
+    pub offset: u64,
+    /// It is the split's last output element.
+    pub end: bool,
+}
+
+impl OriginRun {
+    /// Appends `origin` to `runs`: it extends the last run when it is the next element of the
+    /// same split, else it starts a new run.
+    pub fn push(runs: &mut Vec<OriginRun>, origin: ElementOrigin) {
+        if let Some(last) = runs.last_mut()
+            && !last.end
+            && last.split == origin.split
+            && last.offset.checked_add(last.count) == Some(origin.offset)
+        {
+            last.count += 1;
+            last.end = origin.end;
+            return;
+        }
+        runs.push(OriginRun {
+            split: origin.split,
+            offset: origin.offset,
+            count: 1,
+            end: origin.end,
+        });
+    }
+
+    /// Takes the runs covering the first `n` elements covered by `runs` (fewer when `runs`
+    /// covers fewer), cutting the run in which the `n`th element falls in two.
+    pub fn take_front(runs: &mut std::collections::VecDeque<OriginRun>, n: u64) -> Vec<OriginRun> {
+        let mut taken = Vec::new();
+        let mut left = n;
+        while left > 0 {
+            let Some(front) = runs.front_mut() else { break };
+            if front.count <= left {
+                left -= front.count;
+                taken.extend(runs.pop_front());
+            } else {
+                taken.push(OriginRun { count: left, end: false, ..*front });
+                front.offset = front.offset.saturating_add(left);
+                front.count -= left;
+                left = 0;
+            }
+        }
+        taken
+    }
+}
+
+#[cfg(test)]
+mod run_tests {
+    use super::*;
+
+    fn o(start: u64, offset: u64, end: bool) -> ElementOrigin {
+        ElementOrigin { split: SourceRange { start, stop: start + 10 }, offset, end }
+    }
+
+    #[test]
+    fn consecutive_elements_of_a_split_form_one_run() {
+        let mut runs = Vec::new();
+        for (start, offset, end) in
+            [(0, 0, false), (0, 1, false), (0, 2, true), (10, 0, false), (10, 2, false)]
+        {
+            OriginRun::push(&mut runs, o(start, offset, end));
+        }
+        // A split read again (after a lost worker) starts a new run even at a fitting offset.
+        OriginRun::push(&mut runs, o(0, 3, false));
+        let r = |start, offset, count, end| OriginRun {
+            split: SourceRange { start, stop: start + 10 },
+            offset,
+            count,
+            end,
+        };
+        assert_eq!(
+            runs,
+            [r(0, 0, 3, true), r(10, 0, 1, false), r(10, 2, 1, false), r(0, 3, 1, false)]
+        );
+        let mut q: std::collections::VecDeque<_> = runs.into();
+        assert_eq!(OriginRun::take_front(&mut q, 2), [r(0, 0, 2, false)]);
+        assert_eq!(
+            OriginRun::take_front(&mut q, 3),
+            [r(0, 2, 1, true), r(10, 0, 1, false), r(10, 2, 1, false)]
+        );
+        assert_eq!(OriginRun::take_front(&mut q, 0), []);
+        assert_eq!(OriginRun::take_front(&mut q, 9), [r(0, 3, 1, false)]);
+        assert!(q.is_empty());
+    }
+}

@@ -32,7 +32,10 @@ impl PositionTracker {
             t.mark_done(*r);
         }
         for p in &position.partial {
-            if p.consumed > 0 && !t.is_done(p.split) {
+            if t.rest_is_done(p.split, p.consumed) {
+                // Resumed part way and read to its end since: its prefix was consumed before.
+                t.mark_done(p.split);
+            } else if p.consumed > 0 && !t.is_done(p.split) {
                 let k = t.partial.entry(p.split).or_default();
                 *k = (*k).max(p.consumed);
             }
@@ -71,6 +74,13 @@ impl PositionTracker {
         }
     }
 
+    /// Whether what is left of `split` after its first `consumed` elements lies in one done
+    /// range (see [`rest_start`]).
+    fn rest_is_done(&self, split: SourceRange, consumed: u64) -> bool {
+        rest_start(split, consumed)
+            .is_some_and(|start| self.is_done(SourceRange { start, ..split }))
+    }
+
     /// Whether all of `r` lies in one done range.
     fn is_done(&self, r: SourceRange) -> bool {
         self.done.range(..=r.start).next_back().is_some_and(|(_, &stop)| stop >= r.stop)
@@ -95,18 +105,39 @@ impl PositionTracker {
             }
         }
         self.done.insert(start, stop);
-        // Partial splits now inside a done range are done too.
+        // Partial splits now inside a done range are done too, and so are those whose
+        // unconsumed rest is (a split resumed part way was read to its end): their consumed
+        // prefix joins the done ranges.
         let inside: Vec<SourceRange> = self
             .partial
-            .range(SourceRange { start, stop: 0 }..)
-            .take_while(|(p, _)| p.start < stop)
-            .filter(|(p, _)| p.stop <= stop)
+            .range(..SourceRange { start: stop, stop: 0 })
+            .rev()
+            .take_while(|(p, _)| p.stop > start)
+            .filter(|(p, k)| {
+                p.stop <= stop
+                    && (p.start >= start || rest_start(**p, **k).is_some_and(|r| r >= start))
+            })
             .map(|(p, _)| *p)
             .collect();
+        let mut rests = Vec::new();
         for p in inside {
             self.partial.remove(&p);
+            if p.start < start {
+                rests.push(p);
+            }
+        }
+        for p in rests {
+            self.mark_done(p);
         }
     }
+}
+
+/// Where the unconsumed rest of a split with `consumed` elements consumed starts, for splits
+/// whose elements are their positions (longer than what was consumed: a one-position `files`
+/// split counts records, not positions, and has none).
+fn rest_start(split: SourceRange, consumed: u64) -> Option<u64> {
+    let len = split.stop.checked_sub(split.start)?;
+    (consumed < len).then(|| split.start + consumed)
 }
 
 #[cfg(test)]
@@ -175,12 +206,49 @@ mod tests {
         let got = t.position("d", 0);
         assert_eq!(got.done, vec![r(0, 20), r(40, 50)]);
         assert_eq!(got.partial, vec![PartialSplit { split: r(20, 30), consumed: 4 }]);
-        // The resumed split [24, 30) ends the original split's range.
+        // The resumed split [24, 30) ends the original split's range: its consumed prefix
+        // [20, 24) and the rest make the whole split done.
         t.consumed(&run(24, 30, 0, 6, true), 6);
         t.consumed(&run(30, 40, 0, 10, true), 10);
         let got = t.position("d", 0);
-        assert_eq!(got.done, vec![r(0, 20), r(24, 50)]);
-        assert_eq!(got.partial, vec![PartialSplit { split: r(20, 30), consumed: 4 }]);
+        assert_eq!(got.done, vec![r(0, 50)]);
+        assert!(got.partial.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn a_partial_split_whose_rest_was_read_after_a_resume_is_done() {
+        let p = ReadPosition {
+            dataset_id: "d".into(),
+            repetition: 0,
+            done: vec![r(0, 10)],
+            partial: vec![PartialSplit { split: r(10, 20), consumed: 4 }],
+        };
+        let mut t = PositionTracker::resuming(&p);
+        t.consumed(&run(14, 20, 0, 3, false), 3);
+        assert_eq!(
+            t.position("d", 0).partial,
+            vec![
+                PartialSplit { split: r(10, 20), consumed: 4 },
+                PartialSplit { split: r(14, 20), consumed: 3 }
+            ]
+        );
+        t.consumed(&run(14, 20, 3, 3, true), 3);
+        let got = t.position("d", 0);
+        assert_eq!(got.done, vec![r(0, 20)], "the consumed prefix joins the rest");
+        assert!(got.partial.is_empty(), "{got:?}");
+        // A position saved before this rule (the rest done, the split partial) resumes alike.
+        let saved = ReadPosition {
+            done: vec![r(0, 10), r(14, 30)],
+            partial: vec![PartialSplit { split: r(10, 20), consumed: 4 }],
+            ..p.clone()
+        };
+        assert_eq!(PositionTracker::resuming(&saved).position("d", 0).done, vec![r(0, 30)]);
+        assert!(PositionTracker::resuming(&saved).position("d", 0).partial.is_empty());
+        // A file (one position) counts records: its rest is never a range of positions.
+        let mut t = PositionTracker::new();
+        t.consumed(&run(3, 4, 0, 5, false), 5);
+        t.consumed(&run(4, 5, 0, 1, true), 1);
+        assert_eq!(t.position("d", 0).partial, vec![PartialSplit { split: r(3, 4), consumed: 5 }]);
     }
 
     #[test]

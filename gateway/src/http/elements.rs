@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use shardwise_core::position::OriginRun;
 use utoipa::ToSchema;
 
 /// Elements per read when `max` is not given.
@@ -18,4 +19,12 @@ pub struct Elements {
     /// The task is over: it produced every element and the dispatcher acknowledged its
     /// completion. Nothing more will come.
     pub end_of_sequence: bool,
+    /// Where `elements` come from, for read positions: runs covering them in order, each
+    /// `count` consecutive elements of one split (its source positions as get-split hands it
+    /// out), starting at output offset `offset` of that split; `end` marks a run whose last
+    /// element is the split's last. Present for the tasks of a `distributed_epoch` (DYNAMIC)
+    /// read of a dataset whose positions are exact (no transform but `shard_hint`) when
+    /// elements are returned; absent otherwise (and for coordinated reads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Vec<OriginRun>>,
 }

@@ -11,11 +11,10 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use shardwise_core::dispatch::{IterationId, JobId, ShardingPolicy, TaskId};
 use utoipa::{IntoParams, ToSchema};
 
-use super::task::Gone;
+use super::task::{Gone, ReadResult};
 use super::{Lookup, Shared};
 pub use crate::http::elements::{DEFAULT_MAX_ELEMENTS, Elements, MAX_ELEMENTS};
 use crate::http::{Code, Problem, auth};
@@ -92,7 +91,7 @@ pub async fn get_elements(
                 ),
             ));
         }
-        Lookup::Gone(g) => return g.answer(id).map(|r| reply(r.elements, r.end_of_sequence)),
+        Lookup::Gone(g) => return g.answer(id).map(reply),
     };
     let read = match (task.def.num_consumers, q.consumer_index, q.round) {
         (Some(n), Some(i), Some(_)) if i >= n => {
@@ -124,11 +123,13 @@ pub async fn get_elements(
             ));
         }
     };
-    Ok(reply(read.elements, read.end_of_sequence))
+    Ok(reply(read))
 }
 
-fn reply(elements: Vec<Value>, end_of_sequence: bool) -> Response {
-    let body = serde_json::to_vec(&Elements { elements, end_of_sequence }).unwrap_or_default();
+fn reply(read: ReadResult) -> Response {
+    let ReadResult { elements, end_of_sequence, origin } = read;
+    let body =
+        serde_json::to_vec(&Elements { elements, end_of_sequence, origin }).unwrap_or_default();
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 

@@ -23,6 +23,7 @@ use shardwise_core::dispatch::ShardingPolicy;
 use shardwise_core::dispatch::wire::{
     GetSplits, SPLIT_RETRY_AFTER_MS, Split, SplitId, SplitsReply, TaskDef,
 };
+use shardwise_core::position::{OriginRun, SplitPositions};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -40,6 +41,8 @@ const MAX_SPLITS: usize = 64;
 pub(crate) struct ReadResult {
     pub(crate) elements: Vec<Value>,
     pub(crate) end_of_sequence: bool,
+    /// Where `elements` come from (see [`crate::http::elements::Elements::origin`]).
+    pub(crate) origin: Option<Vec<OriginRun>>,
 }
 
 /// A task the dispatcher assigned to this worker.
@@ -68,6 +71,9 @@ struct TaskState {
     buf: VecDeque<(Value, u64)>,
     /// The sum of the weights in `buf`.
     buf_bytes: u64,
+    /// Where the elements of `buf` come from, as runs covering them in order: `Some` for a
+    /// DYNAMIC task of a dataset whose read positions are exact (see [`Task::tracks_origins`]).
+    origins: Option<VecDeque<OriginRun>>,
     produced: u64,
     served: u64,
     /// The pipeline ended (the buffer may still hold elements).
@@ -128,7 +134,9 @@ impl Gone {
     /// The answer to a read of a gone task.
     pub(crate) fn answer(self, task_id: impl std::fmt::Display) -> Result<ReadResult, Problem> {
         match self {
-            Gone::Completed => Ok(ReadResult { elements: Vec::new(), end_of_sequence: true }),
+            Gone::Completed => {
+                Ok(ReadResult { elements: Vec::new(), end_of_sequence: true, origin: None })
+            }
             Gone::Deleted => Err(Problem::new(
                 Code::FailedPrecondition,
                 format!(
@@ -318,7 +326,11 @@ impl Task {
                 }
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Ok(ReadResult { elements: Vec::new(), end_of_sequence: false });
+                return Ok(ReadResult {
+                    elements: Vec::new(),
+                    end_of_sequence: false,
+                    origin: None,
+                });
             }
         }
     }
@@ -334,19 +346,25 @@ impl Task {
         self.await_readable(wait, |st| {
             if !st.buf.is_empty() {
                 let elements = take_front(&mut st.buf, &mut st.buf_bytes, max);
+                let n = elements.len() as u64;
+                let origin = st.origins.as_mut().map(|runs| OriginRun::take_front(runs, n));
                 st.served += elements.len() as u64;
                 self.writable.notify_waiters();
                 if st.ended && st.buf.is_empty() && st.failure.is_none() {
                     shared.report_now.notify_one();
                 }
-                return Some(Ok(ReadResult { elements, end_of_sequence: false }));
+                return Some(Ok(ReadResult { elements, end_of_sequence: false, origin }));
             }
             if let Some(p) = &st.failure {
                 return Some(Err(p.clone()));
             }
             if st.ended {
                 if st.acked {
-                    return Some(Ok(ReadResult { elements: Vec::new(), end_of_sequence: true }));
+                    return Some(Ok(ReadResult {
+                        elements: Vec::new(),
+                        end_of_sequence: true,
+                        origin: None,
+                    }));
                 }
                 shared.report_now.notify_one();
             }
@@ -433,7 +451,7 @@ impl Task {
                 rr.taken.iter_mut().for_each(|t| *t = false);
                 self.readable.notify_waiters();
             }
-            Some(Ok(ReadResult { elements: vec![element], end_of_sequence: false }))
+            Some(Ok(ReadResult { elements: vec![element], end_of_sequence: false, origin: None }))
         })
         .await
     }
@@ -444,11 +462,17 @@ impl Task {
         self.readable.notify_waiters();
     }
 
-    fn push(&self, elements: Vec<(Value, u64)>, weight: u64) {
+    /// Buffers produced `elements` weighing `weight`, which `runs` cover when origins are
+    /// tracked (`None`: an element without origin came, and origins are no longer tracked).
+    fn push(&self, elements: Vec<(Value, u64)>, weight: u64, runs: Option<Vec<OriginRun>>) {
         let mut st = self.lock();
         st.produced += elements.len() as u64;
         st.buf_bytes = st.buf_bytes.saturating_add(weight);
         st.buf.extend(elements);
+        match (runs, st.origins.as_mut()) {
+            (Some(runs), Some(origins)) => origins.extend(runs),
+            _ => st.origins = None,
+        }
         drop(st);
         self.readable.notify_waiters();
     }
@@ -542,6 +566,10 @@ impl Task {
             Err(p) => return self.fail(p),
         };
         let coordinated = self.def.num_consumers.is_some();
+        let mut tracked = self.tracks_origins();
+        if tracked {
+            self.lock().origins = Some(VecDeque::new());
+        }
         let mut held: Vec<SplitId> = Vec::new();
         loop {
             let (room, room_bytes) = match self.room().await {
@@ -551,12 +579,20 @@ impl Task {
             };
             // Up to `room` elements, stopping once they weigh `room_bytes` (at least one).
             let (mut elements, mut weight, mut stop) = (Vec::new(), 0u64, None);
+            let mut runs = Vec::new();
             while elements.len() < room.min(PRODUCE_CHUNK) && weight < room_bytes {
                 match pipeline.next() {
                     Step::Element(e) => {
                         let w = approx_bytes(&e);
                         weight = weight.saturating_add(w);
                         elements.push((e, w));
+                        if tracked {
+                            match pipeline.origin() {
+                                Some(o) => OriginRun::push(&mut runs, o),
+                                // A split without positions (an older dispatcher): no origins.
+                                None => tracked = false,
+                            }
+                        }
                     }
                     other => {
                         stop = Some(other);
@@ -565,7 +601,7 @@ impl Task {
                 }
             }
             if !elements.is_empty() {
-                self.push(elements, weight);
+                self.push(elements, weight, tracked.then_some(runs));
             }
             match stop {
                 None | Some(Step::Element(_)) => {}
@@ -588,9 +624,13 @@ impl Task {
                     let fetched = self.get_splits(&shared, repetition, &mut held).await;
                     self.lock().splits_held = held.len() as u64;
                     match fetched {
-                        SplitFetch::Splits(splits) => {
+                        SplitFetch::Splits(splits, positions) => {
+                            // Positions are parallel to the splits (none from older
+                            // dispatchers).
+                            let mut positions = positions.into_iter();
                             for s in splits {
-                                pipeline.provide_split(repetition, Some(Value::from(s)));
+                                let at = positions.next();
+                                pipeline.provide_split_at(repetition, Some((Value::from(s), at)));
                             }
                         }
                         SplitFetch::EndOfSplits => pipeline.provide_split(repetition, None),
@@ -600,6 +640,15 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// Whether the task's elements get origins (read positions): a DYNAMIC task of a
+    /// dataset whose positions are exact, read first come first served (a coordinated read's
+    /// rounds interleave consumers, whose positions would not be the reader's).
+    fn tracks_origins(&self) -> bool {
+        self.def.processing_mode == ShardingPolicy::Dynamic
+            && self.def.num_consumers.is_none()
+            && self.def.dataset.declarative().is_some_and(|d| d.check_resumable().is_ok())
     }
 
     fn max_splits(&self) -> u32 {
@@ -643,7 +692,7 @@ impl Task {
                     held.clear();
                     if !reply.splits.is_empty() {
                         *held = reply.split_ids;
-                        return SplitFetch::Splits(reply.splits);
+                        return SplitFetch::Splits(reply.splits, reply.positions);
                     }
                     if reply.end_of_splits {
                         return SplitFetch::EndOfSplits;
@@ -693,8 +742,9 @@ enum Room {
 /// What one get-split round trip (with its retries) gave the producer.
 #[derive(Debug)]
 enum SplitFetch {
-    /// Splits to read (the previous batch is acknowledged).
-    Splits(Vec<Split>),
+    /// Splits to read (the previous batch is acknowledged), and where they lie (parallel to
+    /// them; empty from older dispatchers).
+    Splits(Vec<Split>, Vec<SplitPositions>),
     /// The repetition is over for this worker.
     EndOfSplits,
     /// The task stopped meanwhile.
