@@ -876,7 +876,10 @@ fn cr_06_a_worker_added_mid_read_keeps_the_rounds_aligned() {
         let mut b: Vec<Value> = Vec::new();
         let read = async {
             let mut second = None;
-            while a.len() < 200 {
+            // At least 200 steps, and on until the new worker's task (its stream starts at
+            // 0) shows up: it joins after a heartbeat and the consumers' agreement, which
+            // may take longer than 180 steps (the timeout below bounds the wait).
+            while a.len() < 200 || !a[20..].iter().any(|x| x.as_i64().is_some_and(|x| x < 10)) {
                 let (x, y) = tokio::join!(s0.next(), s1.next());
                 a.push(x.expect("endless").expect("no error"));
                 b.push(y.expect("endless").expect("no error"));
@@ -896,7 +899,8 @@ fn cr_06_a_worker_added_mid_read_keeps_the_rounds_aligned() {
     for (j, (x, y)) in a.iter().zip(&b).enumerate() {
         assert_eq!(*y, x + 1, "step {j}: {x} and {y} are not one round of one task");
     }
-    // The second worker's task joined: its stream (starting at 0) shows up after step 20.
+    // The second worker's task joined: its stream (starting at 0) showed up after step 20
+    // (the read above ends only then).
     assert!(a[20..].iter().any(|x| *x < 10), "the new task was read: {a:?}");
 }
 
