@@ -1,7 +1,8 @@
 //! Read positions against real processes: a `distributed_epoch` read saved part way
 //! (`ElementStream::position`) and resumed by a new client on a new job
 //! (`DistributeOptions::resume_from`) reads every element exactly once overall, with more
-//! workers than before and across SIGKILLs of a fault-tolerant dispatcher; and the worker's
+//! workers than before, across SIGKILLs of a fault-tolerant dispatcher and of a worker during
+//! the resumed read (duplicates only of its in-flight splits); and the worker's
 //! element replies carry the `origin` runs positions are made of.
 
 use std::time::Duration;
@@ -319,4 +320,60 @@ fn resume_part_way_through_a_file_skips_the_records_read() {
     let mut got: Vec<i64> = before.into_iter().chain(after).collect();
     got.sort_unstable();
     assert_eq!(got, all, "every record exactly once");
+}
+
+/// A worker killed with SIGKILL during the resumed read: nothing consumed before the position
+/// comes again, nothing is lost, and the only duplicates are elements of the splits the dead
+/// worker had in flight (handed out again, at-least-once as without positions); the position
+/// at the end still covers the whole range exactly.
+#[test]
+fn resume_with_a_worker_killed_during_the_resumed_read() {
+    let d = Dispatcher::start(&["--worker-timeout", "2s"]);
+    let _workers = [Worker::start(&d.url, WORKER), Worker::start(&d.url, WORKER)];
+    await_workers(&d, 2);
+    let (before, position) = read_part(&d.url);
+    let position = check_position(&position);
+    let mut victim = Worker::start(&d.url, WORKER);
+    await_workers(&d, 3);
+
+    let (after, end) = runtime().block_on(async {
+        let mut stream = distribute(&d.url, range_ds(), options(Some(position)));
+        let mut got = Vec::new();
+        while let Some(x) = next_int(&mut stream).await {
+            got.push(x);
+            if got.len() == 15_000 {
+                victim.kill();
+            }
+        }
+        (got, stream.position().expect("a position"))
+    });
+    assert!(after.len() > 15_000, "the worker was killed during the resumed read");
+    let consumed: std::collections::HashSet<i64> = before.iter().copied().collect();
+    let again: Vec<&i64> = after.iter().filter(|x| consumed.contains(x)).take(5).collect();
+    assert!(again.is_empty(), "consumed before the position, read again: {again:?}");
+    let mut counts = std::collections::BTreeMap::<i64, usize>::new();
+    for x in before.iter().chain(&after) {
+        *counts.entry(*x).or_default() += 1;
+    }
+    assert_eq!(counts.len(), N as usize, "no element lost");
+    assert!(counts.keys().all(|x| (0..N).contains(x)));
+    assert!(counts.values().all(|n| *n <= 2), "at most one duplicate of any element");
+    // Duplicates come from the dead worker's in-flight splits only: a get-split batch of a
+    // worker with the default 1,024-element buffer holds at most two 1,000-element splits
+    // (a resumed iteration's splits start where the position left off, not at multiples of
+    // 1,000), and what comes again of a split is a run of consecutive elements.
+    let duplicated: Vec<i64> = counts.iter().filter(|(_, n)| **n > 1).map(|(x, _)| *x).collect();
+    let runs = duplicated.windows(2).filter(|w| w[1] != w[0] + 1).count() + 1;
+    assert!(
+        duplicated.is_empty() || (duplicated.len() <= 2 * SPLIT as usize && runs <= 2),
+        "duplicates beyond the in-flight splits: {} elements in {runs} runs",
+        duplicated.len()
+    );
+    // The end position is exact despite the duplicates.
+    assert_eq!(end.done.len(), 1, "{end:?}");
+    assert_eq!((end.done[0].start, end.done[0].stop), (0, N as u64));
+    assert!(end.partial.is_empty(), "{end:?}");
+    let workers = ok(&d.call("GET", "/v1/workers", None));
+    let lost = workers["workers"].as_array().unwrap().iter().filter(|w| w["alive"] == false);
+    assert_eq!(lost.count(), 1, "{workers}");
 }
