@@ -8,6 +8,14 @@
 //! (default 2,000,000) unbatched: `parallel_epochs` with one worker, then
 //! `distributed_epoch` with two. Client, workers and dispatcher share this process's tokio
 //! runtime and the machine's cores, so the figures include everyone's CPU.
+//!
+//! Then the cost of read positions (issue 16): `distributed_epoch` over two workers with
+//! positions tracked (`range(ELEMENTS)`: workers tag elements with their origin runs, the
+//! client folds them, and the reader takes `position()` every 100,000 elements, as a trainer
+//! checkpointing often would) against the same read without (`range(ELEMENTS)` then
+//! `take(ELEMENTS)`: the same elements, but `take` makes positions inexact, so no origins are
+//! sent or folded), in `ROUNDS` interleaved rounds (default 5); it prints each side's median
+//! and their ratio.
 
 use std::time::Instant;
 
@@ -21,6 +29,17 @@ use shardwise_gateway::worker::{self, WorkerArgs};
 async fn read(url: &str, n: u64, mode: NamedMode) -> (u64, f64) {
     let dataset: DatasetDef =
         format!(r#"{{"source": {{"range": {{"stop": {n}}}}}}}"#).parse().expect("dataset");
+    read_dataset(url, dataset, mode, None).await
+}
+
+/// Reads `dataset` to its end; with `checkpoint_every`, takes the read position every that
+/// many elements.
+async fn read_dataset(
+    url: &str,
+    dataset: DatasetDef,
+    mode: NamedMode,
+    checkpoint_every: Option<u64>,
+) -> (u64, f64) {
     let options = DistributeOptions {
         processing_mode: ProcessingMode::Named(mode),
         split_size: Some(4096),
@@ -32,8 +51,17 @@ async fn read(url: &str, n: u64, mode: NamedMode) -> (u64, f64) {
     while let Some(e) = stream.next().await {
         e.expect("element");
         count += 1;
+        if checkpoint_every.is_some_and(|every| count % every == 0) {
+            let position = stream.position().expect("a range read has a position");
+            std::hint::black_box(serde_json::to_vec(&position).expect("JSON"));
+        }
     }
     (count, started.elapsed().as_secs_f64())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 #[tokio::main]
@@ -56,6 +84,30 @@ async fn main() {
     println!(
         "distributed_epoch, 2 workers: {count} elements in {secs:.2} s = {:.0}/s",
         n as f64 / secs
+    );
+    let rounds: usize = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let tracked: DatasetDef =
+        format!(r#"{{"source": {{"range": {{"stop": {n}}}}}}}"#).parse().expect("dataset");
+    let untracked: DatasetDef =
+        format!(r#"{{"source": {{"range": {{"stop": {n}}}}}, "transforms": [{{"take": {n}}}]}}"#)
+            .parse()
+            .expect("dataset");
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let (count, secs) =
+            read_dataset(&url, untracked.clone(), NamedMode::DistributedEpoch, None).await;
+        assert_eq!(count, n);
+        without.push(n as f64 / secs);
+        let (count, secs) =
+            read_dataset(&url, tracked.clone(), NamedMode::DistributedEpoch, Some(100_000)).await;
+        assert_eq!(count, n);
+        with.push(n as f64 / secs);
+    }
+    let (with, without) = (median(with), median(without));
+    println!(
+        "read positions, 2 workers, {rounds} interleaved rounds (medians): without {without:.0}/s, \
+         with {with:.0}/s: {:.3}x",
+        with / without
     );
     w2.stop().await;
     w1.stop().await;

@@ -881,6 +881,29 @@ fn positions_that_cannot_be_resumed_are_refused_with_the_reason() {
     let too_many = json!({"dataset_id": "", "repetition": 0, "done": [],
         "partial": [{"split": {"start": 0, "stop": 10}, "consumed": 11}]});
     refuse(dynamic, at(&ds, too_many), Code::InvalidArgument, "not 11 consumed");
+    let coordinated =
+        h.d.call(
+            Millis(0),
+            CreateJob {
+                dataset_id: ds.clone(),
+                processing_mode: ProcessingMode::Policy {
+                    sharding_policy: ShardingPolicy::Dynamic,
+                },
+                job_name: Some("lockstep".into()),
+                num_consumers: Some(2),
+                target_workers: TargetWorkers::Auto,
+                cross_trainer_cache: false,
+                split_size: Some(10),
+            },
+        )
+        .unwrap()
+        .job_id;
+    h.sync();
+    let mut req = at(&ds, empty.clone());
+    req.consumer_index = Some(0);
+    let e = h.d.call(Millis(1), (coordinated, req)).unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(e.detail().contains("coordinated reads"), "{e}");
     // Nothing was created by the refusals.
     assert!(h.d.dispatcher().state().iterations().is_empty());
 }

@@ -1177,6 +1177,12 @@ impl Dispatcher {
                 job.policy.as_str()
             )));
         }
+        if job.num_consumers.is_some() {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "job {job_id} has coordinated reads (num_consumers): their rounds interleave \
+                 the consumers' elements across tasks, so they have no read positions to resume"
+            )));
+        }
         if position.dataset_id != job.dataset_id {
             return Err(DispatchError::FailedPrecondition(format!(
                 "the position is of dataset {}, but job {job_id} reads dataset {}",
