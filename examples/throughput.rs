@@ -49,7 +49,7 @@ async fn read_dataset(
     while let Some(e) = stream.next().await {
         e.expect("element");
         count += 1;
-        if checkpoint_every.is_some_and(|every| count % every == 0) {
+        if checkpoint_every.is_some_and(|every| count.is_multiple_of(every)) {
             let position = stream.position().expect("a range read has a position");
             std::hint::black_box(serde_json::to_vec(&position).expect("JSON"));
         }
