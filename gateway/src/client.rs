@@ -257,19 +257,22 @@ struct Batch {
 }
 
 /// The stream's read position: the origins of the elements handed to the caller, folded.
+///
+/// The fold is lazy, so handing out an element costs nothing here: a batch's runs are folded
+/// when the next batch arrives (every element of the previous one was handed out by then), and
+/// [`Positions::position`] folds the part of the current batch handed out so far.
 #[derive(Debug)]
 struct Positions {
     dataset_id: String,
     repetition: u64,
     /// Why this read has no position (`None`: it has one so far).
     unavailable: Option<String>,
+    /// Every batch before the current one, folded.
     tracker: PositionTracker,
-    /// The runs of the `pending` elements (empty when they came without origins).
-    runs: VecDeque<OriginRun>,
-    /// Elements of `runs.front()` already handed out.
-    front_taken: u64,
-    /// The `pending` elements came with origins.
-    pending_tracked: bool,
+    /// The current batch's runs (`None`: it came without origins that cover it).
+    runs: Option<Vec<OriginRun>>,
+    /// The current batch's elements.
+    batch_len: usize,
 }
 
 impl Positions {
@@ -294,60 +297,63 @@ impl Positions {
             repetition,
             unavailable,
             tracker,
-            runs: VecDeque::new(),
-            front_taken: 0,
-            pending_tracked: false,
+            runs: None,
+            batch_len: 0,
         }
     }
 
-    /// A new batch of pending elements (the previous ones were all handed out).
+    /// A new batch (every element of the previous one was handed out): the previous one is
+    /// folded.
     fn arrived(&mut self, batch: &Batch) {
-        self.runs.clear();
-        self.front_taken = 0;
-        self.pending_tracked = false;
-        if self.unavailable.is_some() {
-            return;
+        if self.unavailable.is_none() {
+            self.unavailable = fold(&mut self.tracker, self.runs.as_deref(), self.batch_len);
         }
-        if let Some(runs) = &batch.origin {
+        self.batch_len = batch.elements.len();
+        self.runs = batch.origin.clone().filter(|runs| {
             let covered = runs.iter().try_fold(0u64, |n, r| n.checked_add(r.count));
-            if covered == Some(batch.elements.len() as u64) && runs.iter().all(|r| r.count > 0) {
-                self.runs.extend(runs.iter().copied());
-                self.pending_tracked = true;
-            }
-        }
+            covered == Some(self.batch_len as u64) && runs.iter().all(|r| r.count > 0)
+        });
     }
 
-    /// One pending element was handed to the caller.
-    fn handed_out(&mut self) {
-        if self.pending_tracked {
-            let Some(front) = self.runs.front() else { return };
-            self.front_taken += 1;
-            if self.front_taken >= front.count {
-                self.tracker.consumed(front, front.count);
-                self.runs.pop_front();
-                self.front_taken = 0;
-            }
-        } else if self.unavailable.is_none() {
-            self.unavailable = Some(
-                "an element without origin was handed out (a worker that does not tag \
-                 elements with their origin, or origins that do not cover its elements)"
-                    .to_owned(),
-            );
-        }
-    }
-
-    fn position(&self) -> Result<ReadPosition, ClientError> {
-        if let Some(why) = &self.unavailable {
+    /// The position, `pending` elements of the current batch not handed out yet.
+    fn position(&self, pending: usize) -> Result<ReadPosition, ClientError> {
+        let mut tracker = self.tracker.clone();
+        let handed = self.batch_len.saturating_sub(pending);
+        let why =
+            self.unavailable.clone().or_else(|| fold(&mut tracker, self.runs.as_deref(), handed));
+        if let Some(why) = why {
             return Err(ClientError::FailedPrecondition(format!(
                 "this stream has no read position: {why}"
             )));
         }
-        let mut tracker = self.tracker.clone();
-        if let Some(front) = self.runs.front() {
-            tracker.consumed(front, self.front_taken);
-        }
         Ok(tracker.position(&self.dataset_id, self.repetition))
     }
+}
+
+/// Folds the first `handed` elements that `runs` cover into `tracker`; why the read has no
+/// position when elements were handed out without origins.
+fn fold(
+    tracker: &mut PositionTracker,
+    runs: Option<&[OriginRun]>,
+    handed: usize,
+) -> Option<String> {
+    let Some(runs) = runs else {
+        return (handed > 0).then(|| {
+            "an element without origin was handed out (a worker that does not tag elements \
+             with their origin, or origins that do not cover its elements)"
+                .to_owned()
+        });
+    };
+    let mut left = handed as u64;
+    for run in runs {
+        if left == 0 {
+            break;
+        }
+        let taken = left.min(run.count);
+        tracker.consumed(run, taken);
+        left -= taken;
+    }
+    None
 }
 
 impl ElementStream {
@@ -361,7 +367,7 @@ impl ElementStream {
     /// has a transform that buffers or counts across splits (the error says which), or an
     /// element came without origin.
     pub fn position(&self) -> Result<ReadPosition, ClientError> {
-        self.positions.position()
+        self.positions.position(self.pending.len())
     }
 }
 
@@ -371,7 +377,6 @@ impl Stream for ElementStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
             if let Some(v) = self.pending.pop_front() {
-                self.positions.handed_out();
                 return Poll::Ready(Some(Ok(v)));
             }
             if self.done {
@@ -1120,7 +1125,7 @@ mod tests {
         };
         let mut p = Positions::new(&dataset, &dynamic);
         assert_eq!(
-            p.position().unwrap(),
+            p.position(0).unwrap(),
             ReadPosition { dataset_id: "ds".into(), ..ReadPosition::default() }
         );
         let batch = Batch {
@@ -1128,24 +1133,45 @@ mod tests {
             origin: Some(vec![run(0, 2, 0, 2, true), run(10, 20, 4, 3, false)]),
         };
         p.arrived(&batch);
-        for _ in 0..3 {
-            p.handed_out();
-        }
-        let got = p.position().unwrap();
+        // Nothing handed out yet: the batch is buffered, not consumed.
+        assert_eq!(p.position(5).unwrap().done, []);
+        // Three of five handed out (two pending).
+        let got = p.position(2).unwrap();
         assert_eq!(got.done, [r(0, 2)]);
         assert_eq!(got.partial, [PartialSplit { split: r(10, 20), consumed: 5 }]);
-        p.handed_out();
-        p.handed_out();
-        assert_eq!(p.position().unwrap().partial, [PartialSplit { split: r(10, 20), consumed: 7 }]);
-        // Origins that do not cover their elements count as none.
+        assert_eq!(
+            p.position(0).unwrap().partial,
+            [PartialSplit { split: r(10, 20), consumed: 7 }]
+        );
+        // The next batch folds the whole previous one.
+        p.arrived(&Batch {
+            elements: vec![Value::from(7)],
+            origin: Some(vec![run(10, 20, 7, 1, false)]),
+        });
+        let got = p.position(1).unwrap();
+        assert_eq!(
+            (got.done.as_slice(), got.partial.as_slice()),
+            ([r(0, 2)].as_slice(), [PartialSplit { split: r(10, 20), consumed: 7 }].as_slice())
+        );
+        assert_eq!(
+            p.position(0).unwrap().partial,
+            [PartialSplit { split: r(10, 20), consumed: 8 }]
+        );
+        // Origins that do not cover their elements count as none, once an element is handed
+        // out, and for good.
         p.arrived(&Batch {
             elements: vec![Value::from(1)],
             origin: Some(vec![run(2, 4, 0, 2, true)]),
         });
-        p.handed_out();
-        let err = p.position().unwrap_err();
+        assert!(p.position(1).is_ok(), "not handed out yet");
+        let err = p.position(0).unwrap_err();
         assert_eq!(err.code(), Code::FailedPrecondition);
         assert!(err.to_string().contains("without origin"), "{err}");
+        p.arrived(&Batch {
+            elements: vec![Value::from(2)],
+            origin: Some(vec![run(4, 6, 0, 1, false)]),
+        });
+        assert!(p.position(1).unwrap_err().to_string().contains("without origin"));
         // Resuming goes on from the position; its repetition is the position's.
         let from = ReadPosition {
             dataset_id: "ds".into(),
@@ -1157,15 +1183,15 @@ mod tests {
             &dataset,
             &DistributeOptions { resume_from: Some(from.clone()), ..dynamic.clone() },
         );
-        assert_eq!(p.position().unwrap(), from);
+        assert_eq!(p.position(0).unwrap(), from);
         // Reads that have no exact positions say why at once.
         let shuffled: DatasetDef =
             r#"{"source": {"range": {"stop": 9}}, "transforms": [{"shuffle": {"buffer": 2, "seed": 1}}]}"#
                 .parse()
                 .unwrap();
-        let err = Positions::new(&shuffled, &dynamic).position().unwrap_err();
+        let err = Positions::new(&shuffled, &dynamic).position(0).unwrap_err();
         assert!(err.to_string().contains("`shuffle` buffers elements across splits"), "{err}");
-        let err = Positions::new(&dataset, &DistributeOptions::default()).position().unwrap_err();
+        let err = Positions::new(&dataset, &DistributeOptions::default()).position(0).unwrap_err();
         assert!(err.to_string().contains("distributed_epoch"), "{err}");
         assert_eq!(
             validate(&DistributeOptions {
