@@ -9,7 +9,7 @@ use super::error::{DatasetError, invalid, precondition};
 use super::limits::{Budget, Limits};
 use super::ops::{Ctx, Input, Need, Op, Out};
 use super::source::{Feed, Source};
-use crate::position::{ElementOrigin, SplitPositions};
+use crate::position::{ElementOrigin, OriginRun, SplitPositions};
 
 /// How a task's pipeline is sharded: TensorFlow's sharding policies with the worker's static
 /// shard where one applies.
@@ -388,6 +388,15 @@ impl Pipeline {
     /// ([`provide_split_at`](Pipeline::provide_split_at)).
     pub fn origin(&self) -> Option<ElementOrigin> {
         if self.resumable && self.emitted { self.source.origin() } else { None }
+    }
+
+    /// The origin runs of the elements `next` returned since the last call, in order: what a
+    /// worker sends beside a batch of elements, computed per batch (an element costs only
+    /// its split's offset moving on). `None` unless the pipeline is DYNAMIC and passes
+    /// [`DatasetDef::check_resumable`]; the runs cover fewer elements than were returned when
+    /// some came from splits provided without positions.
+    pub fn take_origins(&mut self) -> Option<Vec<OriginRun>> {
+        self.resumable.then(|| self.source.take_origins())
     }
 
     /// Hands in the contents of the file named by [`Step::NeedFile`]. Bytes for any other path,

@@ -10,7 +10,7 @@ use super::error::{DatasetError, brief, precondition, quoted};
 use super::files::{TextCursor, bytes_element};
 use super::ops::{Need, Out};
 use super::split::{self, SplitElements};
-use crate::position::{ElementOrigin, SourceRange, SplitPositions};
+use crate::position::{ElementOrigin, OriginRun, SourceRange, SplitPositions};
 
 /// Where the source's elements come from.
 #[derive(Debug, Clone)]
@@ -76,13 +76,27 @@ pub(super) struct Source {
     repetition: u64,
     split_requests: u64,
     pass: Pass,
-    /// Where the element the last `next` emitted comes from (DYNAMIC splits with positions).
-    origin: Option<ElementOrigin>,
+    /// The origin runs of the elements emitted since the last [`Source::take_origins`], but
+    /// the current split's, which `run_start` and the split's next offset delimit.
+    runs: Vec<OriginRun>,
+    /// The output offset of the current split's first element not in `runs`.
+    run_start: u64,
+    /// The last element emitted was its split's last.
+    last_end: bool,
 }
 
 impl Source {
     pub(super) fn new(def: SourceDef, feed: Feed) -> Self {
-        Source { def, feed, repetition: 0, split_requests: 0, pass: Pass::default(), origin: None }
+        Source {
+            def,
+            feed,
+            repetition: 0,
+            split_requests: 0,
+            pass: Pass::default(),
+            runs: Vec::new(),
+            run_start: 0,
+            last_end: false,
+        }
     }
 
     pub(super) fn is_dynamic(&self) -> bool {
@@ -97,24 +111,42 @@ impl Source {
         self.split_requests
     }
 
-    /// Where the element the last [`Source::next`] emitted comes from: `None` unless it is
-    /// from a DYNAMIC split provided with its positions.
+    /// Where the element the last [`Source::next`] emitted comes from (call it right after
+    /// an emission): `None` unless it is from a DYNAMIC split provided with its positions.
     pub(super) fn origin(&self) -> Option<ElementOrigin> {
-        self.origin
+        self.pass.split.map(|(split, next)| ElementOrigin {
+            split,
+            offset: next.saturating_sub(1),
+            end: self.last_end,
+        })
     }
 
-    /// The origin of the current split's next element, which is its last when `end`; moves
-    /// the split's output offset on.
+    /// The current split emitted its next element, its last when `end`: its output offset
+    /// moves on. This is all an element costs; runs are made per batch ([`take_origins`]).
+    ///
+    /// [`take_origins`]: Source::take_origins
     fn emitted(&mut self, end: bool) {
-        self.origin = self.pass.split.as_mut().map(|(split, next)| {
-            let offset = *next;
+        if let Some((_, next)) = &mut self.pass.split {
             *next = next.saturating_add(1);
-            ElementOrigin { split: *split, offset, end }
-        });
+            self.last_end = end;
+        }
+    }
+
+    /// Moves the current split's elements emitted since the last call into `runs`.
+    fn close_run(&mut self) {
+        close_run(&mut self.runs, &mut self.run_start, self.pass.split, self.last_end);
+    }
+
+    /// The origin runs of the elements emitted since the last call, in order (elements of
+    /// splits provided without positions have none).
+    pub(super) fn take_origins(&mut self) -> Vec<OriginRun> {
+        self.close_run();
+        std::mem::take(&mut self.runs)
     }
 
     /// Starts the next pass (an enclosing `repeat` re-enters the source).
     pub(super) fn reset(&mut self) {
+        self.close_run();
         self.repetition = self.repetition.saturating_add(1);
         self.pass = Pass::default();
     }
@@ -176,6 +208,7 @@ impl Source {
                     }
                 },
                 Feed::Dynamic { paths } => {
+                    close_run(&mut self.runs, &mut self.run_start, self.pass.split, self.last_end);
                     self.pass.split = None;
                     let Some((split, at)) = self.pass.queue.pop_front() else {
                         if self.pass.end_of_splits {
@@ -187,6 +220,8 @@ impl Source {
                     let known = |path: &str| paths.as_ref().is_some_and(|set| set.contains(path));
                     let skip = at.map_or(0, |at| at.skip);
                     self.pass.split = at.map(|at| (at.range(), skip));
+                    self.run_start = skip;
+                    self.last_end = false;
                     self.pass.skip_records = 0;
                     // The first `skip` output elements were consumed before (a split resumed
                     // part way): pass over them without producing them.
@@ -276,5 +311,21 @@ impl Source {
             }
         };
         Ok(())
+    }
+}
+
+/// Moves the elements of `split` (with its next output offset) emitted from `*run_start` on
+/// into `runs`, the last of them its split's last when `last_end`.
+fn close_run(
+    runs: &mut Vec<OriginRun>,
+    run_start: &mut u64,
+    split: Option<(SourceRange, u64)>,
+    last_end: bool,
+) {
+    if let Some((split, next)) = split
+        && next > *run_start
+    {
+        runs.push(OriginRun { split, offset: *run_start, count: next - *run_start, end: last_end });
+        *run_start = next;
     }
 }

@@ -1524,3 +1524,78 @@ fn pipelines_that_buffer_or_count_across_splits_and_static_pipelines_have_no_ori
     assert_eq!(p.next(), Step::Element(json!(0)));
     assert_eq!(p.origin(), origin(0, 3, 0, false));
 }
+
+/// `Pipeline::take_origins`, taken every `chunk` elements, gives the runs that folding each
+/// element's `origin` gives (what a worker sends beside each batch it buffers).
+#[test]
+fn origins_taken_per_batch_are_the_runs_of_the_elements_origins() {
+    use crate::position::OriginRun;
+    let files: Files =
+        [("/d/a".to_owned(), b"x\ny\nz\n".to_vec()), ("/d/b".to_owned(), b"p\nq\n".to_vec())]
+            .into_iter()
+            .collect();
+    type Splits = Vec<(Value, Option<SplitPositions>)>;
+    let cases: Vec<(DatasetDef, Splits)> = vec![
+        (
+            range(12),
+            vec![
+                (json!({"start": 0, "stop": 3}), at(0, 3, 0)),
+                (json!({"start": 6, "stop": 10}), at(6, 10, 2)),
+                (json!({"start": 3, "stop": 6}), at(3, 6, 9)),
+                (json!({"start": 10, "stop": 12}), at(10, 12, 0)),
+            ],
+        ),
+        (
+            def(r#"{"source": {"files": {"paths": ["/d/a", "/d/b"], "format": "lines"}}}"#),
+            vec![(json!("/d/b"), at(1, 2, 0)), (json!("/d/a"), at(0, 1, 1))],
+        ),
+    ];
+    for (def, splits) in cases {
+        for chunk in 1..6 {
+            let mut p = Pipeline::new(&def, Sharding::Dynamic).unwrap();
+            let mut splits = Some(splits.clone());
+            let (mut want, mut got, mut since) = (Vec::new(), Vec::new(), 0);
+            loop {
+                match p.next() {
+                    Step::Element(_) => {
+                        OriginRun::push(&mut want, p.origin().expect("an origin"));
+                        since += 1;
+                        if since == chunk {
+                            got.extend(p.take_origins().expect("resumable"));
+                            since = 0;
+                        }
+                    }
+                    Step::NeedSplit { repetition } => match splits.take() {
+                        Some(s) => {
+                            s.into_iter().for_each(|s| p.provide_split_at(repetition, Some(s)))
+                        }
+                        None => p.provide_split_at(repetition, None),
+                    },
+                    Step::NeedFile { path } => p.provide_file(&path, &files[&path]),
+                    Step::Yield => {}
+                    Step::End => break,
+                    Step::Error(e) => panic!("{e}"),
+                }
+            }
+            got.extend(p.take_origins().expect("resumable"));
+            // Runs cut at batch boundaries join back into the per-element fold.
+            let mut joined: Vec<OriginRun> = Vec::new();
+            for r in got {
+                match joined.last_mut() {
+                    Some(l) if l.split == r.split && l.offset + l.count == r.offset => {
+                        l.count += r.count;
+                        l.end = r.end;
+                    }
+                    _ => joined.push(r),
+                }
+            }
+            assert_eq!(joined, want, "chunk {chunk}");
+        }
+    }
+    let mut shuffled = Pipeline::new(
+        &def(r#"{"source": {"range": {"stop": 4}}, "transforms": [{"shuffle": {"buffer": 2, "seed": 1}}]}"#),
+        Sharding::Dynamic,
+    )
+    .unwrap();
+    assert_eq!(shuffled.take_origins(), None);
+}

@@ -579,20 +579,12 @@ impl Task {
             };
             // Up to `room` elements, stopping once they weigh `room_bytes` (at least one).
             let (mut elements, mut weight, mut stop) = (Vec::new(), 0u64, None);
-            let mut runs = Vec::new();
             while elements.len() < room.min(PRODUCE_CHUNK) && weight < room_bytes {
                 match pipeline.next() {
                     Step::Element(e) => {
                         let w = approx_bytes(&e);
                         weight = weight.saturating_add(w);
                         elements.push((e, w));
-                        if tracked {
-                            match pipeline.origin() {
-                                Some(o) => OriginRun::push(&mut runs, o),
-                                // A split without positions (an older dispatcher): no origins.
-                                None => tracked = false,
-                            }
-                        }
                     }
                     other => {
                         stop = Some(other);
@@ -600,8 +592,15 @@ impl Task {
                     }
                 }
             }
+            // The chunk's origins, made once per chunk by the pipeline.
+            let runs = pipeline.take_origins();
+            if tracked {
+                let covered = runs.as_ref().map(|r| r.iter().map(|r| r.count).sum::<u64>());
+                // Elements of a split without positions (an older dispatcher): no origins.
+                tracked = covered == Some(elements.len() as u64);
+            }
             if !elements.is_empty() {
-                self.push(elements, weight, tracked.then_some(runs));
+                self.push(elements, weight, if tracked { runs } else { None });
             }
             match stop {
                 None | Some(Step::Element(_)) => {}
