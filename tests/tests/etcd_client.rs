@@ -249,9 +249,14 @@ async fn members_fail_over_and_quorum_loss_is_unavailable() {
     client.put("before", "1", 0).await.expect("put");
     let mut watch = client.watch("w/", prefix_end(b"w/"), 0).await.expect("watch");
 
-    // Member 0 (the first endpoint of every client here) dies: calls go on on the others.
+    // Member 0 (the first endpoint of every client here) dies: calls go on on the others,
+    // once they have a leader (when member 0 led, the other two elect one first: puts are
+    // UNAVAILABLE, "no leader", for about an election timeout).
     cluster.kill(0);
-    client.put("one-dead", "1", 0).await.expect("put with one member dead");
+    eventually("a put with one member dead", Duration::from_secs(10), || async {
+        client.put("one-dead", "1", 0).await.map_err(|e| e.to_string())
+    })
+    .await;
     let fresh = Client::new(&urls, options()).expect("client");
     let t = Instant::now();
     fresh.put("one-dead-fresh", "1", 0).await.expect("put from a new client");
