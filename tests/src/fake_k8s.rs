@@ -570,6 +570,27 @@ impl FakeKube {
         self.addr
     }
 
+    /// A `--cluster-config` for a dispatcher watching this API: pods `w-0`, `w-1`, ... in
+    /// namespace `ml` labelled `job-name=tf`, at `ips` port 8470, resolved as TensorFlow job
+    /// `worker`. Writes the kubeconfig and the config into `dir`; returns
+    /// `(KUBECONFIG path, --cluster-config path, the config's JSON)`.
+    pub fn tf_worker_cluster(&self, dir: &Path, ips: &[&str]) -> (PathBuf, PathBuf, Value) {
+        for (i, ip) in ips.iter().enumerate() {
+            self.add_pod(
+                PodSpec::new("ml", format!("w-{i}")).label("job-name", "tf").ip(*ip).port(8470),
+            );
+        }
+        let request = json!({
+            "resolver": {"kubernetes": {
+                "job_to_label_mapping": {"worker": ["job-name=tf"]}, "namespace": "ml"}},
+            "task_type": "worker", "task_id": 0
+        });
+        let cluster = dir.join("cluster.json");
+        std::fs::write(&cluster, request.to_string())
+            .unwrap_or_else(|e| panic!("write {}: {e}", cluster.display()));
+        (self.kubeconfig(dir), cluster, request)
+    }
+
     /// The bearer token written into [`FakeKube::kubeconfig`].
     pub fn token(&self) -> &str {
         &self.shared.token

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use shardwise_tests::fake_k8s::{FakeKube, PodSpec};
+use shardwise_tests::fake_k8s::FakeKube;
 use shardwise_tests::{
     Dispatcher, Process, TempDir, Worker, http, poll_until, repo_root, shardwise_bin,
 };
@@ -349,15 +349,8 @@ fn no_secret_in_logs_or_error_bodies() {
     let dir = TempDir::new("auth-secrets");
     let (tokens, worker_token) = token_files(&dir);
     let kube = FakeKube::start();
-    kube.add_pod(PodSpec::new("ml", "w-0").label("job-name", "tf").ip("10.0.0.1").port(8470));
-    let kubeconfig = kube.kubeconfig(&dir.0);
+    let (kubeconfig, cluster, request) = kube.tf_worker_cluster(&dir.0, &["10.0.0.1"]);
     let kubeconfig = kubeconfig.to_str().unwrap();
-    let cluster = dir.0.join("cluster.json");
-    let request = json!({
-        "resolver": {"kubernetes": {"job_to_label_mapping": {"worker": ["job-name=tf"]}, "namespace": "ml"}},
-        "task_type": "worker", "task_id": 0
-    });
-    std::fs::write(&cluster, request.to_string()).unwrap();
     let trace = [("SHARDWISE_LOG", "trace"), ("RUST_LOG", "trace"), ("KUBECONFIG", kubeconfig)];
     let d = Dispatcher::try_start_env(
         &["--auth-tokens", &tokens, "--cluster-config", cluster.to_str().unwrap()],
@@ -435,18 +428,7 @@ fn a_monitor_token_sees_the_clusters_size_not_its_hosts() {
     let dir = TempDir::new("auth-status-cluster");
     let (tokens, _) = token_files(&dir);
     let kube = FakeKube::start();
-    for (i, ip) in ["10.0.0.1", "10.0.0.2"].into_iter().enumerate() {
-        kube.add_pod(
-            PodSpec::new("ml", format!("w-{i}")).label("job-name", "tf").ip(ip).port(8470),
-        );
-    }
-    let kubeconfig = kube.kubeconfig(&dir.0);
-    let cluster = dir.0.join("cluster.json");
-    let request = json!({
-        "resolver": {"kubernetes": {"job_to_label_mapping": {"worker": ["job-name=tf"]}, "namespace": "ml"}},
-        "task_type": "worker", "task_id": 0
-    });
-    std::fs::write(&cluster, request.to_string()).unwrap();
+    let (kubeconfig, cluster, _) = kube.tf_worker_cluster(&dir.0, &["10.0.0.1", "10.0.0.2"]);
     let d = Dispatcher::try_start_env(
         &["--auth-tokens", &tokens, "--cluster-config", cluster.to_str().unwrap()],
         &[("KUBECONFIG", kubeconfig.to_str().unwrap())],

@@ -302,18 +302,7 @@ fn the_status_route_reports_the_journal_the_cluster_and_request_counts() {
     let work = TempDir::new("status-route-work");
     let dir = TempDir::new("status-route");
     let kube = FakeKube::start();
-    for (i, ip) in ["10.0.0.1", "10.0.0.2"].into_iter().enumerate() {
-        kube.add_pod(
-            PodSpec::new("ml", format!("w-{i}")).label("job-name", "tf").ip(ip).port(8470),
-        );
-    }
-    let kubeconfig = kube.kubeconfig(&dir.0);
-    let cluster = dir.0.join("cluster.json");
-    let request = json!({
-        "resolver": {"kubernetes": {"job_to_label_mapping": {"worker": ["job-name=tf"]}, "namespace": "ml"}},
-        "task_type": "worker", "task_id": 0
-    });
-    std::fs::write(&cluster, request.to_string()).unwrap();
+    let (kubeconfig, cluster, _) = kube.tf_worker_cluster(&dir.0, &["10.0.0.1", "10.0.0.2"]);
     let d = Dispatcher::try_start_env(
         &[
             "--work-dir",

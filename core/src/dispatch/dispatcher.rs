@@ -1150,14 +1150,7 @@ impl Dispatcher {
         MetricsFigures {
             workers_alive: st.workers.values().filter(|w| w.alive).count() as u64,
             iterations_open: st.iterations.values().filter(|i| !i.finished).count() as u64,
-            splits_handed_out: st
-                .iterations
-                .values()
-                .map(|i| {
-                    i.splits.as_ref().map_or(0, |x| x.handed_out)
-                        + i.tf_splits.iter().flatten().map(|c| c.handed_out).sum::<u64>()
-                })
-                .sum(),
+            splits_handed_out: st.iterations.values().map(Iteration::splits_handed_out).sum(),
         }
     }
 

@@ -225,6 +225,14 @@ pub struct Iteration {
     pub tf_splits: Option<Vec<TfSplitCursor>>,
 }
 
+impl Iteration {
+    /// DYNAMIC splits handed out so far (fresh and again), over every split provider.
+    pub fn splits_handed_out(&self) -> u64 {
+        self.splits.as_ref().map_or(0, |s| s.handed_out)
+            + self.tf_splits.iter().flatten().map(|c| c.handed_out).sum::<u64>()
+    }
+}
+
 /// Where a TensorFlow DYNAMIC split provider is: the next split it hands out is `next_index`
 /// of `repetition`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

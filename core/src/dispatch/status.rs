@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::state::{SplitState, State, TfSplitCursor};
+use super::state::{Iteration, SplitState, State, TfSplitCursor};
 use super::tensorflow::DatasetSpec;
 use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TaskId};
 use crate::dataset::{DatasetDef, SourceDef, TransformDef};
@@ -368,14 +368,7 @@ pub(crate) fn report(
         iterations_open: state.iterations.values().filter(|i| !i.finished).count() as u64,
         clients: state.clients.len() as u64,
         tasks: state.tasks.len() as u64,
-        splits_handed_out: state
-            .iterations
-            .values()
-            .map(|i| {
-                i.splits.as_ref().map_or(0, |x| x.handed_out)
-                    + i.tf_splits.iter().flatten().map(|c| c.handed_out).sum::<u64>()
-            })
-            .sum(),
+        splits_handed_out: state.iterations.values().map(Iteration::splits_handed_out).sum(),
     };
     StatusReport {
         incarnation: state.incarnation.clone(),
