@@ -110,14 +110,22 @@ impl Replicas {
 
     /// Waits until one live replica leads and is ready; returns its index and term.
     fn leader(&self, within: Duration) -> (usize, u64) {
+        self.leader_other_than(None, within)
+    }
+
+    /// The replica that leads and its term, other than `not` (a leader that was just told to
+    /// stop may still answer as one for a moment), within `within`.
+    fn leader_other_than(&self, not: Option<(usize, u64)>, within: Duration) -> (usize, u64) {
         let found = try_poll_until(within, || {
             for (i, d) in self.nodes.iter().enumerate() {
                 let Some(d) = d else { continue };
                 let Some(report) = self.report(i) else { continue };
+                let found = (i, report["leader"]["term"].as_u64().expect("term"));
                 if report["role"] == "leader"
+                    && Some(found) != not
                     && http("GET", &d.url, "/readyz", None).is_ok_and(|r| r.status == 200)
                 {
-                    return Ok((i, report["leader"]["term"].as_u64().expect("term")));
+                    return Ok(found);
                 }
             }
             Err(())
@@ -523,7 +531,7 @@ fn a_leader_stopped_gracefully_hands_over_at_once() {
     assert_eq!(ok(&register(&url, "kept"))["dataset_id"], "kept");
     r.signal(leader, "TERM");
     let stopped = Instant::now();
-    let (next, next_term) = r.leader(Duration::from_secs(10));
+    let (next, next_term) = r.leader_other_than(Some((leader, term)), Duration::from_secs(10));
     let took = stopped.elapsed();
     println!(
         "graceful handover: a standby served {} ms after SIGTERM (lease {lease:?})",
