@@ -120,9 +120,11 @@ impl Replicas {
             for (i, d) in self.nodes.iter().enumerate() {
                 let Some(d) = d else { continue };
                 let Some(report) = self.report(i) else { continue };
-                let found = (i, report["leader"]["term"].as_u64().expect("term"));
-                if report["role"] == "leader"
-                    && Some(found) != not
+                if report["role"] != "leader" {
+                    continue;
+                }
+                let found = (i, report["leader"]["term"].as_u64().expect("a leader's term"));
+                if Some(found) != not
                     && http("GET", &d.url, "/readyz", None).is_ok_and(|r| r.status == 200)
                 {
                     return Ok(found);
