@@ -8,8 +8,9 @@ use shardwise_core::dispatch::wire::{
     TaskProgress, WorkerHeartbeat, WorkerUpdate,
 };
 use shardwise_core::dispatch::{
-    ClientId, DispatchError, Dispatcher, DispatcherConfig, Driver, Event, GetJob, Millis,
-    ReleaseClient, ShardingPolicy, State, TargetWorkers, TaskId, Update, VecSink,
+    ClientId, DeleteDataset, DispatchError, Dispatcher, DispatcherConfig, Driver, Event, GetJob,
+    GetStatus, Millis, ReleaseClient, ShardingPolicy, State, TargetWorkers, TaskId, Update,
+    VecSink,
 };
 use shardwise_core::position::ReadPosition;
 
@@ -46,6 +47,9 @@ impl Harness {
         let replayed =
             State::replay(self.d.dispatcher().config().worker_addresses.clone(), &self.journal);
         assert_eq!(&replayed, self.d.dispatcher().state(), "replay equals live state");
+        // The derived indexes, live and replayed, are what a rebuild makes of the state.
+        self.d.dispatcher().state().check_heartbeat_index().unwrap();
+        replayed.check_heartbeat_index().unwrap();
     }
     fn dataset(&mut self, d: DatasetDef) -> String {
         let id = self
@@ -550,9 +554,10 @@ fn silent_clients_are_released_and_idle_iterations_collected() {
     assert_eq!(h.d.dispatcher().state().iterations()[&lease.iteration_id].num_clients, 0);
     h.d.handle_timeout(Millis(770));
     h.sync();
-    let it = &h.d.dispatcher().state().iterations()[&lease.iteration_id];
-    assert!(it.garbage_collected);
-    let task = it.tasks[0];
+    let state = h.d.dispatcher().state();
+    assert!(!state.iterations().contains_key(&lease.iteration_id), "collected means freed");
+    assert!(state.tasks().is_empty() && state.clients().is_empty());
+    let task = TaskId(TaskId::FIRST);
     assert_eq!(h.heartbeat(780, "w1", &[task]).tasks_to_delete, vec![task]);
     // The same key creates a fresh iteration.
     let again = h.d.call(Millis(800), (job, CreateIteration::default())).unwrap();
@@ -906,4 +911,229 @@ fn positions_that_cannot_be_resumed_are_refused_with_the_reason() {
     assert!(e.detail().contains("coordinated reads"), "{e}");
     // Nothing was created by the refusals.
     assert!(h.d.dispatcher().state().iterations().is_empty());
+}
+
+/// One DYNAMIC job lifecycle at `now`: a job, an iteration, every split read and
+/// acknowledged by `worker`, its task reported done, the client released.
+fn lifecycle(h: &mut Harness, now: u64, dataset: &str, name: Option<&str>) -> (u64, u64) {
+    let job =
+        h.d.call(
+            Millis(now),
+            CreateJob {
+                dataset_id: dataset.into(),
+                processing_mode: ProcessingMode::Policy {
+                    sharding_policy: ShardingPolicy::Dynamic,
+                },
+                job_name: name.map(str::to_owned),
+                num_consumers: None,
+                target_workers: TargetWorkers::Auto,
+                cross_trainer_cache: false,
+                split_size: Some(10),
+            },
+        )
+        .unwrap()
+        .job_id;
+    let lease = h.d.call(Millis(now), (job, CreateIteration::default())).unwrap();
+    h.sync();
+    let mut acknowledge = Some(Vec::new());
+    loop {
+        let req = GetSplits {
+            worker_address: "w1:1".into(),
+            worker_uid: None,
+            repetition: 0,
+            split_provider_index: 0,
+            max_splits: Some(2),
+            acknowledge: acknowledge.take(),
+        };
+        let r = h.d.call(Millis(now), (lease.iteration_id, req)).unwrap();
+        h.sync();
+        if r.end_of_splits {
+            break;
+        }
+        acknowledge = Some(r.split_ids);
+    }
+    let task = h.d.dispatcher().state().iterations()[&lease.iteration_id].tasks[0];
+    let update = WorkerUpdate {
+        worker_address: "w1:1".into(),
+        worker_uid: None,
+        updates: vec![TaskProgress { task_id: task, completed: true }],
+    };
+    h.d.call(Millis(now), update).unwrap();
+    h.d.call(Millis(now), ReleaseClient { client_id: lease.client_id }).unwrap();
+    h.sync();
+    (job.0, lease.iteration_id.0)
+}
+
+fn status_totals(h: &mut Harness, now: u64) -> shardwise_core::dispatch::status::StatusTotals {
+    h.d.call(Millis(now), GetStatus).unwrap().totals
+}
+
+/// Issue 22: garbage collection frees what it collects. A finished, released iteration is
+/// freed `job_gc_timeout` after its last client left, with its tasks (from the task map,
+/// the worker's open tasks and the heartbeat index) and split state; its job stays as a
+/// tombstone (name and id kept) for another `job_gc_timeout`, then is forgotten; a lost
+/// worker without tasks is forgotten a worker timeout after it was lost. Replay equals the
+/// live state at every step (the harness), from the journal and from a snapshot.
+#[test]
+fn collection_frees_iterations_tasks_jobs_and_lost_workers() {
+    let config = DispatcherConfig {
+        client_timeout: Millis(1_000),
+        job_gc_check_interval: Millis(10),
+        job_gc_timeout: Some(Millis(50)),
+        gc_dynamic_sharding_jobs: true,
+        worker_timeout: Millis(400),
+        ..DispatcherConfig::default()
+    };
+    let mut h = Harness::new(config);
+    h.heartbeat(0, "w1:1", &[]);
+    let ds = h.dataset(range(25));
+    let mut now = 0;
+    for i in 0..30 {
+        now += 5;
+        h.heartbeat(now, "w1:1", &[]);
+        lifecycle(&mut h, now, &ds, if i % 3 == 0 { Some("named") } else { None });
+        h.d.handle_timeout(Millis(now));
+        h.sync();
+    }
+    // (A named job's lifecycle reads nothing when it finds the iteration of the previous
+    // one not collected yet: the same name and repetition are the same iteration.)
+    let splits_before = h.d.call(Millis(now), shardwise_core::dispatch::GetMetrics).unwrap();
+    assert!(splits_before.splits_handed_out >= 20 * 3, "{splits_before:?}");
+    // The iterations go job_gc_timeout after their release, not before.
+    let t = status_totals(&mut h, now);
+    assert!(t.iterations > 0, "{t:?}");
+    // A named job's iteration was collected and the name is a tombstone: the same name with
+    // other parameters is still refused, and its id still takes iterations.
+    now += 60;
+    h.heartbeat(now, "w1:1", &[]);
+    h.d.handle_timeout(Millis(now));
+    h.sync();
+    let t = status_totals(&mut h, now);
+    assert_eq!((t.iterations, t.tasks, t.clients), (0, 0, 0), "{t:?}");
+    assert!(t.jobs > 0, "jobs are tombstones for a while: {t:?}");
+    let other = CreateJob {
+        dataset_id: ds.clone(),
+        processing_mode: ProcessingMode::Policy { sharding_policy: ShardingPolicy::Off },
+        job_name: Some("named".into()),
+        num_consumers: None,
+        target_workers: TargetWorkers::Auto,
+        cross_trainer_cache: false,
+        split_size: Some(10),
+    };
+    let e = h.d.call(Millis(now), other.clone()).unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
+    // The worker's open tasks are gone, from its heartbeat too.
+    assert!(h.d.dispatcher().state().workers()["w1:1"].tasks.is_empty());
+    let stale = TaskId(TaskId::FIRST);
+    assert_eq!(h.heartbeat(now, "w1:1", &[stale]).tasks_to_delete, vec![stale]);
+    // A dataset used by a job with iterations cannot be deleted; an unknown one is 404.
+    let (busy_job, _) = {
+        let job = h.d.call(Millis(now), CreateJob { job_name: None, ..other.clone() }).unwrap();
+        let lease = h.d.call(Millis(now), (job.job_id, CreateIteration::default())).unwrap();
+        h.d.call(Millis(now), (lease.client_id, ClientHeartbeat::default())).unwrap();
+        h.sync();
+        (job.job_id, lease)
+    };
+    let e = h.d.call(Millis(now), DeleteDataset { dataset_id: ds.clone() }).unwrap_err();
+    assert_eq!(e.code(), "FAILED_PRECONDITION", "{e}");
+    assert!(e.to_string().contains(&busy_job.to_string()), "{e}");
+    let e = h.d.call(Millis(now), DeleteDataset { dataset_id: "nope".into() }).unwrap_err();
+    assert_eq!(e.code(), "NOT_FOUND", "{e}");
+    let e = h.d.call(Millis(now), DeleteDataset { dataset_id: "a b".into() }).unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
+    // Its client goes silent: released after the client timeout, then everything goes.
+    now += 1_000 + 100;
+    h.heartbeat(now, "w1:1", &[]);
+    h.d.handle_timeout(Millis(now));
+    h.sync();
+    now += 100;
+    h.heartbeat(now, "w1:1", &[]);
+    h.d.handle_timeout(Millis(now));
+    h.sync();
+    // Collected; its job is a tombstone for one more job_gc_timeout.
+    let t = status_totals(&mut h, now);
+    assert_eq!((t.jobs, t.iterations, t.tasks, t.clients), (1, 0, 0, 0), "{t:?}");
+    now += 100;
+    h.heartbeat(now, "w1:1", &[]);
+    h.d.handle_timeout(Millis(now));
+    h.sync();
+    let t = status_totals(&mut h, now);
+    assert_eq!((t.jobs, t.iterations, t.tasks, t.clients), (0, 0, 0, 0), "{t:?}");
+    // The tombstone is gone: the name is free, the old ids unknown.
+    let e = h.d.call(Millis(now), GetJob { job_id: busy_job }).unwrap_err();
+    assert_eq!(e.code(), "NOT_FOUND", "{e}");
+    // The splits counter does not go down with the iterations.
+    let splits_after = h.d.call(Millis(now), shardwise_core::dispatch::GetMetrics).unwrap();
+    assert_eq!(splits_after.splits_handed_out, splits_before.splits_handed_out);
+    // The dataset can go now, freeing its bytes and its fingerprint.
+    let bytes = h.d.dispatcher().state().dataset_bytes();
+    let deleted = h.d.call(Millis(now), DeleteDataset { dataset_id: ds.clone() }).unwrap();
+    h.sync();
+    assert_eq!(deleted.freed_bytes, bytes);
+    assert_eq!(h.d.dispatcher().state().dataset_bytes(), 0);
+    assert!(h.d.dispatcher().state().datasets_by_fingerprint().is_empty());
+    let again = h.dataset(range(25));
+    assert_ne!(again, ds, "a generated id is not handed out twice");
+    // A worker that goes silent is lost after the worker timeout and, holding no task,
+    // forgotten one more worker timeout later; the live one stays.
+    h.heartbeat(now, "w2:1", &[]);
+    for step in 1..=20 {
+        let at = now + step * 50;
+        h.heartbeat(at, "w1:1", &[]);
+        h.d.handle_timeout(Millis(at));
+        h.sync();
+    }
+    let workers = h.d.dispatcher().state().workers();
+    assert!(workers.contains_key("w1:1") && !workers.contains_key("w2:1"), "{workers:?}");
+    assert!(h.journal.iter().any(|u| matches!(u, Update::RemoveWorker { .. })));
+    // A snapshot of this state replays to it, and holds only live things.
+    let snapshot = h.d.dispatcher().snapshot();
+    let replayed = State::replay(vec![], [&snapshot]);
+    assert_eq!(&replayed, h.d.dispatcher().state());
+    replayed.check_heartbeat_index().unwrap();
+    let text = serde_json::to_string(&snapshot).unwrap();
+    assert!(text.len() < 2_000, "{text}");
+}
+
+/// Journals and snapshots written before collection freed things still replay: a
+/// collected iteration kept in an old snapshot (`garbage_collected: true`) is freed on
+/// replay, with its tasks, and the state is the one the new records give.
+#[test]
+fn old_snapshots_with_collected_iterations_replay_to_the_freed_state() {
+    let config = DispatcherConfig {
+        job_gc_check_interval: Millis(10),
+        job_gc_timeout: Some(Millis(50)),
+        gc_dynamic_sharding_jobs: true,
+        ..DispatcherConfig::default()
+    };
+    let mut h = Harness::new(config);
+    h.heartbeat(0, "w1:1", &[]);
+    let ds = h.dataset(range(25));
+    let (_, iteration) = lifecycle(&mut h, 0, &ds, Some("j"));
+    // The old form of the collected state: the iteration kept, marked collected, its task
+    // finished and off the worker.
+    let Update::Snapshot { state } = h.d.dispatcher().snapshot() else { unreachable!() };
+    let mut old = serde_json::to_value(&*state).unwrap();
+    for pair in old["iterations"].as_array_mut().unwrap() {
+        pair[1]["garbage_collected"] = json!(true);
+        pair[1]["finished"] = json!(true);
+    }
+    for pair in old["tasks"].as_array_mut().unwrap() {
+        pair[1]["finished"] = json!(true);
+    }
+    let old: State = serde_json::from_value(old).unwrap();
+    let replayed = State::replay(vec![], [&Update::Snapshot { state: Box::new(old) }]);
+    assert!(replayed.iterations().is_empty() && replayed.tasks().is_empty());
+    replayed.check_heartbeat_index().unwrap();
+    // The new records reach the same state.
+    h.d.handle_timeout(Millis(100));
+    h.sync();
+    assert!(
+        !h.d.dispatcher()
+            .state()
+            .iterations()
+            .contains_key(&shardwise_core::dispatch::IterationId(iteration))
+    );
+    assert_eq!(replayed.iterations(), h.d.dispatcher().state().iterations());
+    assert_eq!(replayed.tasks(), h.d.dispatcher().state().tasks());
 }

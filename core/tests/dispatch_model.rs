@@ -844,10 +844,9 @@ impl Model {
     fn handle_timeout(&mut self) {
         for c in 0..self.clients.len() {
             let client = &self.clients[c];
-            if client.active
-                && client.deadline < self.now
-                && !self.iterations[client.iteration].finished
-            {
+            // Silent clients expire, of finished iterations too (as TensorFlow's): a lease
+            // nobody renews must not keep its iteration forever.
+            if client.active && client.deadline < self.now {
                 self.clients[c].active = false;
                 self.iterations[self.clients[c].iteration].clients -= 1;
             }

@@ -180,7 +180,9 @@ fn sv_06_iteration_not_collected_before_its_client_starts_reading() {
     sim.dispatch((lease.client_id, ClientHeartbeat::default())).unwrap();
     let collected = sim.run_until(10_000, |s| active_iterations(s) == 0);
     assert!(collected);
-    assert!(sim.state().iterations()[&lease.iteration_id].garbage_collected);
+    // Collected means freed: the iteration and its tasks are gone.
+    assert!(!sim.state().iterations().contains_key(&lease.iteration_id));
+    assert!(sim.state().tasks().values().all(|t| t.iteration_id != lease.iteration_id));
 }
 
 #[test]
@@ -1383,11 +1385,10 @@ fn im_06_garbage_collection_survives_a_restart() {
     sim.read_until(c, 1, 5_000);
     let it = sim.clients[c].lease.as_ref().unwrap().iteration_id;
     sim.destroy_client(c);
-    assert!(sim.run_until(5_000, |s| s.state().iterations()[&it].garbage_collected));
+    assert!(sim.run_until(5_000, |s| !s.state().iterations().contains_key(&it)));
     assert!(sim.journal.iter().any(|u| matches!(u, Update::GarbageCollectIteration { .. })));
     sim.bounce_dispatcher();
-    let i = &sim.state().iterations()[&it];
-    assert!(i.garbage_collected && i.finished);
+    assert!(!sim.state().iterations().contains_key(&it));
     sim.run_for(1_000);
     assert_eq!(sim.worker_task_count("w0"), 0);
     // The same key gets a fresh iteration.

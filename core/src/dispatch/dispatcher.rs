@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::address::check_plausible;
 use super::config::DispatcherConfig;
 use super::error::DispatchError;
-use super::protocol::{Output, Reply, Request, Response, Seq, Ticket};
+use super::protocol::{DeleteDataset, Output, Reply, Request, Response, Seq, Ticket};
 use super::state::{
     Iteration, Job, SplitRef, State, Task, Update, apply, footprint_declarative, footprint_tf,
 };
@@ -17,7 +17,7 @@ use super::tensorflow::{
 };
 use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TaskId};
 use super::wire::{
-    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetInfo,
+    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetDeleted, DatasetInfo,
     DatasetRegistered, GetSplits, IterationInfo, IterationLease, JobCreated, JobInfo,
     MAX_JOB_NAME_LEN, MAX_SPLITS_PER_CALL, MAX_UID_LEN, MaybeRemove, MetricsFigures,
     PROTOCOL_VERSION, ProcessingMode, RegisterDataset, Released, Removed, Split, SplitId,
@@ -77,7 +77,25 @@ pub struct Dispatcher {
     /// The durable state. When each worker was last heard from is kept next to what its
     /// heartbeat checks, in the state's heartbeat index (not durable, not part of equality).
     state: State,
+    /// When each client lease expires without a heartbeat ...
     client_deadline: BTreeMap<ClientId, Millis>,
+    /// ... and the same, soonest first, so a timer tick looks only at the expired ones.
+    client_expiry: BTreeSet<(Millis, ClientId)>,
+    /// When each idle iteration (no clients, released at least once, collectable under the
+    /// configuration) is due for garbage collection ...
+    gc_due: BTreeMap<IterationId, Millis>,
+    /// ... and the same, soonest first.
+    gc_queue: BTreeSet<(Millis, IterationId)>,
+    /// Since when each job has had no iteration (a tombstone that keeps its name and id for
+    /// `job_gc_timeout`, then is forgotten) ...
+    idle_jobs: BTreeMap<JobId, Millis>,
+    /// ... and the same, soonest first.
+    idle_queue: BTreeSet<(Millis, JobId)>,
+    /// Since when each lost worker has been lost (not durable: a recovered dispatcher counts
+    /// from its start). One without tasks is forgotten `worker_timeout` after it was lost.
+    lost_since: BTreeMap<String, Millis>,
+    /// The time of the input being handled (what the indexes above date things with).
+    clock: Millis,
     /// Records of the handler running now, emitted as one batch when it returns.
     journal: Vec<Update>,
     /// Batches emitted and not yet taken by [`Dispatcher::poll_output`].
@@ -173,14 +191,19 @@ impl Dispatcher {
         for e in state.heartbeat_index.values_mut() {
             e.seen = Some(now);
         }
-        let client_deadline =
-            state.clients.keys().map(|c| (*c, now.plus(config.client_timeout))).collect();
         let next_check = now.plus(config.check_interval());
         let mut d = Dispatcher {
             config,
             incarnation,
             state,
-            client_deadline,
+            client_deadline: BTreeMap::new(),
+            client_expiry: BTreeSet::new(),
+            gc_due: BTreeMap::new(),
+            gc_queue: BTreeSet::new(),
+            idle_jobs: BTreeMap::new(),
+            idle_queue: BTreeSet::new(),
+            lost_since: BTreeMap::new(),
+            clock: now,
             journal: Vec::new(),
             persist: VecDeque::new(),
             emitted: Seq(0),
@@ -192,6 +215,26 @@ impl Dispatcher {
             rounds: BTreeMap::new(),
             removal_votes: BTreeMap::new(),
         };
+        // The timers' indexes, from the recovered state (every deadline counts from `now`).
+        let clients: Vec<ClientId> = d.state.clients.keys().copied().collect();
+        for c in clients {
+            d.set_client_deadline(c, now.plus(d.config.client_timeout));
+        }
+        let iterations: Vec<IterationId> = d.state.iterations.keys().copied().collect();
+        for i in iterations {
+            d.refresh_gc(i);
+        }
+        let jobs: Vec<JobId> = d.state.jobs.keys().copied().collect();
+        for j in jobs {
+            d.refresh_idle_job(j);
+        }
+        d.lost_since = d
+            .state
+            .workers
+            .values()
+            .filter(|w| !w.alive)
+            .map(|w| (w.address.clone(), now))
+            .collect();
         if d.state.incarnation.is_empty() {
             let incarnation = d.incarnation.clone();
             d.commit(Update::Started { incarnation });
@@ -208,6 +251,7 @@ impl Dispatcher {
     /// as one [`Output::Persist`] batch) and queues its reply, which [`Dispatcher::poll_output`]
     /// gives back, under the returned ticket, once the records emitted so far are persisted.
     pub fn handle_request(&mut self, now: Millis, request: Request) -> Ticket {
+        self.clock = self.clock.max(now);
         let reply = self.decide(now, request);
         let ticket = Ticket(self.next_ticket);
         self.next_ticket += 1;
@@ -219,6 +263,7 @@ impl Dispatcher {
     /// Runs the timers: releases silent clients, collects idle iterations, and declares
     /// silent workers lost. Call at or after [`Dispatcher::poll_timeout`]; earlier does nothing.
     pub fn handle_timeout(&mut self, now: Millis) {
+        self.clock = self.clock.max(now);
         self.run_timers(now);
         self.seal();
     }
@@ -347,6 +392,7 @@ impl Dispatcher {
             Request::TfGetSplit(iteration_id, r) => {
                 Response::TfSplit(self.tf_get_split(iteration_id, r)?)
             }
+            Request::DeleteDataset(r) => Response::DatasetDeleted(self.delete_dataset(&r)?),
         })
     }
 
@@ -361,12 +407,55 @@ impl Dispatcher {
             _ => None,
         }
         .filter(|i| is_open(&self.state, i));
-        let many: Vec<IterationId> = match &update {
-            Update::WorkerLost { .. } => {
-                self.state.iterations.keys().copied().filter(|i| is_open(&self.state, i)).collect()
-            }
-            _ => Vec::new(),
+        // A lost worker's tasks stop blocking their iterations: only those may finish.
+        let many: BTreeSet<IterationId> = match &update {
+            Update::WorkerLost { address } => self
+                .state
+                .workers
+                .get(address)
+                .into_iter()
+                .flat_map(|w| &w.tasks)
+                .filter_map(|t| self.state.tasks.get(t))
+                .map(|t| t.iteration_id)
+                .filter(|i| is_open(&self.state, i))
+                .collect(),
+            _ => BTreeSet::new(),
         };
+        // What the timers' indexes must look at again afterwards.
+        let mut iteration = None;
+        let mut jobs: Vec<JobId> = Vec::new();
+        match &update {
+            Update::AcquireClient { iteration_id, .. } => iteration = Some(*iteration_id),
+            Update::ReleaseClient { client_id, .. } => {
+                iteration = self.state.clients.get(client_id).map(|c| c.iteration_id);
+            }
+            Update::CreateIteration { iteration_id, job_id, .. } => {
+                iteration = Some(*iteration_id);
+                jobs.push(*job_id);
+            }
+            Update::GarbageCollectIteration { iteration_id } => {
+                iteration = Some(*iteration_id);
+                if let Some(it) = self.state.iterations.get(iteration_id) {
+                    jobs.push(it.job_id);
+                    self.rounds.remove(iteration_id);
+                    for t in it.tasks.iter().chain(it.pending.iter().map(|p| &p.task_id)) {
+                        self.removal_votes.remove(t);
+                    }
+                }
+            }
+            Update::CreateJob { job } => jobs.push(job.id),
+            Update::RemoveJob { job_id } => jobs.push(*job_id),
+            Update::DeleteDataset { dataset_id } => {
+                jobs.extend(self.state.jobs_by_dataset.get(dataset_id).into_iter().flatten());
+            }
+            Update::WorkerRevived { address, .. } | Update::RemoveWorker { address } => {
+                self.lost_since.remove(address);
+            }
+            Update::WorkerLost { address } => {
+                self.lost_since.insert(address.clone(), self.clock);
+            }
+            _ => {}
+        }
         apply(&mut self.state, &update);
         for id in one.into_iter().chain(many) {
             if self.state.iterations.get(&id).is_some_and(|it| it.finished && !it.garbage_collected)
@@ -374,7 +463,65 @@ impl Dispatcher {
                 self.events.push_back(Event::IterationFinished { iteration_id: id });
             }
         }
+        if let Some(i) = iteration {
+            self.refresh_gc(i);
+        }
+        for j in jobs {
+            self.refresh_idle_job(j);
+        }
         self.journal.push(update);
+    }
+
+    /// Sets when a client lease expires without a heartbeat.
+    fn set_client_deadline(&mut self, client_id: ClientId, at: Millis) {
+        if let Some(old) = self.client_deadline.insert(client_id, at) {
+            self.client_expiry.remove(&(old, client_id));
+        }
+        self.client_expiry.insert((at, client_id));
+    }
+
+    /// A client lease ended: it has no deadline any more.
+    fn clear_client_deadline(&mut self, client_id: ClientId) {
+        if let Some(old) = self.client_deadline.remove(&client_id) {
+            self.client_expiry.remove(&(old, client_id));
+        }
+    }
+
+    /// Files the iteration for garbage collection when it is idle (no clients, released at
+    /// least once) and collectable (`job_gc_timeout` set; DYNAMIC only with
+    /// `gc_dynamic_sharding_jobs`), and takes it out otherwise.
+    fn refresh_gc(&mut self, id: IterationId) {
+        if let Some(due) = self.gc_due.remove(&id) {
+            self.gc_queue.remove(&(due, id));
+        }
+        let Some(timeout) = self.config.job_gc_timeout else { return };
+        let Some(it) = self.state.iterations.get(&id) else { return };
+        let Some(released) = it.last_release.filter(|_| it.num_clients == 0) else { return };
+        let dynamic =
+            self.state.jobs.get(&it.job_id).is_some_and(|j| j.policy == ShardingPolicy::Dynamic);
+        if dynamic && !self.config.gc_dynamic_sharding_jobs {
+            return;
+        }
+        let due = released.plus(timeout);
+        self.gc_due.insert(id, due);
+        self.gc_queue.insert((due, id));
+    }
+
+    /// Files the job as idle (a tombstone) while it has no iteration, from now on.
+    fn refresh_idle_job(&mut self, job_id: JobId) {
+        let idle = self.state.jobs.contains_key(&job_id)
+            && !self.state.iterations_by_job.contains_key(&job_id);
+        match (idle, self.idle_jobs.get(&job_id).copied()) {
+            (true, None) => {
+                self.idle_jobs.insert(job_id, self.clock);
+                self.idle_queue.insert((self.clock, job_id));
+            }
+            (false, Some(since)) => {
+                self.idle_jobs.remove(&job_id);
+                self.idle_queue.remove(&(since, job_id));
+            }
+            _ => {}
+        }
     }
 
     fn task_def(&self, task: &Task) -> Result<TaskDef, DispatchError> {
@@ -518,7 +665,7 @@ impl Dispatcher {
             && w.alive
             && w.tensorflow == tensorflow
             && (req.worker_uid.is_none() || w.uid_is(req.worker_uid.as_deref()))
-            && w.tasks() == req.current_tasks
+            && w.tasks().eq(req.current_tasks.iter().copied())
         {
             w.seen = Some(now);
             return Ok(WorkerHeartbeatReply {
@@ -1080,6 +1227,34 @@ impl Dispatcher {
         Ok(id)
     }
 
+    /// Deletes a dataset that no job with iterations uses (jobs without iterations that name
+    /// it, tombstones, go with it): its bytes leave the `max_dataset_bytes` budget and its
+    /// definition the deduplication index. Journaled.
+    fn delete_dataset(&mut self, req: &DeleteDataset) -> Result<DatasetDeleted, DispatchError> {
+        let id = req.dataset_id.as_str();
+        if !valid_id(id) {
+            return Err(DispatchError::InvalidArgument(format!(
+                "dataset_id {} must be 1 to 256 characters of A-Z a-z 0-9 - _ . = /",
+                echo(id)
+            )));
+        }
+        let ds = self.state.datasets.get(id).ok_or_else(|| not_found_dataset(id))?;
+        if let Some(job_id) = self.state.dataset_in_use(id) {
+            return Err(DispatchError::FailedPrecondition(format!(
+                "dataset {id} is used by job {job_id}, which has iterations: delete it once \
+                 every job reading it is garbage-collected (job_gc_timeout after its last \
+                 client leaves)"
+            )));
+        }
+        let (_, freed_bytes) = super::state::footprint(&ds.spec, &ds.metadata);
+        self.commit(Update::DeleteDataset { dataset_id: id.to_owned() });
+        Ok(DatasetDeleted {
+            dataset_id: id.to_owned(),
+            freed_bytes,
+            incarnation: self.incarnation.clone(),
+        })
+    }
+
     fn dataset(&self, dataset_id: &str) -> Result<DatasetInfo, DispatchError> {
         let ds =
             self.state.datasets.get(dataset_id).ok_or_else(|| not_found_dataset(dataset_id))?;
@@ -1120,9 +1295,7 @@ impl Dispatcher {
         let job = self.job(job_id)?;
         let iterations = self
             .state
-            .iterations
-            .values()
-            .filter(|i| i.job_id == job_id)
+            .iterations_of_job(job_id)
             .map(|i| IterationInfo {
                 iteration_id: i.id,
                 repetition: i.repetition,
@@ -1150,7 +1323,7 @@ impl Dispatcher {
         MetricsFigures {
             workers_alive: st.workers.values().filter(|w| w.alive).count() as u64,
             iterations_open: st.iterations.values().filter(|i| !i.finished).count() as u64,
-            splits_handed_out: st.iterations.values().map(Iteration::splits_handed_out).sum(),
+            splits_handed_out: st.splits_handed_out_total(),
         }
     }
 
@@ -1323,7 +1496,7 @@ impl Dispatcher {
             iteration_id,
             consumer_index: req.consumer_index,
         });
-        self.client_deadline.insert(client_id, now.plus(self.config.client_first_heartbeat_grace));
+        self.set_client_deadline(client_id, now.plus(self.config.client_first_heartbeat_grace));
         Ok(IterationLease {
             iteration_id,
             client_id,
@@ -1374,7 +1547,12 @@ impl Dispatcher {
                     .into(),
             ));
         }
-        self.client_deadline.insert(client_id, now.plus(self.config.client_timeout));
+        // (The fields, not `set_client_deadline`: `it` borrows the state.)
+        let deadline = now.plus(self.config.client_timeout);
+        if let Some(old) = self.client_deadline.insert(client_id, deadline) {
+            self.client_expiry.remove(&(old, client_id));
+        }
+        self.client_expiry.insert((deadline, client_id));
         if let (Some(consumer), Some(front)) = (consumer, it.pending.front()) {
             let round = self.rounds.entry(iteration_id).or_default().entry(consumer).or_insert(0);
             if let Some(r) = req.current_round {
@@ -1492,7 +1670,7 @@ impl Dispatcher {
                 "Iteration client id not found: {client_id}"
             )));
         }
-        self.client_deadline.remove(&client_id);
+        self.clear_client_deadline(client_id);
         self.commit(Update::ReleaseClient { client_id, at: now });
         Ok(())
     }
@@ -1555,8 +1733,7 @@ impl Dispatcher {
         // when none matches (a finished task still entitles the worker to ask).
         let has_task = w
             .tasks()
-            .iter()
-            .any(|t| self.state.tasks.get(t).is_some_and(|t| t.iteration_id == iteration_id))
+            .any(|t| self.state.tasks.get(&t).is_some_and(|t| t.iteration_id == iteration_id))
             || it
                 .tasks
                 .iter()
@@ -1681,44 +1858,33 @@ impl Dispatcher {
             return;
         }
         self.next_check = now.plus(self.config.check_interval());
-        // 1. Silent clients (only clients of unfinished iterations are active).
-        let expired: Vec<ClientId> = self
-            .client_deadline
-            .iter()
-            .filter(|(_, d)| now > **d)
-            .map(|(c, _)| *c)
-            .filter(|c| {
-                self.state
-                    .clients
-                    .get(c)
-                    .and_then(|cl| self.state.iterations.get(&cl.iteration_id))
-                    .is_some_and(|i| !i.finished)
-            })
-            .collect();
-        for client_id in expired {
-            self.client_deadline.remove(&client_id);
-            self.commit(Update::ReleaseClient { client_id, at: now });
+        // Each step looks only at what is due (soonest first), never at everything there is.
+        // 1. Silent clients, of finished iterations too (their lease would otherwise keep the
+        // iteration forever).
+        while let Some(&(deadline, client_id)) = self.client_expiry.first()
+            && now > deadline
+        {
+            self.clear_client_deadline(client_id);
+            if self.state.clients.contains_key(&client_id) {
+                self.commit(Update::ReleaseClient { client_id, at: now });
+            }
         }
-        // 2. Idle iterations.
         if let Some(timeout) = self.config.job_gc_timeout {
-            let collect: Vec<IterationId> = self
-                .state
-                .iterations
-                .values()
-                .filter(|i| !i.finished && i.num_clients == 0)
-                .filter(|i| i.last_release.is_some_and(|t| now >= t.plus(timeout)))
-                .filter(|i| {
-                    self.config.gc_dynamic_sharding_jobs
-                        || self
-                            .state
-                            .jobs
-                            .get(&i.job_id)
-                            .is_none_or(|j| j.policy != ShardingPolicy::Dynamic)
-                })
-                .map(|i| i.id)
-                .collect();
-            for iteration_id in collect {
+            // 2. Idle iterations, finished or not: freed with their tasks.
+            while let Some(&(due, iteration_id)) = self.gc_queue.first()
+                && due <= now
+            {
+                self.gc_queue.remove(&(due, iteration_id));
+                self.gc_due.remove(&iteration_id);
                 self.commit(Update::GarbageCollectIteration { iteration_id });
+            }
+            // 2b. Jobs left without iterations for the timeout: forgotten.
+            while let Some(&(since, job_id)) = self.idle_queue.first()
+                && since.plus(timeout) <= now
+            {
+                self.idle_queue.remove(&(since, job_id));
+                self.idle_jobs.remove(&job_id);
+                self.commit(Update::RemoveJob { job_id });
             }
         }
         // 3. Silent workers.
@@ -1735,6 +1901,23 @@ impl Dispatcher {
         for address in lost {
             self.commit(Update::WorkerLost { address: address.clone() });
             self.events.push_back(Event::WorkerLost { address });
+        }
+        // 4. Workers lost for another worker timeout that no task names any more: forgotten
+        // (one that comes back registers as new). Not with `job_gc_timeout: None`, which
+        // collects nothing.
+        if self.config.job_gc_timeout.is_none() {
+            return;
+        }
+        let forget: Vec<String> = self
+            .lost_since
+            .iter()
+            .filter(|(_, since)| now >= since.plus(self.config.worker_timeout))
+            .map(|(address, _)| address)
+            .filter(|address| self.state.worker_forgettable(address))
+            .cloned()
+            .collect();
+        for address in forget {
+            self.commit(Update::RemoveWorker { address });
         }
     }
 }

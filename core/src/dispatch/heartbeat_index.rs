@@ -14,7 +14,7 @@
 //! the state's equality. Only `seen` is the dispatcher's own (liveness, not durable).
 
 use std::borrow::{Borrow, Cow};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
@@ -91,8 +91,10 @@ impl<const N: usize> fmt::Debug for SmallBytes<N> {
 pub(crate) enum TaskList {
     /// How many, and the ids.
     Inline(u8, [TaskId; TASKS_INLINE]),
-    /// More than [`TASKS_INLINE`].
-    Heap(Box<[TaskId]>),
+    /// More than [`TASKS_INLINE`] (at some point: it goes back inline when it empties). A
+    /// ring, since tasks are mostly created newest last and finished oldest first: both ends
+    /// change in O(1).
+    Heap(VecDeque<TaskId>),
 }
 
 impl TaskList {
@@ -108,19 +110,95 @@ impl TaskList {
         }
     }
 
+    /// Adds `id` in order: O(1) for the usual newest id, a move of the larger ones otherwise
+    /// (never a rebuild of the list).
+    fn insert(&mut self, id: TaskId) {
+        match self {
+            TaskList::Inline(len, ids) => {
+                let n = usize::from(*len);
+                let Err(at) = ids[..n].binary_search(&id) else { return };
+                if n < TASKS_INLINE {
+                    ids.copy_within(at..n, at + 1);
+                    ids[at] = id;
+                    *len += 1;
+                } else {
+                    let mut v = VecDeque::with_capacity(2 * TASKS_INLINE);
+                    v.extend(&ids[..n]);
+                    v.insert(at, id);
+                    *self = TaskList::Heap(v);
+                }
+            }
+            TaskList::Heap(v) => match v.back() {
+                Some(last) if *last < id => v.push_back(id),
+                None => v.push_back(id),
+                _ => {
+                    if let Err(at) = v.binary_search(&id) {
+                        v.insert(at, id);
+                    }
+                }
+            },
+        }
+    }
+
+    /// Removes `id`: O(1) at either end, else a binary search and a move of the shorter side.
+    fn remove(&mut self, id: TaskId) {
+        match self {
+            TaskList::Inline(len, ids) => {
+                let n = usize::from(*len);
+                if let Ok(at) = ids[..n].binary_search(&id) {
+                    ids.copy_within(at + 1..n, at);
+                    ids[n - 1] = TaskId(0);
+                    *len -= 1;
+                }
+            }
+            TaskList::Heap(v) => {
+                if let Ok(at) = v.binary_search(&id) {
+                    v.remove(at);
+                }
+                if v.is_empty() {
+                    *self = TaskList::Inline(0, [TaskId(0); TASKS_INLINE]);
+                }
+            }
+        }
+    }
+
     /// The ids, ascending.
     #[inline]
-    pub(crate) fn as_slice(&self) -> &[TaskId] {
-        match self {
-            TaskList::Inline(len, ids) => &ids[..usize::from(*len)],
-            TaskList::Heap(ids) => ids,
-        }
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = TaskId> + '_ {
+        let (inline, heap): (&[TaskId], Option<&VecDeque<TaskId>>) = match self {
+            TaskList::Inline(len, ids) => (&ids[..usize::from(*len)], None),
+            TaskList::Heap(ids) => (&[], Some(ids)),
+        };
+        TaskIter { inline: inline.iter(), heap: heap.map(|h| h.iter()) }
     }
 }
 
+/// [`TaskList::iter`]'s iterator.
+struct TaskIter<'a> {
+    inline: std::slice::Iter<'a, TaskId>,
+    heap: Option<std::collections::vec_deque::Iter<'a, TaskId>>,
+}
+
+impl Iterator for TaskIter<'_> {
+    type Item = TaskId;
+    #[inline]
+    fn next(&mut self) -> Option<TaskId> {
+        match &mut self.heap {
+            Some(h) => h.next().copied(),
+            None => self.inline.next().copied(),
+        }
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.heap.as_ref().map_or(self.inline.len(), ExactSizeIterator::len);
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for TaskIter<'_> {}
+
 impl PartialEq for TaskList {
     fn eq(&self, other: &Self) -> bool {
-        self.as_slice() == other.as_slice()
+        self.iter().eq(other.iter())
     }
 }
 
@@ -128,7 +206,7 @@ impl Eq for TaskList {}
 
 impl fmt::Debug for TaskList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.as_slice()).finish()
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 
@@ -175,8 +253,8 @@ impl HeartbeatEntry {
 
     /// [`Worker::tasks`], ascending.
     #[inline]
-    pub(crate) fn tasks(&self) -> &[TaskId] {
-        self.tasks.as_slice()
+    pub(crate) fn tasks(&self) -> impl ExactSizeIterator<Item = TaskId> + '_ {
+        self.tasks.iter()
     }
 }
 
@@ -204,7 +282,9 @@ impl HeartbeatIndex {
         HeartbeatIndex(map)
     }
 
-    /// Mirrors the worker `w` at `address` (after `apply` changed or added it).
+    /// Mirrors the worker `w` at `address` (after `apply` changed or added it): its liveness,
+    /// uid and kind. Its task list is kept in step one task at a time ([`Self::add_task`],
+    /// [`Self::remove_task`]), and copied whole only for a worker new to the index.
     pub(crate) fn sync(&mut self, address: &str, w: &Worker) {
         match self.0.get_mut(address.as_bytes()) {
             Some(e) => {
@@ -213,14 +293,30 @@ impl HeartbeatIndex {
                 if !e.uid_is(w.uid.as_deref()) {
                     e.uid = w.uid.as_deref().map(|u| SmallBytes::new(u.as_bytes()));
                 }
-                if e.tasks().iter().ne(&w.tasks) {
-                    e.tasks = TaskList::new(&w.tasks);
-                }
             }
             None => {
                 self.0.insert(SmallBytes::new(address.as_bytes()), HeartbeatEntry::of(w));
             }
         }
+    }
+
+    /// `task` was added to the tasks of the worker at `address`.
+    pub(crate) fn add_task(&mut self, address: &str, task: TaskId) {
+        if let Some(e) = self.0.get_mut(address.as_bytes()) {
+            e.tasks.insert(task);
+        }
+    }
+
+    /// `task` was removed from the tasks of the worker at `address`.
+    pub(crate) fn remove_task(&mut self, address: &str, task: TaskId) {
+        if let Some(e) = self.0.get_mut(address.as_bytes()) {
+            e.tasks.remove(task);
+        }
+    }
+
+    /// The worker at `address` was forgotten.
+    pub(crate) fn remove(&mut self, address: &str) {
+        self.0.remove(address.as_bytes());
     }
 
     /// The entry of the worker at `address`.
@@ -354,14 +450,16 @@ mod tests {
         index.check(&workers).unwrap();
         let e = index.get(&long).unwrap();
         assert!(e.uid_is(Some(&long)) && !e.uid_is(None) && !e.uid_is(Some("x")));
-        assert_eq!(e.tasks(), [4, 5, 6, 7].map(TaskId));
+        assert!(e.tasks().eq([4, 5, 6, 7].map(TaskId)));
         assert!(index.get("b:1").unwrap().uid_is(Some("u")));
         assert!(index.get("a:1").unwrap().uid_is(None));
         assert!(index.get("").unwrap().uid_is(Some("")));
         assert!(index.get("b:1\0").is_none() && index.get("b:").is_none());
         let mut index = index;
         let mut w = workers[&long].clone();
-        w.tasks.clear();
+        for t in std::mem::take(&mut w.tasks) {
+            index.remove_task(&long, t);
+        }
         w.uid = None;
         w.alive = false;
         index.sync(&long, &w);
@@ -370,6 +468,49 @@ mod tests {
         let mut names: Vec<String> = index.iter().map(|(a, _)| a.into_owned()).collect();
         names.sort();
         assert_eq!(names, workers.keys().cloned().collect::<Vec<_>>());
+    }
+
+    /// Issue 22: a worker's task list changes one task at a time (it used to be rebuilt and
+    /// compared whole on every change: quadratic in the tasks a worker held), and always
+    /// equals the list built from the worker's set, inline or on the heap.
+    #[test]
+    fn task_lists_change_one_task_at_a_time() {
+        let mut set = BTreeSet::new();
+        let mut list = TaskList::new(&set);
+        // Ascending creation (the usual case), removals from the front, the middle and the
+        // end, out-of-order inserts, duplicates and absent ids.
+        let ops: Vec<(bool, u64)> = (0..40)
+            .map(|i| (true, i * 3))
+            .chain([(false, 0), (false, 57), (false, 117), (true, 58), (true, 1), (true, 58)])
+            .chain([(false, 1000), (false, 3), (true, 2)])
+            .chain((0..40).map(|i| (false, i * 3)))
+            .chain([(false, 58), (false, 1), (false, 2), (true, 9), (true, 4), (true, 7)])
+            .chain([(true, 5), (false, 4)])
+            .collect();
+        for (insert, id) in ops {
+            let id = TaskId(id);
+            if insert {
+                set.insert(id);
+                list.insert(id);
+            } else {
+                set.remove(&id);
+                list.remove(id);
+            }
+            assert_eq!(list, TaskList::new(&set), "after {insert} {id:?}");
+            assert!(list.iter().eq(set.iter().copied()));
+            assert_eq!(list.iter().len(), set.len());
+        }
+        // 100,000 tasks created and finished in order: each change is O(1) amortized, not
+        // a copy of the list (a rebuild per change would take minutes here).
+        let mut list = TaskList::new(&BTreeSet::new());
+        for i in 0..100_000 {
+            list.insert(TaskId(i));
+        }
+        for i in 0..100_000 {
+            list.remove(TaskId(i));
+        }
+        assert_eq!(list.iter().len(), 0);
+        assert!(matches!(list, TaskList::Inline(0, _)));
     }
 
     #[test]

@@ -164,8 +164,8 @@ pub use driver::{
 };
 pub use error::DispatchError;
 pub use protocol::{
-    Call, GetDataset, GetJob, GetMetrics, GetVersion, ListWorkers, Output, ReleaseClient, Reply,
-    Request, Response, Seq, Ticket,
+    Call, DeleteDataset, GetDataset, GetJob, GetMetrics, GetVersion, ListWorkers, Output,
+    ReleaseClient, Reply, Request, Response, Seq, Ticket,
 };
 pub use state::{IndexDrift, NotInWorkerList, State, Update, apply};
 pub use status::{GetStatus, STATUS_LIST_CAP, StatusReport};
@@ -178,7 +178,7 @@ pub use types::{
     ClientId, IdError, IterationId, JobId, Millis, ShardingPolicy, TargetWorkers, TaskId,
 };
 pub use wire::{
-    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetInfo,
+    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetDeleted, DatasetInfo,
     DatasetRegistered, GetSplits, IterationLease, JobCreated, JobInfo, MaybeRemove, MetricsFigures,
     RegisterDataset, Released, Removed, SplitsReply, TaskProgress, VersionInfo, WorkerHeartbeat,
     WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply, WorkersList,

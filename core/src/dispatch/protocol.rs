@@ -14,7 +14,7 @@ use super::tensorflow::{
 };
 use super::types::{ClientId, IterationId, JobId, TaskId};
 use super::wire::{
-    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetInfo,
+    ClientHeartbeat, ClientHeartbeatReply, CreateIteration, CreateJob, DatasetDeleted, DatasetInfo,
     DatasetRegistered, GetSplits, IterationLease, JobCreated, JobInfo, MaybeRemove, MetricsFigures,
     RegisterDataset, Released, Removed, SplitsReply, VersionInfo, WorkerHeartbeat,
     WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply, WorkersList,
@@ -70,6 +70,15 @@ pub enum Request {
     TfGetSplit(IterationId, TfGetSplit),
     /// The status snapshot (`GET /v1/status`).
     Status(GetStatus),
+    /// Delete a dataset no job with iterations uses.
+    DeleteDataset(DeleteDataset),
+}
+
+/// `DELETE /v1/datasets/{dataset_id}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteDataset {
+    /// The dataset.
+    pub dataset_id: String,
 }
 
 /// Release a client lease (`DELETE /v1/clients/{client_id}`).
@@ -145,6 +154,8 @@ pub enum Response {
     TfSplit(TfSplit),
     /// To [`Request::Status`] (boxed: it is far larger than every other reply).
     Status(Box<StatusReport>),
+    /// To [`Request::DeleteDataset`].
+    DatasetDeleted(DatasetDeleted),
 }
 
 /// What a request gets back: its response, or why it was refused.
@@ -234,6 +245,7 @@ into_request! {
     RegisterTfDataset => RegisterTfDataset;
     DisableCompression => DisableCompression;
     GetStatus => Status;
+    DeleteDataset => DeleteDataset;
 }
 
 into_request! {
@@ -263,4 +275,5 @@ call! {
     DisableCompression => CompressionDecision: CompressionDecision;
     (IterationId, TfGetSplit) => TfSplit: TfSplit;
     GetStatus => Status: Box<StatusReport>;
+    DeleteDataset => DatasetDeleted: DatasetDeleted;
 }

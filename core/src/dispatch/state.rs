@@ -428,6 +428,10 @@ pub struct State {
     /// "nothing changed" instead of being sent the same data again.
     #[serde(default)]
     pub(crate) version: u64,
+    /// DYNAMIC splits handed out by iterations that were garbage-collected since the state
+    /// began, so that the total over every iteration ever created never goes down.
+    #[serde(default)]
+    pub(crate) splits_handed_out_collected: u64,
     /// Job id by name.
     #[serde(skip)]
     pub(crate) jobs_by_name: HashMap<String, JobId>,
@@ -448,6 +452,20 @@ pub struct State {
     /// summed ([`footprint`]). Bounded by `max_dataset_bytes` for new registrations.
     #[serde(skip)]
     pub(crate) dataset_bytes: u64,
+    /// The iterations of each job (jobs without any have no entry).
+    #[serde(skip)]
+    pub(crate) iterations_by_job: HashMap<JobId, BTreeSet<IterationId>>,
+    /// The jobs of each dataset (datasets without any have no entry).
+    #[serde(skip)]
+    pub(crate) jobs_by_dataset: HashMap<String, BTreeSet<JobId>>,
+    /// The iterations in which each worker holds DYNAMIC split leases (workers holding none
+    /// have no entry): what losing or restarting a worker has to look at.
+    #[serde(skip)]
+    pub(crate) leases_by_worker: HashMap<String, BTreeSet<IterationId>>,
+    /// How many tasks of the task map (finished ones included) each worker has (workers
+    /// with none have no entry): a worker is forgotten only when it has none.
+    #[serde(skip)]
+    pub(crate) tasks_per_worker: HashMap<String, u64>,
 }
 
 /// A dataset's fingerprint and size: a hash of its definition and metadata encoded as JSON,
@@ -658,10 +676,27 @@ pub enum Update {
         /// When.
         at: Millis,
     },
-    /// An iteration without clients was collected.
+    /// An iteration without clients was collected: it is freed with its tasks and split
+    /// state (records written before this version meant the same; their replay frees it too).
     GarbageCollectIteration {
         /// Iteration.
         iteration_id: IterationId,
+    },
+    /// A job without iterations was forgotten (its name is free again, its id unknown).
+    RemoveJob {
+        /// Job.
+        job_id: JobId,
+    },
+    /// A dataset was deleted (`DELETE /v1/datasets/{id}`), with the jobs without iterations
+    /// that still named it.
+    DeleteDataset {
+        /// Dataset.
+        dataset_id: String,
+    },
+    /// A lost worker without tasks was forgotten.
+    RemoveWorker {
+        /// Address.
+        address: String,
     },
     /// A get-split call: `acked` leases of the worker are done, `assigned` become its leases;
     /// `advance_to` moves the provider to a new repetition.
@@ -708,6 +743,7 @@ impl PartialEq for State {
             clients,
             tasks,
             incarnation,
+            splits_handed_out_collected,
             // A count of the updates applied, not state: compared by the tests that need it.
             version: _,
             // Derived from the fields above (`State::check_heartbeat_index` checks them).
@@ -717,6 +753,10 @@ impl PartialEq for State {
             heartbeat_index: _,
             datasets_by_fingerprint: _,
             dataset_bytes: _,
+            iterations_by_job: _,
+            jobs_by_dataset: _,
+            leases_by_worker: _,
+            tasks_per_worker: _,
         } = self;
         *next_dataset_id == o.next_dataset_id
             && *next_job_id == o.next_job_id
@@ -731,6 +771,7 @@ impl PartialEq for State {
             && *clients == o.clients
             && *tasks == o.tasks
             && *incarnation == o.incarnation
+            && *splits_handed_out_collected == o.splits_handed_out_collected
     }
 }
 
@@ -806,6 +847,32 @@ impl State {
     pub fn dataset_bytes(&self) -> u64 {
         self.dataset_bytes
     }
+    /// The iterations of a job (derived).
+    pub fn iterations_of_job(&self, job_id: JobId) -> impl Iterator<Item = &Iteration> + '_ {
+        self.iterations_by_job
+            .get(&job_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|i| self.iterations.get(i))
+    }
+    /// Whether a dataset is used by a job with iterations (derived).
+    pub fn dataset_in_use(&self, dataset_id: &str) -> Option<JobId> {
+        self.jobs_by_dataset
+            .get(dataset_id)
+            .into_iter()
+            .flatten()
+            .find(|j| self.iterations_by_job.contains_key(j))
+            .copied()
+    }
+    /// DYNAMIC splits handed out over every iteration the state ever had, collected ones
+    /// included.
+    pub fn splits_handed_out_total(&self) -> u64 {
+        self.iterations
+            .values()
+            .map(Iteration::splits_handed_out)
+            .sum::<u64>()
+            .saturating_add(self.splits_handed_out_collected)
+    }
 }
 
 impl State {
@@ -834,12 +901,28 @@ impl State {
             self.dataset_bytes += bytes;
         }
         self.jobs_by_name = self.jobs.values().map(|j| (j.name.clone(), j.id)).collect();
+        self.jobs_by_dataset.clear();
+        for j in self.jobs.values() {
+            self.jobs_by_dataset.entry(j.dataset_id.clone()).or_default().insert(j.id);
+        }
         self.iterations_by_key.clear();
         self.open_round_robin.clear();
+        self.iterations_by_job.clear();
+        self.leases_by_worker.clear();
+        self.tasks_per_worker.clear();
+        for t in self.tasks.values() {
+            *self.tasks_per_worker.entry(t.worker_address.clone()).or_default() += 1;
+        }
         for it in self.iterations.values() {
             self.iterations_by_key.insert((it.job_name.clone(), it.repetition), it.id);
+            self.iterations_by_job.entry(it.job_id).or_default().insert(it.id);
             if it.num_consumers.is_some() && !it.finished {
                 self.open_round_robin.insert(it.id);
+            }
+            for (worker, held) in it.splits.iter().flat_map(|s| &s.leases) {
+                if !held.is_empty() {
+                    self.leases_by_worker.entry(worker.clone()).or_default().insert(it.id);
+                }
             }
         }
     }
@@ -868,6 +951,21 @@ impl State {
         }
         if rebuilt.datasets_by_fingerprint != self.datasets_by_fingerprint {
             return Err(IndexDrift("datasets by fingerprint differ from a rebuild".into()));
+        }
+        if rebuilt.iterations_by_job != self.iterations_by_job {
+            return Err(IndexDrift("iterations by job differ from a rebuild".into()));
+        }
+        if rebuilt.jobs_by_dataset != self.jobs_by_dataset {
+            return Err(IndexDrift("jobs by dataset differ from a rebuild".into()));
+        }
+        if rebuilt.tasks_per_worker != self.tasks_per_worker {
+            return Err(IndexDrift("tasks per worker differ from a rebuild".into()));
+        }
+        if rebuilt.leases_by_worker != self.leases_by_worker {
+            return Err(IndexDrift(format!(
+                "iterations with leases by worker {:?}, rebuilt {:?}",
+                self.leases_by_worker, rebuilt.leases_by_worker
+            )));
         }
         if rebuilt.dataset_bytes != self.dataset_bytes {
             return Err(IndexDrift(format!(
@@ -944,9 +1042,152 @@ impl State {
     fn release_leases(&mut self, iteration_id: IterationId, worker: &str, requeue: bool) {
         if let Some(s) = self.iterations.get_mut(&iteration_id).and_then(|i| i.splits.as_mut())
             && let Some(leased) = s.leases.remove(worker)
-            && requeue
         {
-            s.requeue.extend(leased);
+            if requeue {
+                s.requeue.extend(leased);
+            }
+            self.unindex_leases(worker, iteration_id);
+        }
+    }
+
+    /// Hands the splits `worker` holds in every iteration out again: only the iterations
+    /// where it holds some are looked at.
+    fn release_all_leases(&mut self, worker: &str) {
+        let Some(iterations) = self.leases_by_worker.remove(worker) else { return };
+        for it in iterations {
+            self.release_leases(it, worker, true);
+        }
+    }
+
+    /// `worker` holds no more leases in `iteration_id`.
+    fn unindex_leases(&mut self, worker: &str, iteration_id: IterationId) {
+        if let Some(its) = self.leases_by_worker.get_mut(worker) {
+            its.remove(&iteration_id);
+            if its.is_empty() {
+                self.leases_by_worker.remove(worker);
+            }
+        }
+    }
+
+    /// Adds `task` to the open tasks of the worker at `address` (and to its heartbeat-index
+    /// entry, one task at a time: never a copy of the whole list).
+    fn worker_add_task(&mut self, address: &str, task: TaskId) {
+        if let Some(w) = self.workers.get_mut(address)
+            && w.tasks.insert(task)
+        {
+            self.heartbeat_index.add_task(address, task);
+        }
+    }
+
+    /// Removes `task` from the open tasks of the worker at `address`.
+    fn worker_remove_task(&mut self, address: &str, task: TaskId) {
+        if let Some(w) = self.workers.get_mut(address)
+            && w.tasks.remove(&task)
+        {
+            self.heartbeat_index.remove_task(address, task);
+        }
+    }
+
+    /// Frees a collected iteration and everything that is only its: its tasks (from the task
+    /// map, their workers and the heartbeat index), its split state (leases, resume plan), its
+    /// key and its place among its job's iterations. The client count is zero (only idle
+    /// iterations are collected), so no client refers to it.
+    fn collect_iteration(&mut self, id: IterationId) {
+        self.open_round_robin.remove(&id);
+        let Some(it) = self.iterations.remove(&id) else { return };
+        for t in it.tasks.iter().copied().chain(it.pending.iter().map(|p| p.task_id)) {
+            if let Some(task) = self.remove_task(t) {
+                self.worker_remove_task(&task.worker_address, t);
+            }
+        }
+        if let Some(s) = &it.splits {
+            for worker in s.leases.keys() {
+                self.unindex_leases(worker, id);
+            }
+        }
+        self.splits_handed_out_collected =
+            self.splits_handed_out_collected.saturating_add(it.splits_handed_out());
+        let key = (it.job_name, it.repetition);
+        if self.iterations_by_key.get(&key) == Some(&id) {
+            self.iterations_by_key.remove(&key);
+        }
+        if let Some(its) = self.iterations_by_job.get_mut(&it.job_id) {
+            its.remove(&id);
+            if its.is_empty() {
+                self.iterations_by_job.remove(&it.job_id);
+            }
+        }
+    }
+
+    /// Forgets a job that has no iteration left (a job with iterations stays).
+    fn remove_job(&mut self, job_id: JobId) {
+        if self.iterations_by_job.contains_key(&job_id) {
+            return;
+        }
+        let Some(job) = self.jobs.remove(&job_id) else { return };
+        if self.jobs_by_name.get(&job.name) == Some(&job_id) {
+            self.jobs_by_name.remove(&job.name);
+        }
+        if let Some(jobs) = self.jobs_by_dataset.get_mut(&job.dataset_id) {
+            jobs.remove(&job_id);
+            if jobs.is_empty() {
+                self.jobs_by_dataset.remove(&job.dataset_id);
+            }
+        }
+    }
+
+    /// Forgets a dataset: its bytes leave the `max_dataset_bytes` budget and its fingerprint
+    /// the deduplication index.
+    fn remove_dataset(&mut self, dataset_id: &str) {
+        let Some(old) = self.datasets.remove(dataset_id) else { return };
+        let (fingerprint, bytes) = footprint(&old.spec, &old.metadata);
+        if let Some(ids) = self.datasets_by_fingerprint.get_mut(&fingerprint) {
+            ids.remove(dataset_id);
+            if ids.is_empty() {
+                self.datasets_by_fingerprint.remove(&fingerprint);
+            }
+        }
+        self.dataset_bytes = self.dataset_bytes.saturating_sub(bytes);
+    }
+
+    /// Adds a task to the task map.
+    fn insert_task(&mut self, task: Task) {
+        let worker = task.worker_address.clone();
+        if self.tasks.insert(task.id, task).is_none() {
+            *self.tasks_per_worker.entry(worker).or_default() += 1;
+        }
+    }
+
+    /// Removes a task from the task map (not from its worker's open tasks).
+    fn remove_task(&mut self, task_id: TaskId) -> Option<Task> {
+        let task = self.tasks.remove(&task_id)?;
+        if let Some(n) = self.tasks_per_worker.get_mut(&task.worker_address) {
+            *n -= 1;
+            if *n == 0 {
+                self.tasks_per_worker.remove(&task.worker_address);
+            }
+        }
+        Some(task)
+    }
+
+    /// Whether the worker at `address` is lost and no task (finished or not) names it: then
+    /// it can be forgotten, and if it comes back it registers as new.
+    pub fn worker_forgettable(&self, address: &str) -> bool {
+        self.workers.get(address).is_some_and(|w| !w.alive && w.tasks.is_empty())
+            && !self.tasks_per_worker.contains_key(address)
+    }
+
+    /// Forgets a lost worker that no task names (any other worker stays).
+    fn remove_worker(&mut self, address: &str) {
+        if !self.worker_forgettable(address) {
+            return;
+        }
+        self.workers.remove(address);
+        self.heartbeat_index.remove(address);
+        if let Some(its) = self.leases_by_worker.remove(address) {
+            for it in its {
+                self.release_leases(it, address, true);
+            }
         }
     }
 }
@@ -1040,9 +1281,7 @@ pub fn apply(state: &mut State, update: &Update) {
             if restarted.is_none() {
                 return;
             }
-            for it in state.iterations.keys().copied().collect::<Vec<_>>() {
-                state.release_leases(it, address, true);
-            }
+            state.release_all_leases(address);
         }
         Update::WorkerLost { address } => {
             let Some(tasks) = state.update_worker(address, |w| {
@@ -1058,9 +1297,7 @@ pub fn apply(state: &mut State, update: &Update) {
                     iterations.insert(task.iteration_id);
                 }
             }
-            for it in state.iterations.keys().copied().collect::<Vec<_>>() {
-                state.release_leases(it, address, true);
-            }
+            state.release_all_leases(address);
             for it in iterations {
                 state.recompute_finished(it);
             }
@@ -1087,13 +1324,14 @@ pub fn apply(state: &mut State, update: &Update) {
                 } else {
                     // Its iteration finished while the worker was away: the task is over.
                     task.finished = true;
-                    state.update_worker(address, |w| w.tasks.remove(&t));
+                    state.worker_remove_task(address, t);
                 }
             }
         }
         Update::CreateJob { job } => {
             bump(&mut state.next_job_id, job.id.0);
             state.jobs_by_name.insert(job.name.clone(), job.id);
+            state.jobs_by_dataset.entry(job.dataset_id.clone()).or_default().insert(job.id);
             state.jobs.insert(job.id, job.clone());
         }
         Update::CreateIteration {
@@ -1109,6 +1347,7 @@ pub fn apply(state: &mut State, update: &Update) {
             let job_name = job.map(|j| j.name.clone()).unwrap_or_default();
             let num_consumers = job.and_then(|j| j.num_consumers);
             state.iterations_by_key.insert((job_name.clone(), *repetition), *iteration_id);
+            state.iterations_by_job.entry(*job_id).or_default().insert(*iteration_id);
             if num_consumers.is_some() {
                 state.open_round_robin.insert(*iteration_id);
             }
@@ -1141,8 +1380,8 @@ pub fn apply(state: &mut State, update: &Update) {
             if let Some(it) = state.iterations.get_mut(&task.iteration_id) {
                 it.tasks.push(task.id);
             }
-            state.update_worker(&task.worker_address, |w| w.tasks.insert(task.id));
-            state.tasks.insert(task.id, task.clone());
+            state.worker_add_task(&task.worker_address, task.id);
+            state.insert_task(task.clone());
         }
         Update::CreatePendingTask { task } => {
             bump(&mut state.next_task_id, task.id.0);
@@ -1155,8 +1394,8 @@ pub fn apply(state: &mut State, update: &Update) {
                     failures: 0,
                 });
             }
-            state.update_worker(&task.worker_address, |w| w.tasks.insert(task.id));
-            state.tasks.insert(task.id, task.clone());
+            state.worker_add_task(&task.worker_address, task.id);
+            state.insert_task(task.clone());
         }
         Update::ConsumerRound {
             iteration_id,
@@ -1190,18 +1429,18 @@ pub fn apply(state: &mut State, update: &Update) {
             }
         }
         Update::RemoveTask { task_id } => {
-            let Some(task) = state.tasks.remove(task_id) else { return };
+            let Some(task) = state.remove_task(*task_id) else { return };
             if let Some(it) = state.iterations.get_mut(&task.iteration_id) {
                 it.tasks.retain(|t| t != task_id);
                 it.pending.retain(|p| p.task_id != *task_id);
             }
-            state.update_worker(&task.worker_address, |w| w.tasks.remove(task_id));
+            state.worker_remove_task(&task.worker_address, *task_id);
         }
         Update::FinishTask { task_id } => {
             let Some(task) = state.tasks.get_mut(task_id) else { return };
             task.finished = true;
             let (iteration_id, worker) = (task.iteration_id, task.worker_address.clone());
-            state.update_worker(&worker, |w| w.tasks.remove(task_id));
+            state.worker_remove_task(&worker, *task_id);
             state.release_leases(iteration_id, &worker, false);
             state.recompute_finished(iteration_id);
         }
@@ -1225,27 +1464,29 @@ pub fn apply(state: &mut State, update: &Update) {
             }
         }
         Update::GarbageCollectIteration { iteration_id } => {
-            state.open_round_robin.remove(iteration_id);
-            let Some(it) = state.iterations.get_mut(iteration_id) else { return };
-            it.finished = true;
-            it.garbage_collected = true;
-            let tasks = it.tasks.clone();
-            for t in tasks {
-                if let Some(task) = state.tasks.get_mut(&t) {
-                    task.finished = true;
-                    let address = &task.worker_address;
-                    if let Some(w) = state.workers.get_mut(address) {
-                        w.tasks.remove(&t);
-                        state.heartbeat_index.sync(address, w);
-                    }
-                }
-            }
+            // Journals written before collection freed things meant "mark it collected";
+            // replayed now, their records free it as well, which is what they stood for.
+            state.collect_iteration(*iteration_id);
         }
+        Update::RemoveJob { job_id } => state.remove_job(*job_id),
+        Update::DeleteDataset { dataset_id } => {
+            let jobs: Vec<JobId> = state
+                .jobs_by_dataset
+                .get(dataset_id)
+                .map(|j| j.iter().copied().collect())
+                .unwrap_or_default();
+            for job_id in jobs {
+                state.remove_job(job_id);
+            }
+            state.remove_dataset(dataset_id);
+        }
+        Update::RemoveWorker { address } => state.remove_worker(address),
         Update::ProduceSplits { iteration_id, worker_address, acked, assigned, advance_to } => {
             let Some(s) = state.iterations.get_mut(iteration_id).and_then(|i| i.splits.as_mut())
             else {
                 return;
             };
+            let held_before = s.leases.contains_key(worker_address);
             // One lookup of the worker's leases; the Vec is reused in place.
             match s.leases.get_mut(worker_address) {
                 Some(held) => {
@@ -1280,6 +1521,17 @@ pub fn apply(state: &mut State, update: &Update) {
                 s.repetition = *r;
                 s.next_index = 0;
             }
+            match (held_before, s.leases.contains_key(worker_address)) {
+                (false, true) => {
+                    state
+                        .leases_by_worker
+                        .entry(worker_address.clone())
+                        .or_default()
+                        .insert(*iteration_id);
+                }
+                (true, false) => state.unindex_leases(worker_address, *iteration_id),
+                _ => {}
+            }
             state.recompute_finished(*iteration_id);
         }
         Update::Started { incarnation } => {
@@ -1288,6 +1540,12 @@ pub fn apply(state: &mut State, update: &Update) {
         Update::Snapshot { state: snap } => {
             *state = (**snap).clone();
             state.reindex();
+            // Snapshots written before collection freed things hold collected iterations.
+            let collected: Vec<IterationId> =
+                state.iterations.values().filter(|i| i.garbage_collected).map(|i| i.id).collect();
+            for id in collected {
+                state.collect_iteration(id);
+            }
         }
     }
 }

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::state::{Iteration, SplitState, State, TfSplitCursor};
+use super::state::{SplitState, State, TfSplitCursor};
 use super::tensorflow::DatasetSpec;
 use super::types::{ClientId, IterationId, JobId, Millis, ShardingPolicy, TaskId};
 use crate::dataset::{DatasetDef, SourceDef, TransformDef};
@@ -60,7 +60,7 @@ pub struct StatusTotals {
     pub datasets: u64,
     /// Jobs.
     pub jobs: u64,
-    /// Iterations (garbage-collected ones included).
+    /// Iterations (garbage-collected ones are freed and not counted).
     pub iterations: u64,
     /// Iterations that are not finished.
     pub iterations_open: u64,
@@ -68,7 +68,7 @@ pub struct StatusTotals {
     pub clients: u64,
     /// Tasks.
     pub tasks: u64,
-    /// DYNAMIC splits handed out, over every iteration.
+    /// DYNAMIC splits handed out, over every iteration ever created (collected ones too).
     pub splits_handed_out: u64,
 }
 
@@ -368,7 +368,7 @@ pub(crate) fn report(
         iterations_open: state.iterations.values().filter(|i| !i.finished).count() as u64,
         clients: state.clients.len() as u64,
         tasks: state.tasks.len() as u64,
-        splits_handed_out: state.iterations.values().map(Iteration::splits_handed_out).sum(),
+        splits_handed_out: state.splits_handed_out_total(),
     };
     StatusReport {
         incarnation: state.incarnation.clone(),

@@ -671,6 +671,18 @@ pub struct JobInfo {
     pub iterations: Vec<IterationInfo>,
 }
 
+/// `DELETE /v1/datasets/{dataset_id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DatasetDeleted {
+    /// The deleted dataset's id.
+    pub dataset_id: String,
+    /// Bytes of `max_dataset_bytes` this freed.
+    pub freed_bytes: u64,
+    /// Incarnation.
+    pub incarnation: String,
+}
+
 /// `DELETE /v1/clients/{client_id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
