@@ -381,6 +381,7 @@ fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, DriverHandle, MemoryJ
         compact_at_bytes: 64 << 20,
         cluster: None,
         kube: Default::default(),
+        max_resolve_tasks: shardwise_core::cluster::slurm::DEFAULT_MAX_TASKS,
         routes: Arc::new(RouteMetrics::for_document(&api_router().1)),
         pusher: Default::default(),
     };

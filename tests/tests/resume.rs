@@ -377,3 +377,37 @@ fn resume_with_a_worker_killed_during_the_resumed_read() {
     let lost = workers["workers"].as_array().unwrap().iter().filter(|w| w["alive"] == false);
     assert_eq!(lost.count(), 1, "{workers}");
 }
+
+/// A resumed iteration of a job whose `split_size` is past the source's end (up to
+/// `u64::MAX`) hands out valid splits: `range(10)` resumed from `done: [0, 5)` reads exactly
+/// 5..10 (the plan once wrapped `start + size` around to a split `{5, 4}` the worker refused,
+/// and the read never ended).
+#[test]
+fn resume_with_a_huge_split_size_reads_the_rest() {
+    let d = Dispatcher::start(&[]);
+    let _worker = Worker::start(&d.url, WORKER);
+    await_workers(&d, 1);
+    let ds = DatasetDef::from_json(&json!({"source": {"range": {"stop": 10}}})).unwrap();
+    for split_size in [u64::MAX, u64::MAX - 3, 1 << 63] {
+        let position: ReadPosition = serde_json::from_value(json!({
+            "dataset_id": "huge-split", "repetition": 0, "done": [{"start": 0, "stop": 5}], "partial": []
+        }))
+        .unwrap();
+        let got = runtime().block_on(async {
+            let opts = DistributeOptions {
+                split_size: Some(split_size),
+                dataset_id: Some("huge-split".into()),
+                unknown_task_timeout: Duration::from_secs(10),
+                ..options(Some(position))
+            };
+            let mut stream = distribute(&d.url, ds.clone(), opts);
+            let mut got = Vec::new();
+            while let Some(x) = next_int(&mut stream).await {
+                got.push(x);
+                assert!(got.len() <= 10, "more elements than the range has: {got:?}");
+            }
+            got
+        });
+        assert_eq!(got, (5..10).collect::<Vec<_>>(), "split_size {split_size}");
+    }
+}

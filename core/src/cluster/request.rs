@@ -104,6 +104,10 @@ pub struct HostInputs {
     pub env: BTreeMap<String, String>,
     /// GPUs found on the host (e.g. by `nvidia-smi`), for Slurm without `gpus_per_node`.
     pub detected_gpus: Option<u32>,
+    /// The most tasks a Slurm step may expand to (`None`:
+    /// [`DEFAULT_MAX_TASKS`](super::slurm::DEFAULT_MAX_TASKS)); the operator's
+    /// `--max-resolve-tasks`.
+    pub max_tasks: Option<usize>,
 }
 
 /// A built resolver of any kind.
@@ -294,7 +298,13 @@ impl ResolverSpec {
                 Resolver::Kubernetes(r)
             }
             ResolverSpec::Slurm(s) => {
-                Resolver::Slurm(SlurmResolver::new(s, &host.env, host.detected_gpus)?)
+                let max = host.max_tasks.unwrap_or(super::slurm::DEFAULT_MAX_TASKS);
+                Resolver::Slurm(SlurmResolver::with_max_tasks(
+                    s,
+                    &host.env,
+                    host.detected_gpus,
+                    max,
+                )?)
             }
             ResolverSpec::Union(members) => {
                 let built = members

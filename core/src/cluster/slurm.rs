@@ -56,7 +56,7 @@
 //! - **Ports are checked.** `port_base` must be at least 1 and `port_base + tasks per node - 1`
 //!   at most 65535; TensorFlow prints whatever number it computes.
 //! - **Bounded expansion.** A hostlist or tasks-per-node list that expands to more than
-//!   [`EXPANSION_LIMIT`] entries, a step with more than [`EXPANSION_LIMIT`] tasks, or names
+//!   [`DEFAULT_MAX_TASKS`] entries (or the caller's bound), a step with more tasks than that, or names
 //!   and GPU lists that would take more than [`EXPANSION_BYTES_LIMIT`] bytes are refused with an
 //!   `InvalidArgument` (no TensorFlow class) instead of being allocated; so are numbers beyond
 //!   `i64` in a hostlist, beyond `u32` in a tasks-per-node list, and a `SLURM_PROCID` or
@@ -83,8 +83,13 @@ use super::spec::{ClusterSpec, TaskIndex, Tasks};
 use crate::pyrepr::{python_int, repr_str};
 
 /// The most entries a hostlist or tasks-per-node list may expand to, and the most tasks a step
-/// may have.
-pub const EXPANSION_LIMIT: usize = 1_000_000;
+/// may have, unless the caller sets its own bound ([`SlurmResolver::with_max_tasks`]; the
+/// dispatcher's and `shardwise resolve`'s `--max-resolve-tasks`). A 200-byte request naming a
+/// million tasks would otherwise build a reply of tens of megabytes.
+pub const DEFAULT_MAX_TASKS: usize = 100_000;
+
+/// What an expansion bound error tells the caller to do about it.
+const RAISE_IT: &str = "raise the bound with --max-resolve-tasks for a larger cluster";
 
 /// The most bytes the expanded host names (and, for a step, its addresses and GPU lists
 /// together) may take.
@@ -155,18 +160,25 @@ enum Failure {
 }
 
 /// Running totals of an expansion, checked before anything is allocated.
-#[derive(Default)]
 struct Budget {
     entries: u64,
     bytes: u64,
+    max_entries: u64,
 }
 
 impl Budget {
+    fn new(max_entries: usize) -> Budget {
+        Budget { entries: 0, bytes: 0, max_entries: len_u64(max_entries) }
+    }
+
+    /// Counts `entries` names of `bytes_each` bytes before any is built: a range such as
+    /// `[0000000-0999999]` is refused from its bounds alone.
     fn reserve(&mut self, entries: u64, bytes_each: u64) -> Result<(), Failure> {
-        let total = self.entries.checked_add(entries).filter(|&n| n <= EXPANSION_LIMIT as u64);
+        let max = self.max_entries;
+        let total = self.entries.checked_add(entries).filter(|&n| n <= max);
         let Some(total) = total else {
             return Err(Failure::Limit(format!(
-                "it expands to more than {EXPANSION_LIMIT} entries"
+                "it expands to more than {max} entries (the bound on resolved tasks; {RAISE_IT})"
             )));
         };
         let bytes = entries
@@ -204,10 +216,18 @@ fn decimal_len(n: u64) -> u64 {
 /// # Errors
 ///
 /// A malformed hostlist is an `InvalidArgument` with TensorFlow's `ValueError` text, e.g.
-/// `Invalid hostlist format "n[1-2": Invalid part: n[1-2`. More than [`EXPANSION_LIMIT`] names,
-/// more than [`EXPANSION_BYTES_LIMIT`] bytes of names, or a number beyond `i64` is an
+/// `Invalid hostlist format "n[1-2": Invalid part: n[1-2`. More than [`DEFAULT_MAX_TASKS`]
+/// names, more than [`EXPANSION_BYTES_LIMIT`] bytes of names, or a number beyond `i64` is an
 /// `InvalidArgument` without a TensorFlow class.
 pub fn expand_hostlist(hostlist: &str) -> Result<Vec<String>, ClusterError> {
+    expand_hostlist_within(hostlist, DEFAULT_MAX_TASKS)
+}
+
+/// [`expand_hostlist`] with at most `max_names` names.
+pub fn expand_hostlist_within(
+    hostlist: &str,
+    max_names: usize,
+) -> Result<Vec<String>, ClusterError> {
     let fail = |failure: Failure| match failure {
         Failure::Tf(inner) => ClusterError::invalid(
             TfException::ValueError,
@@ -218,7 +238,7 @@ pub fn expand_hostlist(hostlist: &str) -> Result<Vec<String>, ClusterError> {
         }
     };
     let mut hosts = Vec::new();
-    let mut budget = Budget::default();
+    let mut budget = Budget::new(max_names);
     let mut in_brackets = false;
     let mut start = 0;
     for (i, c) in hostlist.char_indices() {
@@ -327,8 +347,18 @@ fn is_ascii_digits(s: &str) -> bool {
 ///
 /// A malformed list is an `InvalidArgument` with TensorFlow's `ValueError` text, whose inner
 /// message is empty: `Invalid tasks-per-node list format "x": `. A count beyond `u32`, or more
-/// than [`EXPANSION_LIMIT`] entries in all, is an `InvalidArgument` without a TensorFlow class.
+/// than [`DEFAULT_MAX_TASKS`] entries in all, is an `InvalidArgument` without a TensorFlow
+/// class.
 pub fn expand_tasks_per_node(tasks_per_node: &str) -> Result<Vec<u32>, ClusterError> {
+    expand_tasks_per_node_within(tasks_per_node, DEFAULT_MAX_TASKS)
+}
+
+/// [`expand_tasks_per_node`] with at most `max_entries` entries (counted before any is
+/// built: `1(x1000000)` is refused from its repetition alone).
+pub fn expand_tasks_per_node_within(
+    tasks_per_node: &str,
+    max_entries: usize,
+) -> Result<Vec<u32>, ClusterError> {
     let invalid = || {
         ClusterError::invalid(
             TfException::ValueError,
@@ -362,9 +392,14 @@ pub fn expand_tasks_per_node(tasks_per_node: &str) -> Result<Vec<u32>, ClusterEr
         };
         let total = len_u64(out.len())
             .checked_add(repeat)
-            .filter(|&n| n <= EXPANSION_LIMIT as u64)
+            .filter(|&n| n <= len_u64(max_entries))
             .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| refused(format!("it expands to more than {EXPANSION_LIMIT} entries")))?;
+            .ok_or_else(|| {
+                refused(format!(
+                    "it expands to more than {max_entries} entries (the bound on resolved \
+                     tasks; {RAISE_IT})"
+                ))
+            })?;
         out.resize(total, count);
     }
     Ok(out)
@@ -447,6 +482,18 @@ impl SlurmResolver {
         process_env: &BTreeMap<String, String>,
         detected_gpus: Option<u32>,
     ) -> Result<SlurmResolver, ClusterError> {
+        SlurmResolver::with_max_tasks(config, process_env, detected_gpus, DEFAULT_MAX_TASKS)
+    }
+
+    /// [`SlurmResolver::new`] for steps of at most `max_tasks` tasks (and hostlists and
+    /// tasks-per-node lists of at most that many entries): more is refused, naming the bound,
+    /// before the hosts, addresses or GPU lists are built.
+    pub fn with_max_tasks(
+        config: SlurmConfig,
+        process_env: &BTreeMap<String, String>,
+        detected_gpus: Option<u32>,
+        max_tasks: usize,
+    ) -> Result<SlurmResolver, ClusterError> {
         let SlurmConfig {
             env,
             jobs,
@@ -478,13 +525,18 @@ impl SlurmResolver {
         // 3. The task configuration.
         let task_configuration: BTreeMap<String, u32> = match tasks_per_node {
             None => {
-                let hosts = expand_hostlist(slurm_var(env, "SLURM_STEP_NODELIST")?)?;
-                let counts = expand_tasks_per_node(slurm_var(env, "SLURM_STEP_TASKS_PER_NODE")?)?;
+                let hosts =
+                    expand_hostlist_within(slurm_var(env, "SLURM_STEP_NODELIST")?, max_tasks)?;
+                let counts = expand_tasks_per_node_within(
+                    slurm_var(env, "SLURM_STEP_TASKS_PER_NODE")?,
+                    max_tasks,
+                )?;
                 hosts.into_iter().zip(counts).collect()
             }
             Some(TasksPerNode::PerHost(map)) => map,
             Some(TasksPerNode::Uniform(n)) => {
-                let hosts = expand_hostlist(slurm_var(env, "SLURM_STEP_NODELIST")?)?;
+                let hosts =
+                    expand_hostlist_within(slurm_var(env, "SLURM_STEP_NODELIST")?, max_tasks)?;
                 hosts.into_iter().map(|host| (host, n)).collect()
             }
         };
@@ -552,9 +604,9 @@ impl SlurmResolver {
             }
         }
         let num_tasks =
-            usize::try_from(num_tasks).ok().filter(|&n| n <= EXPANSION_LIMIT).ok_or_else(|| {
+            usize::try_from(num_tasks).ok().filter(|&n| n <= max_tasks).ok_or_else(|| {
                 ClusterError::invalid_input(format!(
-                    "the step has {num_tasks} tasks; at most {EXPANSION_LIMIT} are supported"
+                    "the step has {num_tasks} tasks; at most {max_tasks} are resolved ({RAISE_IT})"
                 ))
             })?;
         let too_large = || {
@@ -1021,7 +1073,7 @@ mod tests {
             let err = expand_hostlist(list).unwrap_err();
             assert_eq!(err.code(), "INVALID_ARGUMENT");
             assert_eq!(err.tf_exception(), None, "{list}");
-            assert!(err.detail().contains("more than 1000000"), "{}", err.detail());
+            assert!(err.detail().contains("more than 100000 entries"), "{}", err.detail());
         }
         let err = expand_hostlist("n[99999999999999999999]").unwrap_err();
         assert_eq!(err.tf_exception(), None);
@@ -1033,7 +1085,11 @@ mod tests {
         let wide = format!("n[{}1-99999]", " ".repeat(1000));
         assert!(expand_hostlist(&wide).unwrap_err().detail().contains("bytes"));
         // Exactly at the limit is fine.
-        assert_eq!(expand_hostlist("n[1-1000000]").unwrap().len(), EXPANSION_LIMIT);
+        assert_eq!(expand_hostlist("n[1-100000]").unwrap().len(), DEFAULT_MAX_TASKS);
+        let e = expand_hostlist("n[0000000-0999999]").unwrap_err().detail().to_owned();
+        assert!(e.contains("more than 100000 entries") && e.contains("--max-resolve-tasks"), "{e}");
+        assert_eq!(expand_hostlist_within("n[1-1000000]", 1_000_000).unwrap().len(), 1_000_000);
+        assert!(expand_hostlist_within("n[1-11]", 10).is_err());
     }
 
     #[test]
@@ -1052,7 +1108,11 @@ mod tests {
             assert_eq!(err.tf_exception(), None, "{huge}");
             assert_eq!(err.code(), "INVALID_ARGUMENT");
         }
-        assert_eq!(expand_tasks_per_node("1(x1000000)").unwrap().len(), EXPANSION_LIMIT);
+        assert_eq!(expand_tasks_per_node("1(x100000)").unwrap().len(), DEFAULT_MAX_TASKS);
+        let e = expand_tasks_per_node("1(x1000000)").unwrap_err().detail().to_owned();
+        assert!(e.contains("more than 100000 entries") && e.contains("--max-resolve-tasks"), "{e}");
+        assert_eq!(expand_tasks_per_node_within("1(x3),2", 4).unwrap(), [1, 1, 1, 2]);
+        assert!(expand_tasks_per_node_within("1(x3),2", 3).is_err());
     }
 
     // --- Resolver behaviour -------------------------------------------------------------------
@@ -1340,7 +1400,7 @@ mod tests {
                    "port_base": 1}),
         )
         .unwrap_err();
-        assert!(err.detail().contains("at most 1000000"), "{}", err.detail());
+        assert!(err.detail().contains("at most 100000 are resolved"), "{}", err.detail());
         let err = resolve(
             &vars,
             json!({"jobs": {"w": 1000}, "tasks_per_node": 1, "gpus_per_node": 4000000000_u32}),
@@ -1426,7 +1486,7 @@ mod tests {
                 prop_assert_eq!(e.code(), "INVALID_ARGUMENT");
             }
             if let Ok(counts) = expand_tasks_per_node(&s) {
-                prop_assert!(counts.len() <= EXPANSION_LIMIT);
+                prop_assert!(counts.len() <= DEFAULT_MAX_TASKS);
             }
         }
 

@@ -129,6 +129,51 @@ pub fn check_plausible(addr: &str) -> Result<(), AddressError> {
     Ok(())
 }
 
+/// The most tags a worker may register with.
+pub const MAX_WORKER_TAGS: usize = 64;
+
+/// The longest worker tag, in bytes.
+pub const MAX_TAG_LEN: usize = 255;
+
+/// Why a worker's tags were refused ([`check_worker_tags`]). Each message names the bound and
+/// quotes at most a short prefix of the tag (see [`echo`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TagError {
+    /// More than [`MAX_WORKER_TAGS`] tags (how many).
+    #[error("worker tags: {0} tags, more than the {MAX_WORKER_TAGS} a worker may have")]
+    TooMany(usize),
+    /// A tag longer than [`MAX_TAG_LEN`] bytes (quoted).
+    #[error("worker tag {0} is longer than {MAX_TAG_LEN} bytes")]
+    TooLong(String),
+    /// A tag holding a control character (quoted).
+    #[error(
+        "worker tag {0} holds a control character (U+0000 to U+001F or U+007F to U+009F); \
+         tags are printable text"
+    )]
+    Unprintable(String),
+}
+
+/// Checks a worker's tags where they enter (REST and gRPC worker heartbeats): at most
+/// [`MAX_WORKER_TAGS`] tags, each at most [`MAX_TAG_LEN`] bytes of printable text: any
+/// Unicode character but the control characters (U+0000 to U+001F, U+007F to U+009F, so no
+/// newline, tab or NUL). Tags are copied into every client heartbeat of every iteration the
+/// worker serves, so they are bounded like addresses. An empty tag is left to the dispatcher,
+/// which refuses it with TensorFlow's message.
+pub fn check_worker_tags(tags: &[String]) -> Result<(), TagError> {
+    if tags.len() > MAX_WORKER_TAGS {
+        return Err(TagError::TooMany(tags.len()));
+    }
+    for tag in tags {
+        if tag.len() > MAX_TAG_LEN {
+            return Err(TagError::TooLong(echo(tag)));
+        }
+        if tag.chars().any(char::is_control) {
+            return Err(TagError::Unprintable(echo(tag)));
+        }
+    }
+    Ok(())
+}
+
 fn check(addr: &str, list_entry: bool) -> Result<(), Malformed> {
     if addr.is_empty() {
         return Err(Malformed::Empty);
@@ -205,6 +250,24 @@ fn is_placeholder(port: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tags_are_bounded_in_count_length_and_charset() {
+        let tags = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(check_worker_tags(&[]), Ok(()));
+        assert_eq!(check_worker_tags(&tags(&["COLOCATED", "zone a", "gpu-ü", ""])), Ok(()));
+        assert_eq!(check_worker_tags(&vec!["t".to_owned(); MAX_WORKER_TAGS]), Ok(()));
+        let e = check_worker_tags(&vec!["t".to_owned(); MAX_WORKER_TAGS + 1]).unwrap_err();
+        assert_eq!(e, TagError::TooMany(MAX_WORKER_TAGS + 1));
+        assert!(e.to_string().contains("64"), "{e}");
+        assert_eq!(check_worker_tags(&["x".repeat(MAX_TAG_LEN)]), Ok(()));
+        let e = check_worker_tags(&["x".repeat(MAX_TAG_LEN + 1)]).unwrap_err().to_string();
+        assert!(e.contains("longer than 255 bytes") && e.len() < 200, "{e}");
+        for bad in ["a\nb", "a\0b", "\t", "x\u{7f}", "x\u{85}"] {
+            let e = check_worker_tags(&tags(&["ok", bad])).unwrap_err();
+            assert!(matches!(e, TagError::Unprintable(_)), "{bad:?}: {e}");
+        }
+    }
 
     #[test]
     fn addresses_that_are_host_port() {

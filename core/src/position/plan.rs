@@ -103,7 +103,8 @@ impl ResumePlan {
                     p.split.start, p.split.stop, p.consumed
                 )));
             } else if p.consumed > 0 {
-                consumed.push((p.split.start, p.split.start + p.consumed));
+                // consumed <= len, so this stays inside the split; saturate all the same.
+                consumed.push((p.split.start, p.split.start.saturating_add(p.consumed)));
             }
         }
         let consumed = merge(consumed);
@@ -133,8 +134,9 @@ impl ResumePlan {
                 }
                 skip_iter.next();
                 plan.push(from, f, size, 0);
-                plan.push(f, f + 1, 1, k);
-                from = f + 1;
+                // f < start <= n, so f + 1 cannot pass the source's end.
+                plan.push(f, f.saturating_add(1), 1, k);
+                from = f.saturating_add(1);
             }
             plan.push(from, start, size, 0);
             at = at.max(stop);
@@ -146,9 +148,11 @@ impl ResumePlan {
         if start >= stop {
             return;
         }
-        let count = (stop - start).div_ceil(size);
+        let count = (stop - start).div_ceil(size.max(1));
         self.runs.push(PlanRun { start, stop, size, skip, first: self.total });
-        self.total += count;
+        // The runs are disjoint ranges of at most u64::MAX positions with at least one
+        // position per split: the total cannot overflow, but saturate rather than wrap.
+        self.total = self.total.saturating_add(count);
     }
 
     /// How many splits are left.
@@ -163,8 +167,14 @@ impl ResumePlan {
         }
         let i = self.runs.partition_point(|r| r.first <= index) - 1;
         let run = self.runs[i];
-        let start = run.start + (index - run.first) * run.size;
-        Some(SplitPositions { start, stop: (start + run.size).min(run.stop), skip: run.skip })
+        // A split size may be as large as u64::MAX (a job asking for one split per pass):
+        // every sum here saturates, so a split never ends before it starts.
+        let start = run.start.saturating_add((index - run.first).saturating_mul(run.size));
+        if start >= run.stop {
+            return None;
+        }
+        let stop = start.saturating_add(run.size).min(run.stop);
+        Some(SplitPositions { start, stop, skip: run.skip })
     }
 }
 
@@ -276,6 +286,30 @@ mod tests {
             ..ReadPosition::default()
         };
         assert!(err(many).contains("at most"));
+    }
+
+    #[test]
+    fn a_huge_split_size_resumes_to_valid_splits() {
+        // A split size past the source's end (up to u64::MAX) once wrapped `start + size`
+        // around to a split {5, 4}; every split must be a non-empty range inside the source.
+        let s = source(r#"{"range": {"stop": 10}}"#);
+        for size in [10, 11, u64::MAX / 2, u64::MAX - 5, u64::MAX - 1, u64::MAX] {
+            let plan = ResumePlan::new(&pos(&[(0, 5)], &[]), &s, size).unwrap();
+            assert_eq!(splits(&plan), vec![(5, 10, 0)], "split_size {size}");
+            let plan = ResumePlan::new(&pos(&[(2, 4)], &[((6, 8), 1)]), &s, size).unwrap();
+            assert_eq!(splits(&plan), vec![(0, 2, 0), (4, 6, 0), (7, 10, 0)], "split_size {size}");
+        }
+        // range(i64::MIN, i64::MAX) has u64::MAX positions.
+        let big =
+            source(r#"{"range": {"start": -9223372036854775808, "stop": 9223372036854775807}}"#);
+        let plan = ResumePlan::new(&pos(&[(0, 5)], &[]), &big, u64::MAX).unwrap();
+        assert_eq!(splits(&plan), vec![(5, u64::MAX, 0)]);
+        let plan = ResumePlan::new(&pos(&[(0, 5)], &[]), &big, u64::MAX - 10).unwrap();
+        assert_eq!(splits(&plan), vec![(5, u64::MAX - 5, 0), (u64::MAX - 5, u64::MAX, 0)]);
+        for i in 0..plan.num_splits() {
+            let s = plan.split(i).unwrap();
+            assert!(s.start < s.stop, "{s:?}");
+        }
     }
 
     #[test]

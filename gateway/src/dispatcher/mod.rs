@@ -78,6 +78,12 @@ pub struct DispatcherArgs {
     /// `GET /v1/cluster`; Kubernetes resolvers without inline pods are kept live by watches.
     #[arg(long, env = "SHARDWISE_CLUSTER_CONFIG", value_name = "FILE")]
     pub cluster_config: Option<PathBuf>,
+    /// The most tasks `POST /v1/cluster/resolve` (and --cluster-config) may resolve: a Slurm
+    /// hostlist or tasks-per-node list expanding to more is refused with INVALID_ARGUMENT
+    /// (counted before anything is built), and so is a cluster of more tasks from any
+    /// resolver. Raise it for a giant cluster.
+    #[arg(long, env = "SHARDWISE_MAX_RESOLVE_TASKS", default_value_t = shardwise_core::cluster::slurm::DEFAULT_MAX_TASKS, value_parser = crate::kubernetes::resolve::parse_max_tasks)]
+    pub max_resolve_tasks: usize,
     /// Largest accepted request body, in bytes (and gRPC request message: well over
     /// TensorFlow's 4 MiB; gRPC replies are not bounded).
     #[arg(long, env = "SHARDWISE_MAX_BODY_BYTES", default_value_t = 16 << 20)]
@@ -211,6 +217,7 @@ impl Default for DispatcherArgs {
             gc_dynamic_sharding_jobs: false,
             auth_tokens: None,
             cluster_config: None,
+            max_resolve_tasks: shardwise_core::cluster::slurm::DEFAULT_MAX_TASKS,
             max_body_bytes: 16 << 20,
             read_timeout: conn::DEFAULT_READ_TIMEOUT,
             rate_limit: 0,
@@ -447,7 +454,9 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     config.validate().map_err(StartError::Config)?;
     let cluster = match &args.cluster_config {
         None => None,
-        Some(path) => Some(crate::kubernetes::live::LiveCluster::start(path).await?),
+        Some(path) => {
+            Some(crate::kubernetes::live::LiveCluster::start(path, args.max_resolve_tasks).await?)
+        }
     };
     // Own the work dir before anything reads it: a second dispatcher on it would acknowledge
     // records with the same ids as this one.
@@ -517,6 +526,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         compact_at_bytes: args.compact_at_bytes,
         cluster,
         kube: Default::default(),
+        max_resolve_tasks: args.max_resolve_tasks,
         routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),
         pusher,
     };

@@ -44,10 +44,11 @@ fn gpu_error(output: &str) -> ClusterError {
 }
 
 /// The host inputs `request` needs: the environment always (it is cheap), and the GPU count
-/// only when a Slurm resolver has no other way to know it.
-pub fn host_inputs(request: &ResolveRequest) -> Result<HostInputs, ClusterError> {
+/// only when a Slurm resolver has no other way to know it; a Slurm step may expand to at most
+/// `max_tasks` tasks (`--max-resolve-tasks`).
+pub fn host_inputs(request: &ResolveRequest, max_tasks: usize) -> Result<HostInputs, ClusterError> {
     let env = process_env();
     let detected_gpus =
         if request.resolver.needs_gpu_probe(&env) { Some(count_gpus()?) } else { None };
-    Ok(HostInputs { env, detected_gpus })
+    Ok(HostInputs { env, detected_gpus, max_tasks: Some(max_tasks) })
 }

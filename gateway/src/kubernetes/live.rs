@@ -139,7 +139,10 @@ pub struct ClusterView {
 impl LiveCluster {
     /// Reads and validates `--cluster-config`, connects to Kubernetes if a resolver needs
     /// it, and starts the watches (on the current tokio runtime).
-    pub async fn start(path: &Path) -> Result<Arc<LiveCluster>, ClusterConfigError> {
+    pub async fn start(
+        path: &Path,
+        max_tasks: usize,
+    ) -> Result<Arc<LiveCluster>, ClusterConfigError> {
         let invalid =
             |error: ClusterError| ClusterConfigError::Invalid { path: path.to_owned(), error };
         let text = std::fs::read_to_string(path)
@@ -147,7 +150,7 @@ impl LiveCluster {
         let request = ResolveRequest::from_json(&text).map_err(invalid)?;
         let req = request.clone();
         let mut resolver = tokio::task::spawn_blocking(move || {
-            let host = super::host::host_inputs(&req)?;
+            let host = super::host::host_inputs(&req, max_tasks)?;
             req.build(&host)
         })
         .await

@@ -6,7 +6,7 @@
 //! the known ones (prost keeps unknown enum values as their number).
 
 use shardwise_core::Code;
-use shardwise_core::dispatch::address::check_worker_address;
+use shardwise_core::dispatch::address::{check_worker_address, check_worker_tags};
 use shardwise_core::dispatch::wire::{
     self, ClientHeartbeatReply, CreateJob, ProcessingMode, WorkerHeartbeatReply,
 };
@@ -132,6 +132,7 @@ pub fn worker_uid_int(uid: Option<&str>) -> i64 {
 /// REST does, off the dispatcher's lock).
 pub fn worker_heartbeat(req: tf::WorkerHeartbeatRequest) -> Result<wire::WorkerHeartbeat, Status> {
     worker_address(&req.worker_address)?;
+    check_worker_tags(&req.worker_tags).map_err(|e| invalid(e.to_string()))?;
     let mut current_tasks = req
         .current_tasks
         .iter()

@@ -28,7 +28,8 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 )]
 pub(super) async fn resolve(State(s): State<AppState>, Body(req): Body<Value>) -> ApiResult {
     let text = req.to_string();
-    let outcome = crate::kubernetes::resolve::resolve_text(&text, &s.kube).await;
+    let outcome =
+        crate::kubernetes::resolve::resolve_text(&text, &s.kube, s.max_resolve_tasks).await;
     if outcome.exit_code == 0 {
         Ok(Json(outcome.json).into_response())
     } else {

@@ -47,6 +47,8 @@ pub struct AppState {
     pub cluster: Option<Arc<LiveCluster>>,
     /// The Kubernetes API for resolve requests without inline pods.
     pub kube: Arc<KubeSlot>,
+    /// `--max-resolve-tasks`.
+    pub max_resolve_tasks: usize,
     /// Per-route request counters and latencies.
     pub routes: Arc<RouteMetrics>,
     /// Pushes new tasks of TensorFlow datasets to TensorFlow workers (`ProcessTask`), for

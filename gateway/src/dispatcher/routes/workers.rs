@@ -3,6 +3,7 @@
 
 use axum::extract::State;
 use shardwise_core::dispatch::ListWorkers;
+use shardwise_core::dispatch::address::check_worker_tags;
 use shardwise_core::dispatch::wire::{
     WorkerHeartbeat, WorkerHeartbeatReply, WorkerUpdate, WorkerUpdateReply, WorkersList,
 };
@@ -10,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{AppState, worker_address};
-use crate::http::{ApiResult, Body, ok};
+use crate::http::{ApiResult, Body, Code, Problem, ok};
 
 /// This resource's routes (each with its part of the OpenAPI document).
 pub(super) fn routes() -> OpenApiRouter<AppState> {
@@ -39,6 +40,7 @@ pub(super) async fn worker_heartbeat(
     req.current_tasks.sort_unstable();
     req.current_tasks.dedup();
     worker_address(&req.worker_address)?;
+    check_worker_tags(&req.tags).map_err(|e| Problem::new(Code::InvalidArgument, e.to_string()))?;
     ok(&s.driver.call(req).await?)
 }
 
