@@ -166,6 +166,20 @@ impl Cluster {
         self.clients.len() - 1
     }
 
+    /// Starts `jobs.py SCENARIO SERVICE ARGS` (waiting for every worker first); [`Cluster::finish`]
+    /// takes its result.
+    fn spawn_jobs_client(&mut self, scenario: &str, args: &[&str]) -> usize {
+        let label = format!("jobs.py {scenario} {}", args.join(" "));
+        let wait = self.expected_workers.to_string();
+        let service = self.service();
+        let mut all = vec![scenario, &service];
+        all.extend_from_slice(args);
+        all.extend(["--wait-workers", &wait]);
+        let process = Process::spawn_piped(&mut shardwise_tests::tf::script("jobs.py", &all));
+        self.clients.push((label, process));
+        self.clients.len() - 1
+    }
+
     /// Waits for client `i` to print its result and exit.
     fn finish(&mut self, i: usize) -> Value {
         let (label, process) = &mut self.clients[i];
@@ -333,11 +347,87 @@ fn coordinated_reads(kind: Kind) {
     }
 }
 
+/// Each value of `values` `times` times, sorted.
+fn each_times(values: impl Iterator<Item = i64> + Clone, times: usize) -> Vec<i64> {
+    sorted((0..times).flat_map(|_| values.clone()).collect())
+}
+
+/// Dataset identity (TensorFlow's `HashGraph`): two programs build the same dataset, one of
+/// them after unrelated datasets and functions and twice (so its node and function names
+/// differ), and read it under one `job_name`. Both get the same dataset id and share the job:
+/// two iterations of `range(20).map(x * 2)` give each element exactly twice over the two
+/// clients, and `.repeat(3)` each element exactly three times.
+fn dataset_identity(kind: Kind) {
+    let mut cluster = Cluster::start(kind, Config::default());
+    let twice = ["--dataset", "map_20", "--job-name", "shared", "--iterations", "2"];
+    let repeat = ["--dataset", "maprepeat_20_3", "--job-name", "shared_repeat"];
+    let noisy = |args: &[&'static str]| [args, &["--noise"]].concat();
+    let clients = cluster.add_workers(&[None], |c| {
+        [
+            c.spawn_client(&twice),
+            c.spawn_client(&noisy(&twice)),
+            c.spawn_client(&repeat),
+            c.spawn_client(&noisy(&repeat)),
+        ]
+    });
+    let got: Vec<Vec<i64>> = clients.iter().map(|&i| elements(&cluster.finish(i))).collect();
+    let doubled = (0..20).map(|x| x * 2);
+    assert_eq!(
+        sorted([got[0].clone(), got[1].clone()].concat()),
+        each_times(doubled.clone(), 2),
+        "two iterations of one shared job: {got:?}"
+    );
+    assert_eq!(
+        sorted([got[2].clone(), got[3].clone()].concat()),
+        each_times(doubled, 3),
+        "one shared job of repeat(3): {got:?}"
+    );
+    if kind == Kind::Shardwise {
+        // Two jobs (not four), of two datasets.
+        let d = cluster.shardwise();
+        let first = JobId::FIRST;
+        let a = ok(&d.call("GET", &format!("/v1/jobs/{first}"), None));
+        let b = ok(&d.call("GET", &format!("/v1/jobs/{}", first + 1), None));
+        assert_ne!(a["dataset_id"], b["dataset_id"], "{a} {b}");
+        assert_eq!(d.call("GET", &format!("/v1/jobs/{}", first + 2), None).status, 404);
+    }
+}
+
+/// Coordinated reads as TensorFlow's own tests make them: `n` consumers of one job in one
+/// program, read round by round by a deterministic parallel interleave; the workers' dataset
+/// yields groups of `n` consecutive integers. In every round all consumers read from the same
+/// worker, so every group of `n` elements read is consecutive (TensorFlow's
+/// `checkCoordinatedReadGroups`). 2 and 5 consumers (two jobs) over 3 workers.
+fn coordinated_read_groups(kind: Kind) {
+    let mut cluster = Cluster::start(kind, Config::default());
+    let consumers = [2usize, 5];
+    let clients: Vec<usize> = cluster.add_workers(&[None, None, None], |c| {
+        consumers
+            .iter()
+            .map(|n| {
+                let n = n.to_string();
+                let job = format!("coordinated_{n}");
+                c.spawn_jobs_client("coordinated", &["--num-consumers", &n, "--job-name", &job])
+            })
+            .collect()
+    });
+    for (i, n) in clients.into_iter().zip(consumers) {
+        let got = elements(&cluster.finish(i));
+        assert_eq!(got.len(), 100, "{n} consumers: {got:?}");
+        let wrong: Vec<&[i64]> =
+            got.chunks(n).filter(|g| g.windows(2).any(|w| w[1] != w[0] + 1)).collect();
+        assert!(
+            wrong.is_empty(),
+            "{n} consumers: rounds not from one worker: {wrong:?} in {got:?}"
+        );
+    }
+}
+
 /// Fault tolerance: a dispatcher with a work dir in fault-tolerant mode is killed (SIGKILL)
-/// while a client is in the middle of an epoch, and started again on the same port and work
-/// dir; the worker and the client carry on. Parallel epochs: the whole range in order; a
-/// distributed epoch: with the worker alive, every element exactly once.
-fn restart_mid_epoch(kind: Kind, mode: &str) {
+/// while a client is in the middle of an epoch of parallel epochs, and started again on the
+/// same port and work dir; the worker and the client carry on and read the whole range, in
+/// order.
+fn restart_mid_parallel_epochs(kind: Kind) {
     let work_dir = TempDir::new("tf-e2e-ft");
     let config = Config {
         work_dir: Some(work_dir.path().to_owned()),
@@ -345,40 +435,71 @@ fn restart_mid_epoch(kind: Kind, mode: &str) {
         ..Config::default()
     };
     let mut cluster = Cluster::start(kind, config);
-    let args = ["--dataset", "range_500", "--mode", mode, "--pause-after", "10"];
+    let args = ["--dataset", "range_500", "--pause-after", "10"];
     let i = cluster.add_workers(&[None], |c| c.spawn_client(&args));
     let paused = cluster.clients[i].1.wait_for_line(|l| l == "PAUSED", CLIENT_DEADLINE);
     assert!(paused.is_some(), "the client never read 10 elements");
     if kind == Kind::Shardwise {
-        // Mid-epoch indeed: the iteration is not finished, and (DYNAMIC) most splits are still
-        // to be handed out when the dispatcher dies.
-        let d = cluster.shardwise();
-        let job = ok(&d.call("GET", "/v1/jobs/5000", None));
+        let job = ok(&cluster.shardwise().call("GET", "/v1/jobs/5000", None));
         assert_eq!(job["iterations"][0]["finished"], false, "{job}");
-        let splits = metric(d, "shardwise_splits_handed_out_total");
-        assert!(splits < 400, "{splits} of 500 splits handed out before the kill");
     }
     cluster.kill_dispatcher();
     cluster.restart_dispatcher();
     cluster.clients[i].1.send_line("go").expect("the client's stdin");
     let got = elements(&cluster.finish(i));
-    let all: Vec<i64> = (0..500).collect();
-    if mode == "parallel_epochs" {
-        assert_eq!(got, all, "the whole range, in order");
-    } else {
-        // Each element at most once: TensorFlow's workers never acknowledge splits, so a split
-        // handed out at the moment of the kill (journaled, its reply lost with the process) is
-        // gone: the worker asks again and gets the next one. At most one per worker (here one
-        // worker); every other element arrives exactly once.
-        let got = sorted(got);
-        let mut once = got.clone();
-        once.dedup();
-        assert_eq!(once, got, "no element twice");
-        assert!(got.iter().all(|e| all.contains(e)), "{got:?}");
-        let missing: Vec<i64> =
-            all.iter().filter(|e| got.binary_search(e).is_err()).copied().collect();
-        assert!(missing.len() <= 1, "more than the one split in flight lost: {missing:?}");
+    assert_eq!(got, (0..500).collect::<Vec<_>>(), "the whole range, in order");
+}
+
+/// Exact restarts in DYNAMIC mode: a fault-tolerant dispatcher is killed (SIGKILL) and
+/// started again on the same port and work dir while `distributed_epoch` reads are paused
+/// half way (the worker idle, no split asked for), and every element arrives exactly once, as
+/// with TensorFlow's dispatcher: `range(100)` whole, and `range(100).repeat()` taking 150 (one
+/// worker: the first repetition, then the first half of the second, in order).
+fn restart_mid_distributed_epoch(kind: Kind) {
+    let work_dir = TempDir::new("tf-e2e-ft");
+    let config = Config {
+        work_dir: Some(work_dir.path().to_owned()),
+        fault_tolerant: true,
+        ..Config::default()
+    };
+    let mut cluster = Cluster::start(kind, config);
+    let mode = ["--mode", "distributed_epoch", "--pause-after", "50"];
+    let range = [&["--dataset", "range_100"][..], &mode].concat();
+    let repeat = [&["--dataset", "repeat_100", "--take", "150"][..], &mode].concat();
+    let (a, b) =
+        cluster.add_workers(&[None], |c| (c.spawn_client(&range), c.spawn_client(&repeat)));
+    for i in [a, b] {
+        let paused = cluster.clients[i].1.wait_for_line(|l| l == "PAUSED", CLIENT_DEADLINE);
+        assert!(paused.is_some(), "client {i} never read 50 elements");
     }
+    if kind == Kind::Shardwise {
+        // The workers idle: they stop asking for splits once the clients' buffers are full
+        // (no split handed out for a second).
+        let d = cluster.shardwise();
+        let mut last = (metric(d, "shardwise_splits_handed_out_total"), std::time::Instant::now());
+        shardwise_tests::poll_until("the workers idle", Duration::from_secs(60), || {
+            let now = metric(d, "shardwise_splits_handed_out_total");
+            if now != last.0 {
+                last = (now, std::time::Instant::now());
+            }
+            if last.1.elapsed() >= Duration::from_secs(1) { Ok(()) } else { Err(now) }
+        });
+        // Mid-epoch indeed: neither iteration is finished.
+        for job in [JobId::FIRST, JobId::FIRST + 1] {
+            let job = ok(&d.call("GET", &format!("/v1/jobs/{job}"), None));
+            assert_eq!(job["iterations"][0]["finished"], false, "{job}");
+        }
+    }
+    cluster.kill_dispatcher();
+    cluster.restart_dispatcher();
+    for i in [a, b] {
+        cluster.clients[i].1.send_line("go").expect("the client's stdin");
+    }
+    let got = elements(&cluster.finish(a));
+    assert_eq!(sorted(got.clone()), (0..100).collect::<Vec<_>>(), "exactly once: {got:?}");
+    let got = elements(&cluster.finish(b));
+    let want: Vec<i64> = (0..100).chain(0..50).collect();
+    assert_eq!(got, want, "the first repetition, then half the second, each split once");
 }
 
 /// DYNAMIC sharding of a dataset whose source has no split provider: the client's iteration is
@@ -535,13 +656,23 @@ fn tensorflow_dispatcher_coordinated_reads() {
 }
 
 #[test]
+fn tensorflow_dispatcher_dataset_identity() {
+    dataset_identity(Kind::TensorFlow);
+}
+
+#[test]
+fn tensorflow_dispatcher_coordinated_read_groups() {
+    coordinated_read_groups(Kind::TensorFlow);
+}
+
+#[test]
 fn tensorflow_dispatcher_restart_mid_parallel_epochs() {
-    restart_mid_epoch(Kind::TensorFlow, "parallel_epochs");
+    restart_mid_parallel_epochs(Kind::TensorFlow);
 }
 
 #[test]
 fn tensorflow_dispatcher_restart_mid_distributed_epoch() {
-    restart_mid_epoch(Kind::TensorFlow, "distributed_epoch");
+    restart_mid_distributed_epoch(Kind::TensorFlow);
 }
 
 #[test]
@@ -573,13 +704,23 @@ fn shardwise_dispatcher_coordinated_reads() {
 }
 
 #[test]
+fn shardwise_dispatcher_dataset_identity() {
+    dataset_identity(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_coordinated_read_groups() {
+    coordinated_read_groups(Kind::Shardwise);
+}
+
+#[test]
 fn shardwise_dispatcher_restart_mid_parallel_epochs() {
-    restart_mid_epoch(Kind::Shardwise, "parallel_epochs");
+    restart_mid_parallel_epochs(Kind::Shardwise);
 }
 
 #[test]
 fn shardwise_dispatcher_restart_mid_distributed_epoch() {
-    restart_mid_epoch(Kind::Shardwise, "distributed_epoch");
+    restart_mid_distributed_epoch(Kind::Shardwise);
 }
 
 #[test]

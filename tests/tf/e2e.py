@@ -9,6 +9,8 @@ gRPC status, e.g. `FailedPreconditionError`).
 
 Options:
   --dataset NAME       range_N (`Dataset.range(N)`), repeat_N (`Dataset.range(N).repeat()`),
+                       map_N (`range(N).map(lambda x: x * 2)`), maprepeat_N_R (the same,
+                       `.repeat(R)`),
                        interleave (`range(3).interleave(...)`: no DYNAMIC split provider in
                        Shardwise), sql (a `SqlDataset`: none in TensorFlow either)
   --mode MODE          parallel_epochs (default), distributed_epoch, file_or_data
@@ -17,6 +19,11 @@ Options:
   --wait-workers N     first wait (GetWorkers, at most 120 s) until N workers registered, so
                        that the iteration starts with all of them
   --take K             read at most K elements
+  --iterations N       read the distributed dataset N times (one iteration each, elements
+                       concatenated)
+  --noise              build unrelated datasets and functions first, and the dataset twice
+                       (the second one is read): node and function names differ from a plain
+                       build of the same dataset
   --pause-after K      after K elements, print `PAUSED` and wait for a line on stdin, then go on
 
 TensorFlow logs to stderr.
@@ -39,6 +46,11 @@ def dataset_of(name):
         return ds.range(int(n))
     if kind == "repeat":
         return ds.range(int(n)).repeat()
+    if kind == "map":
+        return ds.range(int(n)).map(lambda x: x * 2)
+    if kind == "maprepeat":
+        count, _, times = n.partition("_")
+        return ds.range(int(count)).map(lambda x: x * 2).repeat(int(times))
     if name == "interleave":
         return ds.range(3).interleave(lambda x: ds.range(x), cycle_length=2)
     if name == "sql":
@@ -107,10 +119,20 @@ def read(target, *args):
     parser.add_argument("--wait-workers", type=int)
     parser.add_argument("--take", type=int)
     parser.add_argument("--pause-after", type=int)
+    parser.add_argument("--iterations", type=int, default=1)
+    parser.add_argument("--noise", action="store_true")
     opts = parser.parse_args(args)
 
     if opts.wait_workers:
         wait_for_workers(target, opts.wait_workers)
+    if opts.noise:
+        noise = [
+            tf.data.Dataset.range(7).map(lambda x: x + 3).filter(lambda x: x > 1),
+            tf.data.Dataset.from_tensor_slices([1, 2]).map(lambda x: x * x),
+            tf.function(lambda x: x - 1).get_concrete_function(tf.constant(1)),
+        ]
+        dataset_of(opts.dataset)
+        del noise
     dataset = dataset_of(opts.dataset)
     dataset = dataset.apply(
         service.distribute(
@@ -125,11 +147,12 @@ def read(target, *args):
         dataset = dataset.take(opts.take)
     elements = []
     try:
-        for element in dataset.as_numpy_iterator():
-            elements.append(int(element))
-            if opts.pause_after is not None and len(elements) == opts.pause_after:
-                print("PAUSED", flush=True)
-                sys.stdin.readline()
+        for _ in range(opts.iterations):
+            for element in dataset.as_numpy_iterator():
+                elements.append(int(element))
+                if opts.pause_after is not None and len(elements) == opts.pause_after:
+                    print("PAUSED", flush=True)
+                    sys.stdin.readline()
     except tf.errors.OpError as e:
         # The class names the gRPC status TensorFlow saw, e.g. FailedPreconditionError.
         result = {"error": e.message, "code": type(e).__name__, "elements": elements}

@@ -1,4 +1,10 @@
-//! A TensorFlow dataset's fingerprint: the same for two serializations of one dataset.
+//! A TensorFlow dataset's fingerprint: the same for two serializations of one dataset, and
+//! for two builds of one dataset (by its structure: see [`graph_hash`](super::graph_hash)).
+//!
+//! The graph counts by its structural hash (TensorFlow's `HashGraph`: node and function names,
+//! unreachable nodes, the library's order and shuffle seeds do not count). A graph that
+//! hash cannot read (no sink, an input naming no node, a bound reached) counts by its
+//! canonical bytes, as below.
 //!
 //! Two TensorFlow processes that serialize the same dataset write the same graph with the
 //! entries of its protobuf maps (a node's `attr`, a function's `attr`, `arg_attr`, `ret`, ...)
@@ -13,6 +19,7 @@
 
 use ring::digest;
 
+use super::graph_hash::hash_graph;
 use super::raw::{Malformed, WIRE_LEN, next_field, put_varint};
 
 /// The deepest message nesting read (attribute values nest through functions).
@@ -144,9 +151,14 @@ pub fn canonical_graph(graph: &[u8]) -> Option<Vec<u8>> {
     canonical(Kind::GraphDef, graph, 0).ok()
 }
 
-/// The fingerprint of a TensorFlow dataset (its graph and the client's metadata), as 32 hex
-/// digits (128 bits of SHA-256): equal for two serializations of one dataset, different for
-/// different datasets.
+/// A serialized `AttrValue` in canonical form (its maps' entries sorted).
+pub(crate) fn canonical_attr_value(value: &[u8]) -> Result<Vec<u8>, Malformed> {
+    canonical(Kind::AttrValue, value, 0)
+}
+
+/// The fingerprint of a TensorFlow dataset (its graph's structure and the client's metadata:
+/// element spec, compression, cardinality), as 32 hex digits (128 bits of SHA-256): equal for
+/// two serializations or builds of one dataset, different for different datasets.
 pub fn fingerprint(
     graph: &[u8],
     element_spec: Option<&[u8]>,
@@ -154,17 +166,19 @@ pub fn fingerprint(
     cardinality: i64,
 ) -> String {
     let mut ctx = digest::Context::new(&digest::SHA256);
-    match canonical_graph(graph) {
-        Some(g) => {
-            ctx.update(b"canonical graph\0");
-            ctx.update(&(g.len() as u64).to_le_bytes());
-            ctx.update(&g);
-        }
-        None => {
-            ctx.update(b"graph bytes\0");
-            ctx.update(&(graph.len() as u64).to_le_bytes());
-            ctx.update(graph);
-        }
+    // By structure (TensorFlow's `HashGraph`); a graph that cannot be hashed so, by its
+    // canonical bytes; bytes that are not a graph, as sent.
+    if let Ok(structure) = hash_graph(graph) {
+        ctx.update(b"graph structure\0");
+        ctx.update(&structure);
+    } else if let Some(g) = canonical_graph(graph) {
+        ctx.update(b"canonical graph\0");
+        ctx.update(&(g.len() as u64).to_le_bytes());
+        ctx.update(&g);
+    } else {
+        ctx.update(b"graph bytes\0");
+        ctx.update(&(graph.len() as u64).to_le_bytes());
+        ctx.update(graph);
     }
     match element_spec {
         None => ctx.update(b"no element spec\0"),

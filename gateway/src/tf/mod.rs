@@ -8,12 +8,14 @@
 //! - [`prepare`]: the graph edits TensorFlow's dispatcher makes before it stores a dataset
 //!   (lookup tables shared by node name, devices cleared), made losslessly on the bytes.
 //! - [`fingerprint`]: one fingerprint for every serialization of one dataset (TensorFlow
-//!   writes protobuf maps in hash order).
+//!   writes protobuf maps in hash order) and for every build of one dataset ([`graph_hash`]:
+//!   TensorFlow's `HashGraph`, by structure, not by node or function names).
 //!
 //! The dispatcher serves the protocol (its `grpc` module).
 
 pub mod fingerprint;
 pub mod graph;
+pub mod graph_hash;
 pub mod prepare;
 pub mod proto;
 mod raw;
