@@ -4,12 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use shardwise_gateway::tf::graph::{GraphError, SplitProvider, split_providers_of};
+use shardwise_gateway::tf::graph::{GraphError, NoFiles, SplitProvider, split_providers_of};
 use shardwise_tests::tf::{TfServer, graph, graphs_dir, run_script, tf_env};
 
 /// Every split of every provider of the graph `name` of tests/tf/graphs.py.
 fn splits_of(bytes: &[u8]) -> Result<Vec<Vec<i64>>, GraphError> {
-    let providers = split_providers_of(bytes)?;
+    let providers = split_providers_of(bytes, &NoFiles)?;
     Ok(providers
         .iter()
         .map(|p: &SplitProvider| {
@@ -45,15 +45,42 @@ fn tensorflow_graphs_give_tensorflows_split_providers() {
     assert_eq!(splits("range_map_batch"), range(0..10));
     assert_eq!(splits("range_pipeline"), range(0..10));
 
-    assert_eq!(refused("interleave").op(), Some("InterleaveDataset"));
-    assert_eq!(refused("flat_map").op(), Some("FlatMapDataset"));
-    assert_eq!(refused("concatenate").op(), Some("ConcatenateDataset"));
-    // A TextLineDataset is a flat_map over its file names; the error names both.
-    for name in ["text_line", "zip_range_text_line"] {
-        let err = refused(name);
-        assert_eq!(err.op(), Some("FlatMapDataset"), "{name}");
-        assert!(err.to_string().contains("(`TextLineDataset`)"), "{name}: {err}");
-    }
+    // interleave, flat_map and group_by_window: their input's providers (the datasets their
+    // functions make get none); concatenate: both inputs' providers.
+    assert_eq!(splits("interleave"), range(0..3));
+    assert_eq!(splits("flat_map"), range(0..3));
+    assert_eq!(splits("flat_map_repeat"), range(0..3));
+    assert_eq!(splits("group_by_window"), range(0..10));
+    assert_eq!(splits("concatenate"), [vec![0, 1], vec![0, 1, 2]]);
+    // A TextLineDataset is a flat_map over its file names: split i is file i.
+    assert_eq!(splits("text_line"), range(0..1));
+    assert_eq!(splits("zip_range_text_line"), [vec![0, 1], vec![0]]);
+    assert_eq!(splits("files_shuffled_interleaved"), range(0..3));
+    // choose_from_datasets: the selector's providers first, then every dataset's.
+    assert_eq!(splits_of(&graph("choose")).map(|s| s.len()), Ok(3));
+    assert_eq!(&splits("choose")[1..], [vec![0, 1], vec![10, 11, 12]]);
+    assert_eq!(splits("choose")[0], [0, 1]);
+    // Sources with 2^63 - 1 index splits (random, sample_from_datasets' selector) and
+    // enumerate's replicated counter: by provider.
+    let providers = |name: &str| split_providers_of(&graph(name), &NoFiles).expect(name);
+    assert_eq!(providers("random"), [SplitProvider::Index { len: i64::MAX }]);
+    assert_eq!(
+        providers("sample"),
+        [
+            SplitProvider::Index { len: i64::MAX },
+            SplitProvider::Range { start: 0, stop: 2, step: 1 },
+            SplitProvider::Range { start: 10, stop: 13, step: 1 }
+        ]
+    );
+    assert_eq!(
+        providers("enumerate"),
+        [
+            SplitProvider::Range { start: 10, stop: i64::MAX, step: 1 },
+            SplitProvider::Range { start: 5, stop: 8, step: 1 }
+        ]
+    );
+    // What TensorFlow cannot shard either is refused naming the op.
+    assert_eq!(refused("from_tensors").op(), Some("TensorDataset"));
 }
 
 /// The harness with TensorFlow's own `DispatchServer` and `WorkerServer`, each in its own

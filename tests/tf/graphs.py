@@ -43,6 +43,25 @@ def datasets():
     yield "text_line", tf.data.TextLineDataset(["/nonexistent/shardwise.txt"])
     yield "concatenate", ds.range(2).concatenate(ds.range(3))
     yield "zip_range_text_line", ds.zip((ds.range(2), tf.data.TextLineDataset(["/x"])))
+    files = ["/nonexistent/a.tfrecord", "/nonexistent/b.tfrecord", "/nonexistent/c.tfrecord"]
+    yield (
+        "files_shuffled_interleaved",
+        ds.from_tensor_slices(files)
+        .shuffle(3, seed=1)
+        .interleave(tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=2),
+    )
+    yield "flat_map_repeat", ds.range(3).flat_map(lambda x: ds.range(x).repeat(2)).repeat(2)
+    yield (
+        "group_by_window",
+        ds.range(10).group_by_window(
+            key_func=lambda x: x % 2, reduce_func=lambda k, w: w.batch(5), window_size=5
+        ),
+    )
+    yield "enumerate", ds.range(5, 8).enumerate(start=10)
+    yield "choose", ds.choose_from_datasets([ds.range(2), ds.range(10, 13)], ds.range(2).repeat(3))
+    yield "sample", ds.sample_from_datasets([ds.range(2), ds.range(10, 13)], seed=1)
+    yield "random", ds.random(seed=1).take(3)
+    yield "from_tensors", ds.from_tensors([1, 2, 3])
 
 
 def main():

@@ -122,6 +122,17 @@ pub struct DispatcherArgs {
     /// TensorFlow's default, DEPLOYMENT_MODE_UNSPECIFIED.
     #[arg(long, env = "SHARDWISE_DEPLOYMENT_MODE", value_enum)]
     pub deployment_mode: Option<DeploymentMode>,
+    /// A directory under which the dispatcher may glob the file patterns of TensorFlow's
+    /// `Dataset.list_files` to compute a DYNAMIC dataset's split providers (repeatable; the
+    /// variable is comma separated). A pattern (or a match) outside every root is refused with
+    /// the reason; without one, DYNAMIC sharding of `list_files` is refused.
+    #[arg(
+        long = "data-root",
+        env = "SHARDWISE_DATA_ROOT",
+        value_delimiter = ',',
+        value_name = "DIR"
+    )]
+    pub data_roots: Vec<PathBuf>,
     /// Keep the journal in etcd (its client URLs, comma separated: `http://host:port`), with
     /// replicas: every dispatcher started with the same --etcd and --etcd-prefix is one, one
     /// of them leads (elected with an etcd lease) and the others follow as hot standbys. Every
@@ -226,6 +237,7 @@ impl Default for DispatcherArgs {
             compact_at_bytes: core::COMPACT_AT_BYTES,
             max_dataset_bytes: shardwise_core::dispatch::DEFAULT_MAX_DATASET_BYTES,
             deployment_mode: None,
+            data_roots: Vec::new(),
             etcd: Vec::new(),
             etcd_prefix: replica::DEFAULT_PREFIX.into(),
             leader_lease: Duration::from_secs(5),
@@ -379,6 +391,9 @@ pub enum StartError {
     /// An unusable `--advertise-url`, or none where one is needed.
     #[error("--advertise-url: {0}")]
     AdvertiseUrl(String),
+    /// A `--data-root` that does not resolve to a directory.
+    #[error("{0}")]
+    DataRoot(String),
 }
 
 impl StartError {
@@ -391,6 +406,7 @@ impl StartError {
             | StartError::ClusterConfig(_)
             | StartError::Etcd(_)
             | StartError::AdvertiseUrl(_)
+            | StartError::DataRoot(_)
             | StartError::Tls(_) => 2,
             StartError::WorkDir(_)
             | StartError::Listen(_)
@@ -414,7 +430,7 @@ pub fn run(args: DispatcherArgs) -> i32 {
             return 1;
         }
     };
-    runtime.block_on(async move {
+    let status = runtime.block_on(async move {
         // Polled first, so the handlers are installed before the listening line is printed
         // (a signal that arrives before a handler exists would be lost).
         let signal = shutdown_signal();
@@ -433,8 +449,16 @@ pub fn run(args: DispatcherArgs) -> i32 {
         };
         println!("shardwise dispatcher listening on {}", running.url());
         running.run_until(signal).await
-    })
+    });
+    // The graceful stop is over (the journal closed, the work dir unlocked): a blocking task
+    // still running (a request's CPU work, e.g. a graph read whose caller gave up) must not
+    // keep the process alive, as dropping the runtime would (it waits for blocking tasks).
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    status
 }
+
+/// How long the process waits, after the graceful stop, for blocking tasks still running.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// Starts a dispatcher on this tokio runtime: validates the arguments, takes the work dir's
 /// lock (one dispatcher per work dir), binds, replays the journal (if any) on the driver's
@@ -452,6 +476,8 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     };
     let config = args.config();
     config.validate().map_err(StartError::Config)?;
+    let data_roots =
+        crate::tf::files::DataRoots::new(&args.data_roots).map_err(StartError::DataRoot)?;
     let cluster = match &args.cluster_config {
         None => None,
         Some(path) => {
@@ -508,6 +534,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
             driver.clone(),
             DeploymentMode::tf(args.deployment_mode),
             pusher.clone(),
+            std::sync::Arc::new(data_roots),
         ),
         args.limits(),
         tokens.clone(),

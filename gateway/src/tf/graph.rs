@@ -3,13 +3,19 @@
 //!
 //! TensorFlow's dispatcher builds the dataset from its graph and asks it for its split
 //! providers: a source dataset has its own (`Dataset.range` gives its element values,
-//! `from_tensor_slices` its slice indices), a one-input transformation has its input's, and
-//! `zip` has the providers of its inputs one after the other. This module answers the same
-//! from the graph alone, without TensorFlow and without IO, for the graphs it can answer
-//! exactly: `RangeDataset` over `Const` start, stop and step, `TensorSliceDataset` of `Const`
-//! components, `ZipDataset` of those, and the transformations of [`PASS_THROUGH`] between them
-//! and the output. Anything else is refused with the first op (in TensorFlow's walk from the
-//! output) that has no split provider here: never a wrong answer.
+//! `from_tensor_slices` its slice indices, `Dataset.random` indices it never reads), a
+//! one-input transformation has its input's (interleave, flat_map and group_by_window
+//! included: the datasets their functions make are iterated without providers), and `zip`,
+//! `concatenate` and `choose_from_datasets`/`sample_from_datasets` have the providers of their
+//! inputs one after the other (the selector first). A source whose `replicate_on_split` is
+//! set (`enumerate`'s counter) still has its provider, which its iterator never asks.
+//!
+//! This module answers the same from the graph alone, without TensorFlow and without IO, for
+//! the graphs it can answer exactly: sources over `Const` inputs, and `list_files`
+//! (`MatchingFiles` of `Const` patterns), whose files the dispatcher counts through [`Files`]
+//! (only under its `--data-root` directories). Anything else is refused with the first op (in
+//! TensorFlow's walk from the output) that has no split provider here: never a wrong answer.
+//! Every walk is bounded (fan-out, visits, total work), whatever the graph.
 
 use std::collections::HashMap;
 
@@ -20,19 +26,22 @@ use super::proto::tensorflow::{AttrValue, DataType, GraphDef, NodeDef, TensorPro
 /// The one-input dataset ops whose split providers are their input dataset's (the first
 /// input of the node), as TensorFlow's default for a dataset with one input has it. Their
 /// other inputs and functions (a map function, a batch size, a seed) change the elements,
-/// not where the splits come from: a function's own datasets are iterated without the
-/// split providers in TensorFlow.
-///
-/// Not here on purpose: `InterleaveDataset`, `ParallelInterleaveDataset*`, `FlatMapDataset`
-/// and `ChooseFromDatasets`/`SampleFromDatasets`/`ConcatenateDataset`, whose element datasets
-/// come from functions or from several inputs (their providers are not yet checked against
-/// TensorFlow's), and every op not named here.
+/// not where the splits come from: the datasets a function makes (interleave's and flat_map's
+/// element datasets, group_by_window's windows) are iterated without the split providers in
+/// TensorFlow (its nested iterator contexts drop them).
 pub const PASS_THROUGH: &[&str] = &[
     "AssertCardinalityDataset",
     "BatchDataset",
     "BatchDatasetV2",
+    "ExperimentalGroupByReducerDataset",
+    "ExperimentalGroupByWindowDataset",
     "FilterDataset",
     "FinalizeDataset",
+    "FlatMapDataset",
+    "GroupByReducerDataset",
+    "GroupByWindowDataset",
+    "InterleaveDataset",
+    "LegacyParallelInterleaveDatasetV2",
     "MapDataset",
     "MaxIntraOpParallelismDataset",
     "ModelDataset",
@@ -40,6 +49,10 @@ pub const PASS_THROUGH: &[&str] = &[
     "PaddedBatchDataset",
     "PaddedBatchDatasetV2",
     "ParallelBatchDataset",
+    "ParallelInterleaveDataset",
+    "ParallelInterleaveDatasetV2",
+    "ParallelInterleaveDatasetV3",
+    "ParallelInterleaveDatasetV4",
     "ParallelMapDataset",
     "ParallelMapDatasetV2",
     "PrefetchDataset",
@@ -53,16 +66,62 @@ pub const PASS_THROUGH: &[&str] = &[
     "UnbatchDataset",
 ];
 
+/// The dataset ops whose split providers are those of all their dataset inputs, one input
+/// after the other in input order (TensorFlow's `GetSplitProviders` over `InputDatasets`):
+/// `zip`, `concatenate`, and `choose_from_datasets`/`sample_from_datasets`, whose first input
+/// is the selector.
+pub const ALL_INPUTS: &[&str] = &[
+    "ConcatenateDataset",
+    "DirectedInterleaveDataset",
+    "ExperimentalDirectedInterleaveDataset",
+    "ZipDataset",
+];
+
+/// The random-number sources (`Dataset.random`, the selector of `sample_from_datasets`): one
+/// index split provider of 2^63 - 1 splits, as TensorFlow's (it never reads them).
+pub const RANDOM: &[&str] = &["ExperimentalRandomDataset", "RandomDataset", "RandomDatasetV2"];
+
 /// What DYNAMIC sharding supports, for error messages.
-const SUPPORTED: &str = "Dataset.range and from_tensor_slices of constants, zip, and one-input \
-                         transformations such as map, batch, shuffle, repeat, take and skip";
+const SUPPORTED: &str = "Dataset.range, from_tensor_slices of constants or of list_files, \
+                         random, zip, concatenate, choose_from_datasets, sample_from_datasets, \
+                         interleave, flat_map, group_by_window, and one-input transformations \
+                         such as map, batch, shuffle, repeat, take and skip";
 
 /// At most this many nodes are visited in one walk (a node reached twice counts twice), so
 /// that a cyclic or hostile graph ends in an error.
 const MAX_VISITS: usize = 100_000;
 
+/// At most this many inputs of one node are read (a `zip` of more datasets is refused).
+pub const MAX_FAN_OUT: usize = 10_000;
+
+/// At most this many steps (a node visited or an input read) in one walk: the walk's time is
+/// linear in this, whatever the graph.
+pub const MAX_WORK: usize = 1_000_000;
+
+/// At most this many `Identity` nodes are followed from a component to its `MatchingFiles`.
+const MAX_IDENTITY_CHAIN: usize = 16;
+
 /// The largest `Const` tensor read element by element (`RangeDataset` reads scalars).
 const MAX_CONST_ELEMENTS: u64 = 1 << 16;
+
+/// The files `MatchingFiles` (`Dataset.list_files`) names, as the dispatcher can see them.
+pub trait Files {
+    /// How many files match the glob `patterns` (TensorFlow's `MatchingFiles`: the union of
+    /// each pattern's matches), or why the dispatcher does not read them.
+    fn count_matching(&self, patterns: &[String]) -> Result<u64, String>;
+}
+
+/// No file is readable: every `MatchingFiles` is refused.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFiles;
+
+impl Files for NoFiles {
+    fn count_matching(&self, _patterns: &[String]) -> Result<u64, String> {
+        Err("the dispatcher reads no files (start it with --data-root DIR to let it glob \
+             list_files patterns under DIR)"
+            .into())
+    }
+}
 
 /// One split provider of a dataset: how many splits it has and what split `i` is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +136,7 @@ pub enum SplitProvider {
         /// The distance between elements (never 0).
         step: i64,
     },
-    /// `from_tensor_slices`: split `i` is the slice index `i`, of `len` slices.
+    /// `from_tensor_slices` (and `random`): split `i` is the index `i`, of `len` splits.
     Index {
         /// The number of slices (the components' first dimension).
         len: i64,
@@ -145,9 +204,24 @@ pub enum GraphError {
         /// The input as written.
         input: String,
     },
-    /// The walk visited more than [`MAX_VISITS`] nodes (a cycle, or a hostile graph).
-    #[error("the dataset's graph is cyclic or too large to walk ({MAX_VISITS} nodes visited)")]
+    /// The walk visited more than [`MAX_VISITS`] nodes or took more than [`MAX_WORK`] steps
+    /// (a cycle, or a hostile graph).
+    #[error(
+        "the dataset's graph is cyclic or too large to walk (more than {MAX_VISITS} nodes \
+         visited or {MAX_WORK} inputs read)"
+    )]
     TooLarge,
+    /// A node with more than [`MAX_FAN_OUT`] inputs on the walk.
+    #[error(
+        "node `{node}` (op `{op}`) has more than {MAX_FAN_OUT} inputs; the dispatcher reads at \
+         most {MAX_FAN_OUT}"
+    )]
+    FanOut {
+        /// The node's name.
+        node: String,
+        /// Its op.
+        op: String,
+    },
     /// The first op (in TensorFlow's walk from the output) without a split provider here.
     #[error("op `{op}` (node `{node}`) has no split provider in Shardwise: {reason}")]
     Unsupported {
@@ -164,22 +238,31 @@ impl GraphError {
     /// The op named by the error, when it names one.
     pub fn op(&self) -> Option<&str> {
         match self {
-            GraphError::Unsupported { op, .. } => Some(op),
+            GraphError::Unsupported { op, .. } | GraphError::FanOut { op, .. } => Some(op),
             _ => None,
         }
     }
 }
 
 /// The split providers of the dataset whose serialized `GraphDef` is `graph`, in TensorFlow's
-/// order.
-pub fn split_providers_of(graph: &[u8]) -> Result<Vec<SplitProvider>, GraphError> {
+/// order (`list_files` patterns globbed by `files`).
+pub fn split_providers_of(
+    graph: &[u8],
+    files: &dyn Files,
+) -> Result<Vec<SplitProvider>, GraphError> {
     let graph = GraphDef::decode(graph).map_err(|e| GraphError::Decode(e.to_string()))?;
-    split_providers(&graph)
+    split_providers(&graph, files)
 }
 
 /// The split providers of the dataset `graph` computes, in TensorFlow's order: depth first
 /// from the `_Retval` node through each dataset op's dataset inputs, in input order.
-pub fn split_providers(graph: &GraphDef) -> Result<Vec<SplitProvider>, GraphError> {
+///
+/// The walk is bounded whatever the graph: at most [`MAX_FAN_OUT`] inputs of a node are read,
+/// at most [`MAX_VISITS`] nodes visited and [`MAX_WORK`] steps taken in all.
+pub fn split_providers(
+    graph: &GraphDef,
+    files: &dyn Files,
+) -> Result<Vec<SplitProvider>, GraphError> {
     let mut nodes = HashMap::with_capacity(graph.node.len());
     for node in &graph.node {
         if nodes.insert(node.name.as_str(), node).is_some() {
@@ -190,31 +273,21 @@ pub fn split_providers(graph: &GraphDef) -> Result<Vec<SplitProvider>, GraphErro
     let [output] = outputs[..] else {
         return Err(GraphError::Output(outputs.len()));
     };
-    let input = |node: &NodeDef, i: usize| -> Result<&NodeDef, GraphError> {
-        data_inputs(node).nth(i).map_or_else(
-            || Err(unsupported(node, format!("it has no input {i}"))),
-            |name| {
-                nodes.get(node_name(name)).copied().ok_or_else(|| GraphError::MissingInput {
-                    node: node.name.clone(),
-                    input: name.to_owned(),
-                })
-            },
-        )
-    };
+    let mut walk = Walk { nodes, work: 0 };
 
     let mut providers = Vec::new();
     // Nodes still to walk, the next one last.
-    let mut stack = vec![input(output, 0)?];
+    let mut stack = vec![walk.input(output, 0)?];
     let mut visits = 0;
     while let Some(node) = stack.pop() {
         visits += 1;
+        walk.step(1)?;
         if visits > MAX_VISITS {
             return Err(GraphError::TooLarge);
         }
         match node.op.as_str() {
             "RangeDataset" => {
-                replicated_on_split(node)?;
-                let [start, stop, step] = [0, 1, 2].map(|i| input(node, i));
+                let [start, stop, step] = [0, 1, 2].map(|i| walk.input(node, i));
                 let (start, stop, step) = (
                     const_scalar(node, start?)?,
                     const_scalar(node, stop?)?,
@@ -231,10 +304,9 @@ pub fn split_providers(graph: &GraphDef) -> Result<Vec<SplitProvider>, GraphErro
                 }
             }
             "TensorSliceDataset" => {
-                replicated_on_split(node)?;
                 let mut len = None;
-                for (i, _) in data_inputs(node).enumerate() {
-                    let n = slice_count(node, input(node, i)?)?;
+                for component in walk.inputs(node)? {
+                    let n = walk.slice_count(node, component, files)?;
                     if len.is_some_and(|len| len != n) {
                         return Err(unsupported(
                             node,
@@ -248,35 +320,13 @@ pub fn split_providers(graph: &GraphDef) -> Result<Vec<SplitProvider>, GraphErro
                 };
                 providers.push(SplitProvider::Index { len });
             }
-            "ZipDataset" => {
-                let inputs: Vec<&NodeDef> = (0..data_inputs(node).count())
-                    .map(|i| input(node, i))
-                    .collect::<Result<_, _>>()?;
+            op if RANDOM.contains(&op) => providers.push(SplitProvider::Index { len: i64::MAX }),
+            op if ALL_INPUTS.contains(&op) => {
+                let inputs = walk.inputs(node)?;
                 // Walked in input order: the first input's providers come first.
                 stack.extend(inputs.into_iter().rev());
             }
-            op if PASS_THROUGH.contains(&op) => stack.push(input(node, 0)?),
-            "InterleaveDataset"
-            | "ParallelInterleaveDataset"
-            | "ParallelInterleaveDatasetV2"
-            | "ParallelInterleaveDatasetV3"
-            | "ParallelInterleaveDatasetV4"
-            | "LegacyParallelInterleaveDatasetV2"
-            | "FlatMapDataset" => {
-                let made = function_datasets(graph, node);
-                let made = if made.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (`{}`)", made.join("`, `"))
-                };
-                return Err(unsupported(
-                    node,
-                    format!(
-                        "it makes datasets from a function{made}; DYNAMIC sharding here \
-                         supports {SUPPORTED}"
-                    ),
-                ));
-            }
+            op if PASS_THROUGH.contains(&op) => stack.push(walk.input(node, 0)?),
             _ => {
                 return Err(unsupported(
                     node,
@@ -288,36 +338,113 @@ pub fn split_providers(graph: &GraphDef) -> Result<Vec<SplitProvider>, GraphErro
     Ok(providers)
 }
 
-/// A source whose `replicate_on_split` attribute is true is refused: its splits are not
-/// checked against TensorFlow's (TensorFlow's datasets set it false).
-fn replicated_on_split(node: &NodeDef) -> Result<(), GraphError> {
-    match node.attr.get("replicate_on_split") {
-        Some(AttrValue { value: Some(attr_value::Value::B(true)) }) => {
-            Err(unsupported(node, "its replicate_on_split is true".into()))
+/// A walk's graph and the work it did so far.
+struct Walk<'g> {
+    nodes: HashMap<&'g str, &'g NodeDef>,
+    work: usize,
+}
+
+impl<'g> Walk<'g> {
+    /// Counts `n` steps of work; an error past [`MAX_WORK`].
+    fn step(&mut self, n: usize) -> Result<(), GraphError> {
+        self.work = self.work.saturating_add(n);
+        if self.work > MAX_WORK { Err(GraphError::TooLarge) } else { Ok(()) }
+    }
+
+    fn resolve(&self, node: &NodeDef, name: &str) -> Result<&'g NodeDef, GraphError> {
+        self.nodes.get(node_name(name)).copied().ok_or_else(|| GraphError::MissingInput {
+            node: node.name.clone(),
+            input: name.to_owned(),
+        })
+    }
+
+    /// Data input `i` of `node` (`i` is small: at most 2).
+    fn input(&mut self, node: &NodeDef, i: usize) -> Result<&'g NodeDef, GraphError> {
+        self.step(i + 1)?;
+        match data_inputs(node).nth(i) {
+            Some(name) => self.resolve(node, name),
+            None => Err(unsupported(node, format!("it has no input {i}"))),
         }
-        _ => Ok(()),
+    }
+
+    /// Every data input of `node`, in order: at most [`MAX_FAN_OUT`].
+    fn inputs(&mut self, node: &NodeDef) -> Result<Vec<&'g NodeDef>, GraphError> {
+        let mut out = Vec::new();
+        for name in data_inputs(node) {
+            if out.len() == MAX_FAN_OUT {
+                return Err(GraphError::FanOut { node: node.name.clone(), op: node.op.clone() });
+            }
+            self.step(1)?;
+            out.push(self.resolve(node, name)?);
+        }
+        Ok(out)
+    }
+
+    /// The number of slices of a component of `user` (its first dimension): a `Const`, or
+    /// the files `list_files` names (`MatchingFiles` of `Const` patterns, through
+    /// `Identity` nodes).
+    fn slice_count(
+        &mut self,
+        user: &NodeDef,
+        component: &'g NodeDef,
+        files: &dyn Files,
+    ) -> Result<i64, GraphError> {
+        let mut node = component;
+        for _ in 0..MAX_IDENTITY_CHAIN {
+            match node.op.as_str() {
+                "Identity" => node = self.input(node, 0)?,
+                "MatchingFiles" => {
+                    let pattern = self.input(node, 0)?;
+                    let patterns = const_strings(user, pattern)?;
+                    let count = files.count_matching(&patterns).map_err(|why| {
+                        unsupported(
+                            node,
+                            format!(
+                                "the dispatcher cannot glob {patterns:?} for `{}`: {why}",
+                                user.name
+                            ),
+                        )
+                    })?;
+                    return i64::try_from(count)
+                        .map_err(|_| unsupported(node, "it matches too many files".into()));
+                }
+                _ => return slice_count(user, node),
+            }
+        }
+        Err(unsupported(
+            user,
+            format!("its component `{}` is a long chain of `Identity` nodes", component.name),
+        ))
     }
 }
 
-/// The dataset ops in the functions a node's attributes name (at most 5, in order).
-fn function_datasets(graph: &GraphDef, node: &NodeDef) -> Vec<String> {
-    let mut attrs: Vec<_> = node.attr.iter().collect();
-    attrs.sort_by_key(|(name, _)| name.as_str());
-    let mut ops: Vec<String> = Vec::new();
-    for (_, attr) in attrs {
-        let Some(attr_value::Value::Func(func)) = &attr.value else { continue };
-        let functions = graph.library.iter().flat_map(|l| &l.function);
-        for function in
-            functions.filter(|f| f.signature.as_ref().is_some_and(|s| s.name == func.name))
-        {
-            for op in function.node_def.iter().map(|n| &n.op) {
-                if op.contains("Dataset") && !ops.contains(op) && ops.len() < 5 {
-                    ops.push(op.clone());
-                }
-            }
-        }
+/// The strings of a `Const` string scalar or vector input of `user` (`MatchingFiles`'
+/// patterns).
+fn const_strings(user: &NodeDef, node: &NodeDef) -> Result<Vec<String>, GraphError> {
+    let tensor = const_tensor(user, node)?;
+    let bad = |what: &str| unsupported(user, format!("its input `{}` {what}", node.name));
+    if tensor.dtype != DataType::DtString as i32 {
+        return Err(bad("is not a string tensor"));
     }
-    ops
+    let shape = tensor.tensor_shape.clone().unwrap_or_default();
+    let n = match shape.dim[..] {
+        _ if shape.unknown_rank => return Err(bad("has an unknown shape")),
+        [] => 1,
+        [ref d] => usize::try_from(d.size).map_err(|_| bad("has an unknown size"))?,
+        _ => return Err(bad("is neither a scalar nor a vector")),
+    };
+    if n as u64 > MAX_CONST_ELEMENTS || tensor.string_val.len() > n {
+        return Err(bad("has more patterns than the dispatcher reads or its shape holds"));
+    }
+    let values: Vec<String> = tensor
+        .string_val
+        .iter()
+        .map(|b| String::from_utf8(b.clone()).map_err(|_| bad("is not UTF-8")))
+        .collect::<Result<_, _>>()?;
+    // Fewer values than elements repeat the last one (none: empty strings).
+    let last = values.last().cloned().unwrap_or_default();
+    let missing = n - values.len();
+    Ok(values.into_iter().chain(std::iter::repeat_n(last, missing)).collect())
 }
 
 fn unsupported(node: &NodeDef, reason: String) -> GraphError {
@@ -522,25 +649,30 @@ mod tests {
         GraphDef { node: nodes, library: None }
     }
 
+    fn split_providers_no_files(graph: &GraphDef) -> Result<Vec<SplitProvider>, GraphError> {
+        split_providers(graph, &NoFiles)
+    }
+
     fn splits(provider: &SplitProvider) -> Vec<i64> {
         (0..provider.num_splits()).map(|i| provider.split_value(i).expect("split")).collect()
     }
 
     fn unsupported_op(graph: &GraphDef) -> String {
-        let err = split_providers(graph).expect_err("refused");
+        let err = split_providers_no_files(graph).expect_err("refused");
         err.op().unwrap_or_else(|| panic!("names no op: {err}")).to_owned()
     }
 
     #[test]
     fn range_splits_are_its_elements() {
-        let providers = split_providers(&graph(range("r", 5, 20, 5), "r")).expect("providers");
+        let providers =
+            split_providers_no_files(&graph(range("r", 5, 20, 5), "r")).expect("providers");
         assert_eq!(providers, [SplitProvider::Range { start: 5, stop: 20, step: 5 }]);
         assert_eq!(splits(&providers[0]), [5, 10, 15]);
         assert_eq!(providers[0].split(3), None);
         assert_eq!(providers[0].split(-1), None);
 
         let one = |start, stop, step| {
-            let providers = split_providers(&graph(range("r", start, stop, step), "r:0"));
+            let providers = split_providers_no_files(&graph(range("r", start, stop, step), "r:0"));
             splits(&providers.expect("providers")[0])
         };
         assert_eq!(one(0, 10, 1), (0..10).collect::<Vec<_>>());
@@ -573,7 +705,7 @@ mod tests {
         // A bound that is not a constant.
         let mut nodes = range("r", 0, 10, 1);
         nodes[1] = node("r/stop", "Placeholder", &[]);
-        let err = split_providers(&graph(nodes, "r")).expect_err("refused");
+        let err = split_providers_no_files(&graph(nodes, "r")).expect_err("refused");
         assert_eq!(err.op(), Some("RangeDataset"));
         assert!(err.to_string().contains("`r/stop` is a `Placeholder`"), "{err}");
         // A bound that is not a scalar.
@@ -588,13 +720,15 @@ mod tests {
             },
         );
         assert_eq!(unsupported_op(&graph(nodes, "r")), "RangeDataset");
-        // replicate_on_split.
+        // replicate_on_split (enumerate's counter): TensorFlow still gives the provider (its
+        // iterator never asks it).
         let mut nodes = range("r", 0, 10, 1);
         nodes[3].attr.insert(
             "replicate_on_split".into(),
             AttrValue { value: Some(attr_value::Value::B(true)) },
         );
-        assert_eq!(unsupported_op(&graph(nodes, "r")), "RangeDataset");
+        let providers = split_providers_no_files(&graph(nodes, "r")).expect("providers");
+        assert_eq!(providers, [SplitProvider::Range { start: 0, stop: 10, step: 1 }]);
     }
 
     #[test]
@@ -619,7 +753,8 @@ mod tests {
         );
         let slices = node("t", "TensorSliceDataset", &["c", "s"]);
         let providers =
-            split_providers(&graph(vec![values.clone(), strings, slices], "t")).expect("providers");
+            split_providers_no_files(&graph(vec![values.clone(), strings, slices], "t"))
+                .expect("providers");
         assert_eq!(providers, [SplitProvider::Index { len: 3 }]);
         assert_eq!(splits(&providers[0]), [0, 1, 2]);
 
@@ -650,7 +785,7 @@ mod tests {
         nodes.extend(range("c", 7, 8, 1));
         nodes.push(node("inner", "ZipDataset", &["b", "c"]));
         nodes.push(node("zip", "ZipDataset", &["a", "inner:0"]));
-        let providers = split_providers(&graph(nodes, "zip")).expect("providers");
+        let providers = split_providers_no_files(&graph(nodes, "zip")).expect("providers");
         let all: Vec<Vec<i64>> = providers.iter().map(splits).collect();
         assert_eq!(all, [vec![0, 1], vec![0, 1, 2], vec![7]]);
     }
@@ -665,7 +800,7 @@ mod tests {
             nodes.push(node(&name, op, &[&last, &format!("arg{i}"), "^r/start"]));
             last = name;
         }
-        let providers = split_providers(&graph(nodes, &last)).expect("providers");
+        let providers = split_providers_no_files(&graph(nodes, &last)).expect("providers");
         assert_eq!(providers, [SplitProvider::Range { start: 0, stop: 10, step: 1 }]);
     }
 
@@ -674,35 +809,12 @@ mod tests {
         // A source other than range and from_tensor_slices.
         let mut nodes = vec![scalar("files", 0), node("tfrecord", "TFRecordDataset", &["files"])];
         nodes.push(node("map", "MapDataset", &["tfrecord"]));
-        let err = split_providers(&graph(nodes, "map")).expect_err("refused");
+        let err = split_providers_no_files(&graph(nodes, "map")).expect_err("refused");
         assert_eq!(err.op(), Some("TFRecordDataset"));
         assert!(err.to_string().contains("node `tfrecord`"), "{err}");
 
-        // A flat_map whose function makes a TextLineDataset (how TextLineDataset looks).
-        let mut nodes = range("r", 0, 3, 1);
-        let mut flat_map = node("flat_map", "FlatMapDataset", &["r"]);
-        let func = NameAttrList { name: "read_one_file".into(), attr: Default::default() };
-        flat_map.attr.insert("f".into(), AttrValue { value: Some(attr_value::Value::Func(func)) });
-        nodes.push(flat_map);
-        let mut graph = graph(nodes, "flat_map");
-        graph.library = Some(FunctionDefLibrary {
-            function: vec![FunctionDef {
-                signature: Some(OpDef { name: "read_one_file".into() }),
-                node_def: vec![node("c", "Const", &[]), node("lines", "TextLineDataset", &["c"])],
-            }],
-        });
-        let err = split_providers(&graph).expect_err("refused");
-        assert_eq!(err.op(), Some("FlatMapDataset"));
-        assert!(err.to_string().contains("(`TextLineDataset`)"), "{err}");
-
-        // Interleave, whichever its input, and ops this module does not know.
-        for op in [
-            "InterleaveDataset",
-            "ParallelInterleaveDatasetV4",
-            "ConcatenateDataset",
-            "CacheDatasetV2",
-            "Identity",
-        ] {
+        // Ops TensorFlow cannot shard either, and ops this module does not know.
+        for op in ["CacheDatasetV2", "Identity", "TextLineDataset", "DataServiceDatasetV4"] {
             let mut nodes = range("r", 0, 3, 1);
             nodes.push(node("x", op, &["r"]));
             assert_eq!(unsupported_op(&graph_of(nodes, "x")), op);
@@ -714,6 +826,144 @@ mod tests {
         assert_eq!(unsupported_op(&graph_of(nodes, "zip")), "TextLineDataset");
     }
 
+    /// `from_tensor_slices(file names).interleave(TFRecordDataset)`: the function's datasets
+    /// are the files' readers; the splits are the file indices.
+    #[test]
+    fn interleave_flat_map_and_group_by_window_give_their_inputs_providers() {
+        for op in [
+            "InterleaveDataset",
+            "ParallelInterleaveDatasetV4",
+            "LegacyParallelInterleaveDatasetV2",
+            "FlatMapDataset",
+            "GroupByWindowDataset",
+            "GroupByReducerDataset",
+        ] {
+            let names = with_tensor(
+                node("names", "Const", &[]),
+                TensorProto {
+                    dtype: DataType::DtString as i32,
+                    tensor_shape: shape(&[4]),
+                    string_val: ["a", "b", "c", "d"].map(|s| s.as_bytes().to_vec()).to_vec(),
+                    ..Default::default()
+                },
+            );
+            let mut nodes = vec![names, node("files", "TensorSliceDataset", &["names"])];
+            nodes.push(node("shuffled", "ShuffleDatasetV3", &["files", "c", "s", "s2", "g"]));
+            let mut x = node("x", op, &["shuffled", "c", "c"]);
+            let func = NameAttrList { name: "read_one_file".into(), attr: Default::default() };
+            x.attr.insert("f".into(), AttrValue { value: Some(attr_value::Value::Func(func)) });
+            nodes.push(x);
+            nodes.extend([scalar("c", 2), scalar("s", 0), scalar("s2", 0), scalar("g", 0)]);
+            let mut g = graph(nodes, "x");
+            g.library = Some(FunctionDefLibrary {
+                function: vec![FunctionDef {
+                    signature: Some(OpDef { name: "read_one_file".into() }),
+                    node_def: vec![node("lines", "TFRecordDataset", &["args_0"])],
+                }],
+            });
+            let providers = split_providers_no_files(&g).expect(op);
+            assert_eq!(providers, [SplitProvider::Index { len: 4 }], "{op}");
+        }
+    }
+
+    #[test]
+    fn concatenate_and_directed_interleave_give_every_inputs_providers_in_order() {
+        let mut nodes = range("a", 0, 2, 1);
+        nodes.extend(range("b", 10, 13, 1));
+        nodes.push(node("concat", "ConcatenateDataset", &["a", "b"]));
+        let providers = split_providers_no_files(&graph(nodes.clone(), "concat")).expect("concat");
+        let all: Vec<Vec<i64>> = providers.iter().map(splits).collect();
+        assert_eq!(all, [vec![0, 1], vec![10, 11, 12]]);
+
+        // choose_from_datasets(datasets=[a, b], choice_dataset=selector): the selector first.
+        nodes.extend(range("selector", 0, 2, 1));
+        nodes.push(node("choose", "DirectedInterleaveDataset", &["selector", "a", "b"]));
+        let providers = split_providers_no_files(&graph(nodes.clone(), "choose")).expect("choose");
+        let all: Vec<Vec<i64>> = providers.iter().map(splits).collect();
+        assert_eq!(all, [vec![0, 1], vec![0, 1], vec![10, 11, 12]]);
+
+        // sample_from_datasets: its selector is made from Dataset.random.
+        nodes.push(node("seed", "Const", &[]));
+        nodes.push(node("random", "RandomDatasetV2", &["seed", "seed", "seed"]));
+        nodes.push(node("logits", "MapDataset", &["random"]));
+        nodes.push(node("sample", "DirectedInterleaveDataset", &["logits", "a", "b"]));
+        let providers = split_providers_no_files(&graph(nodes, "sample")).expect("sample");
+        assert_eq!(providers[0], SplitProvider::Index { len: i64::MAX });
+        assert_eq!(providers[0].split_value(i64::MAX - 1), Some(i64::MAX - 1));
+        assert_eq!(
+            &providers[1..],
+            &split_providers_no_files(&graph(range("a", 0, 2, 1), "a"))
+                .unwrap()
+                .into_iter()
+                .chain([SplitProvider::Range { start: 10, stop: 13, step: 1 }])
+                .collect::<Vec<_>>()[..]
+        );
+    }
+
+    /// Counts the patterns' "files" from a fixed list, or refuses.
+    struct FakeFiles(Result<u64, String>);
+
+    impl Files for FakeFiles {
+        fn count_matching(&self, patterns: &[String]) -> Result<u64, String> {
+            assert_eq!(patterns, ["/data/*.txt"]);
+            self.0.clone()
+        }
+    }
+
+    /// `Dataset.list_files(pattern)` as TensorFlow builds it: `MatchingFiles` of a `Const`,
+    /// through an `Identity` with a control input on the non-empty assertion.
+    fn list_files_graph() -> GraphDef {
+        let pattern = with_tensor(
+            node("list_files/file_pattern", "Const", &[]),
+            TensorProto {
+                dtype: DataType::DtString as i32,
+                tensor_shape: shape(&[]),
+                string_val: vec![b"/data/*.txt".to_vec()],
+                ..Default::default()
+            },
+        );
+        let nodes = vec![
+            pattern,
+            node("list_files/MatchingFiles", "MatchingFiles", &["list_files/file_pattern"]),
+            node("list_files/assert", "Assert", &["list_files/MatchingFiles"]),
+            node(
+                "list_files/Identity",
+                "Identity",
+                &["list_files/MatchingFiles", "^list_files/assert"],
+            ),
+            node("slices", "TensorSliceDataset", &["list_files/Identity"]),
+            scalar("buffer", 3),
+            node("shuffle", "ShuffleDatasetV3", &["slices", "buffer"]),
+        ];
+        graph(nodes, "shuffle")
+    }
+
+    #[test]
+    fn list_files_counts_the_files_it_may_read() {
+        let g = list_files_graph();
+        let providers = split_providers(&g, &FakeFiles(Ok(5))).expect("providers");
+        assert_eq!(providers, [SplitProvider::Index { len: 5 }]);
+        let err = split_providers(&g, &FakeFiles(Err("outside every --data-root".into())))
+            .expect_err("refused");
+        assert_eq!(err.op(), Some("MatchingFiles"));
+        assert!(err.to_string().contains("outside every --data-root"), "{err}");
+        let err = split_providers(&g, &NoFiles).expect_err("refused");
+        assert!(err.to_string().contains("--data-root"), "{err}");
+        // A pattern that is computed, not a constant, is refused naming the reader.
+        let mut g = list_files_graph();
+        g.node[0] = node("list_files/file_pattern", "StringJoin", &[]);
+        let err = split_providers(&g, &FakeFiles(Ok(5))).expect_err("refused");
+        assert_eq!(err.op(), Some("TensorSliceDataset"));
+        assert!(err.to_string().contains("`StringJoin`, not a constant"), "{err}");
+        // An Identity chain that loops.
+        let mut g = list_files_graph();
+        g.node[3] = node("list_files/Identity", "Identity", &["list_files/Identity"]);
+        assert_eq!(
+            split_providers(&g, &FakeFiles(Ok(5))).expect_err("refused").op(),
+            Some("TensorSliceDataset")
+        );
+    }
+
     fn graph_of(nodes: Vec<NodeDef>, output: &str) -> GraphDef {
         graph(nodes, output)
     }
@@ -721,21 +971,24 @@ mod tests {
     #[test]
     fn malformed_graphs_are_errors() {
         let no_output = GraphDef { node: range("r", 0, 1, 1), library: None };
-        assert_eq!(split_providers(&no_output), Err(GraphError::Output(0)));
+        assert_eq!(split_providers_no_files(&no_output), Err(GraphError::Output(0)));
         let mut two = graph(range("r", 0, 1, 1), "r");
         two.node.push(node("dataset2", "_Retval", &["r"]));
-        assert_eq!(split_providers(&two), Err(GraphError::Output(2)));
+        assert_eq!(split_providers_no_files(&two), Err(GraphError::Output(2)));
         let mut duplicate = graph(range("r", 0, 1, 1), "r");
         duplicate.node.push(scalar("r/start", 1));
-        assert_eq!(split_providers(&duplicate), Err(GraphError::DuplicateNode("r/start".into())));
+        assert_eq!(
+            split_providers_no_files(&duplicate),
+            Err(GraphError::DuplicateNode("r/start".into()))
+        );
         let missing = graph(vec![node("m", "MapDataset", &["gone:0"])], "m");
         assert_eq!(
-            split_providers(&missing),
+            split_providers_no_files(&missing),
             Err(GraphError::MissingInput { node: "m".into(), input: "gone:0".into() })
         );
         let cycle =
             graph(vec![node("a", "MapDataset", &["b"]), node("b", "MapDataset", &["a"])], "a");
-        assert_eq!(split_providers(&cycle), Err(GraphError::TooLarge));
+        assert_eq!(split_providers_no_files(&cycle), Err(GraphError::TooLarge));
         // zip(x, x) nested: shared inputs are walked once per use, within the bound.
         let mut nodes = range("r", 0, 1, 1);
         let mut last = "r".to_owned();
@@ -743,11 +996,55 @@ mod tests {
             nodes.push(node(&format!("z{i}"), "ZipDataset", &[&last, &last]));
             last = format!("z{i}");
         }
-        assert_eq!(split_providers(&graph(nodes, &last)), Err(GraphError::TooLarge));
-        assert!(matches!(split_providers_of(b"\xff\xff\xff"), Err(GraphError::Decode(_))));
+        assert_eq!(split_providers_no_files(&graph(nodes, &last)), Err(GraphError::TooLarge));
+        assert!(matches!(
+            split_providers_of(b"\xff\xff\xff", &NoFiles),
+            Err(GraphError::Decode(_))
+        ));
         let retval_without_input =
             GraphDef { node: vec![node("dataset", "_Retval", &[])], library: None };
         assert_eq!(unsupported_op(&retval_without_input), "_Retval");
+    }
+
+    /// Issue 22: a `ZipDataset` that lists itself 100,000 times (a 300 KB graph) made a walk
+    /// that reads input `i` by scanning the inputs O(K^2) per visit. Every walk is bounded:
+    /// fan-out, visits and total work.
+    #[test]
+    fn hostile_graphs_end_fast_in_an_error() {
+        let started = std::time::Instant::now();
+        for op in ["ZipDataset", "ConcatenateDataset", "DirectedInterleaveDataset"] {
+            let mut zip = node("z", op, &[]);
+            zip.input = vec!["z".to_owned(); 100_000];
+            let err = split_providers_no_files(&graph(vec![zip], "z")).expect_err("refused");
+            assert_eq!(err, GraphError::FanOut { node: "z".into(), op: op.into() });
+        }
+        // Under the fan-out bound, still self-referencing: the work bound ends it.
+        let mut zip = node("z", "ZipDataset", &[]);
+        zip.input = vec!["z".to_owned(); MAX_FAN_OUT];
+        assert_eq!(split_providers_no_files(&graph(vec![zip], "z")), Err(GraphError::TooLarge));
+        // A TensorSliceDataset with many components, each a long way to walk.
+        let mut slices = node("t", "TensorSliceDataset", &[]);
+        slices.input = vec!["i0".to_owned(); MAX_FAN_OUT];
+        let mut nodes = vec![slices];
+        for i in 0..MAX_IDENTITY_CHAIN + 1 {
+            nodes.push(node(&format!("i{i}"), "Identity", &[&format!("i{}", i + 1)]));
+        }
+        let err = split_providers_no_files(&graph(nodes, "t")).expect_err("refused");
+        assert_eq!(err.op(), Some("TensorSliceDataset"));
+        // Deep nesting: 50,000 maps over a range, then a cycle of maps.
+        let mut nodes = range("r", 0, 1, 1);
+        let mut last = "r".to_owned();
+        for i in 0..50_000 {
+            nodes.push(node(&format!("m{i}"), "MapDataset", &[&last]));
+            last = format!("m{i}");
+        }
+        assert_eq!(split_providers_no_files(&graph(nodes, &last)).expect("deep").len(), 1);
+        let mut nodes = Vec::new();
+        for i in 0..1000 {
+            nodes.push(node(&format!("m{i}"), "MapDataset", &[&format!("m{}", (i + 1) % 1000)]));
+        }
+        assert_eq!(split_providers_no_files(&graph(nodes, "m0")), Err(GraphError::TooLarge));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //!   (`tensorflow.data.DispatcherService`, `tensorflow.data.WorkerService`) and the graph
 //!   messages, generated from Shardwise's own `.proto` subsets under `gateway/proto/`.
 //! - [`graph`]: the DYNAMIC split providers of a dataset, from its `GraphDef`.
+//! - [`files`]: the files `list_files` names, globbed under the dispatcher's data roots.
 //! - [`prepare`]: the graph edits TensorFlow's dispatcher makes before it stores a dataset
 //!   (lookup tables shared by node name, devices cleared), made losslessly on the bytes.
 //! - [`fingerprint`]: one fingerprint for every serialization of one dataset (TensorFlow
@@ -13,6 +14,7 @@
 //!
 //! The dispatcher serves the protocol (its `grpc` module).
 
+pub mod files;
 pub mod fingerprint;
 pub mod graph;
 pub mod graph_hash;

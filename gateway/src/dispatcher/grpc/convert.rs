@@ -326,8 +326,11 @@ fn split_provider_def(p: &SplitProvider) -> SplitProviderDef {
 
 /// The DYNAMIC split providers of a serialized `GraphDef`, or why it has none (a graph that
 /// does not decode is stored all the same: only DYNAMIC refuses it, with this text).
-pub fn split_providers(graph: &[u8]) -> Result<Vec<SplitProviderDef>, String> {
-    graph::split_providers_of(graph)
+pub fn split_providers(
+    graph: &[u8],
+    files: &dyn graph::Files,
+) -> Result<Vec<SplitProviderDef>, String> {
+    graph::split_providers_of(graph, files)
         .map(|ps| ps.iter().map(split_provider_def).collect())
         .map_err(|e| e.to_string())
 }
@@ -339,7 +342,10 @@ pub fn split_providers(graph: &[u8]) -> Result<Vec<SplitProviderDef>, String> {
 /// here, and the
 /// id the client gave or else `tf-` and the dataset's [fingerprint] (so the registration is a
 /// get-or-register by content, whatever order TensorFlow wrote the graph's maps in).
-pub fn register_dataset(req: tf::GetOrRegisterDatasetRequest) -> Result<RegisterTfDataset, Status> {
+pub fn register_dataset(
+    req: tf::GetOrRegisterDatasetRequest,
+    files: &dyn graph::Files,
+) -> Result<RegisterTfDataset, Status> {
     use tf::data_service_metadata::OptionalElementSpec;
     use tf::get_or_register_dataset_request::OptionalDatasetId;
     let Some(dataset) = req.dataset else {
@@ -349,7 +355,7 @@ pub fn register_dataset(req: tf::GetOrRegisterDatasetRequest) -> Result<Register
     // Prepared before anything reads it: the prepared graph is what is fingerprinted, stored,
     // journaled and sent to workers.
     let graph = prepare_graph(dataset.graph.into());
-    let split_providers = split_providers(&graph);
+    let split_providers = split_providers(&graph, files);
     let element_spec =
         metadata.optional_element_spec.map(|OptionalElementSpec::ElementSpec(spec)| spec);
     // Without an id, the dataset's fingerprint names it: another process's serialization of

@@ -32,17 +32,20 @@ pub struct DispatcherGrpc {
     deployment_mode: i32,
     /// Pushes the tasks a new iteration made to TensorFlow workers.
     pusher: Arc<Pusher>,
+    /// Where `list_files` patterns may be globbed (`--data-root`).
+    data_roots: Arc<crate::tf::files::DataRoots>,
 }
 
 impl DispatcherGrpc {
     /// The service over `driver`, answering `deployment_mode`, pushing new tasks with
-    /// `pusher` (shared with the REST front).
+    /// `pusher` (shared with the REST front), globbing `list_files` under `data_roots`.
     pub fn new(
         driver: DriverHandle,
         deployment_mode: tf::DeploymentMode,
         pusher: Arc<Pusher>,
+        data_roots: Arc<crate::tf::files::DataRoots>,
     ) -> DispatcherGrpc {
-        DispatcherGrpc { driver, deployment_mode: deployment_mode as i32, pusher }
+        DispatcherGrpc { driver, deployment_mode: deployment_mode as i32, pusher, data_roots }
     }
 
     /// The TensorFlow dataset `dataset_id`.
@@ -114,10 +117,12 @@ impl DispatcherService for DispatcherGrpc {
         request: Request<tf::GetOrRegisterDatasetRequest>,
     ) -> Answer<tf::GetOrRegisterDatasetResponse> {
         // Reading the graph (megabytes, maybe) is work for a blocking thread.
-        let req =
-            tokio::task::spawn_blocking(move || convert::register_dataset(request.into_inner()))
-                .await
-                .map_err(|_| Status::internal("reading the dataset's graph failed (a bug)"))??;
+        let roots = self.data_roots.clone();
+        let req = tokio::task::spawn_blocking(move || {
+            convert::register_dataset(request.into_inner(), &*roots)
+        })
+        .await
+        .map_err(|_| Status::internal("reading the dataset's graph failed (a bug)"))??;
         let reply = self.driver.call(req).await.map_err(from_problem)?;
         Ok(Response::new(tf::GetOrRegisterDatasetResponse { dataset_id: reply.dataset_id }))
     }
