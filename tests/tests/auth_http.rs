@@ -92,10 +92,12 @@ fn roles_are_enforced_and_tokens_never_echoed() {
     let hb = json!({"worker_address": "w:1"});
     assert_eq!(call(&d, "POST", "/v1/workers/heartbeat", Some(WORKER), Some(hb.clone())).0, 200);
     assert_eq!(call(&d, "POST", "/v1/workers/heartbeat", Some(CLIENT), Some(hb)).0, 403);
-    // Admin-only routes.
-    assert_eq!(call(&d, "GET", "/v1/workers", Some(CLIENT), None).0, 403);
+    // The worker list: a client's (as TensorFlow's GetWorkers), not a worker's.
+    assert_eq!(call(&d, "GET", "/v1/workers", Some(CLIENT), None).0, 200);
     assert_eq!(call(&d, "GET", "/v1/workers", Some(WORKER), None).0, 403);
     assert_eq!(call(&d, "GET", "/v1/workers", Some(ADMIN), None).0, 200);
+    // Admin-only: the metrics without a monitor token.
+    assert_eq!(call(&d, "GET", "/metrics", Some(CLIENT), None).0, 403);
     assert_eq!(call(&d, "GET", "/metrics", Some(ADMIN), None).0, 200);
     // Nothing the dispatcher printed contains a token.
     let printed = d.output();
@@ -133,9 +135,9 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("post", "/v1/workers/heartbeat", "worker"),
     ("post", "/v1/workers/update", "worker"),
     ("post", "/v1/iterations/{iteration_id}/splits", "worker"),
-    ("get", "/v1/workers", "admin"),
+    ("get", "/v1/workers", "client"),
     ("post", "/v1/datasets", "client"),
-    ("get", "/v1/datasets/{dataset_id}", "client"),
+    ("get", "/v1/datasets/{dataset_id}", "worker|client"),
     ("post", "/v1/jobs", "client"),
     ("get", "/v1/jobs/{job_id}", "client"),
     ("post", "/v1/jobs/{job_id}/iterations", "client"),
@@ -449,4 +451,88 @@ fn a_monitor_token_sees_the_clusters_size_not_its_hosts() {
     let admin = status(ADMIN);
     assert_eq!(admin["members_hidden"], false, "{admin}");
     assert_eq!(admin["members"].as_array().map(Vec::len), Some(2), "{admin}");
+}
+
+/// One role table for REST and gRPC: a token gets the same answer for the same operation over
+/// either (issue 22: a client token could call `GetWorkers` but not `GET /v1/workers`, a worker
+/// token `GetDatasetDef` but not `GET /v1/datasets/{id}`); `HEAD` is allowed where `GET` is.
+#[tokio::test]
+async fn a_token_gets_the_same_answer_over_rest_and_grpc() {
+    use shardwise_gateway::tf::proto::tensorflow::data as tf;
+    let dir = TempDir::new("auth-grpc-rest");
+    let (tokens, _) = token_files(&dir);
+    let d = Dispatcher::start(&["--auth-tokens", &tokens]);
+    let ds = json!({"dataset": {"source": {"range": {"stop": 3}}}});
+    let url = d.url.clone();
+    let (st, raw) = tokio::task::spawn_blocking(move || {
+        send(&url, "POST", "/v1/datasets", &bearer(CLIENT), &ds.to_string())
+    })
+    .await
+    .unwrap();
+    assert_eq!(st, 200, "{raw}");
+    let body = raw.split("\r\n\r\n").nth(1).unwrap();
+    let id =
+        serde_json::from_str::<Value>(body).unwrap()["dataset_id"].as_str().unwrap().to_owned();
+    let channel =
+        tonic::transport::Endpoint::from_shared(d.url.clone()).unwrap().connect().await.unwrap();
+    let mut c = tf::dispatcher_service_client::DispatcherServiceClient::new(channel);
+    fn with<T>(msg: T, token: &str) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+        r
+    }
+    for token in [CLIENT, WORKER, MONITOR, ADMIN] {
+        // Allowed over gRPC: anything but PERMISSION_DENIED (a declarative dataset has no graph
+        // for GetDatasetDef: FAILED_PRECONDITION, once let in).
+        let allowed = |r: Result<(), tonic::Status>| match r {
+            Ok(()) => true,
+            Err(s) if s.code() == tonic::Code::PermissionDenied => false,
+            Err(s) => {
+                assert_ne!(s.code(), tonic::Code::Unauthenticated, "{s:?}");
+                true
+            }
+        };
+        let workers =
+            allowed(c.get_workers(with(tf::GetWorkersRequest {}, token)).await.map(|_| ()));
+        let request = tf::GetDatasetDefRequest { dataset_id: id.clone() };
+        let def = allowed(c.get_dataset_def(with(request, token)).await.map(|_| ()));
+        let request = tf::GetDataServiceMetadataRequest { dataset_id: id.clone() };
+        let meta = allowed(c.get_data_service_metadata(with(request, token)).await.map(|_| ()));
+        let url = d.url.clone();
+        let path = format!("/v1/datasets/{id}");
+        let rest = tokio::task::spawn_blocking(move || {
+            let allowed = |(status, raw): (u16, String)| {
+                assert_ne!(status, 401, "{raw}");
+                status != 403
+            };
+            (
+                allowed(send(&url, "GET", "/v1/workers", &bearer(token), "")),
+                allowed(send(&url, "GET", &path, &bearer(token), "")),
+            )
+        })
+        .await
+        .unwrap();
+        assert_eq!(workers, rest.0, "{token}: GetWorkers and GET /v1/workers");
+        assert_eq!(def, rest.1, "{token}: GetDatasetDef and GET /v1/datasets/{{id}}");
+        assert_eq!(meta, rest.1, "{token}: GetDataServiceMetadata and GET /v1/datasets/{{id}}");
+        let want = match token {
+            CLIENT => (true, true),
+            WORKER => (false, true),
+            MONITOR => (false, false),
+            _ => (true, true),
+        };
+        assert_eq!(rest, want, "{token}");
+    }
+    // HEAD is GET without the body: a monitor token may HEAD /metrics, a client may not.
+    let url = d.url.clone();
+    let (monitor, client) = tokio::task::spawn_blocking(move || {
+        (
+            send(&url, "HEAD", "/metrics", &bearer(MONITOR), ""),
+            send(&url, "HEAD", "/metrics", &bearer(CLIENT), ""),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(monitor.0, 200, "{}", monitor.1);
+    assert_eq!(client.0, 403, "{}", client.1);
 }

@@ -170,6 +170,52 @@ fn unusable_tls_files_are_usage_errors_naming_the_file() {
     assert!(e.contains(&format!("--ca-file {key}: no certificate in it")), "{e}");
 }
 
+/// A certificate or key "file" that never ends (`/dev/zero`), blocks (a FIFO no one writes)
+/// or is far larger than any PEM file is refused at once, naming the file: exit 2, as for any
+/// other unusable file (it used to be read until out of memory, or to block the start forever).
+#[test]
+fn endless_blocking_or_huge_tls_files_are_usage_errors_naming_the_file() {
+    let pki = Pki::new("tls-hostile");
+    let (cert, key) = (pki.file("dispatcher.pem"), pki.file("dispatcher.key"));
+    let fifo = pki.file("fifo.pem");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {fifo}");
+    let huge = pki.file("huge.pem");
+    // A valid certificate, then padding past the bound (4 MiB).
+    let mut bytes = std::fs::read(&cert).unwrap();
+    bytes.resize(5 << 20, b'\n');
+    std::fs::write(&huge, bytes).unwrap();
+    let cases = [
+        ("--tls-cert", "/dev/zero", "not a regular file (a character device)"),
+        ("--tls-key", "/dev/zero", "not a regular file (a character device)"),
+        ("--tls-cert", fifo.as_str(), "not a regular file (a FIFO)"),
+        ("--tls-key", fifo.as_str(), "not a regular file (a FIFO)"),
+        ("--tls-cert", huge.as_str(), "larger than 4 MiB"),
+        ("--tls-key", pki.dir.path(), "not a regular file (a directory)"),
+    ];
+    for (flag, file, why) in cases {
+        let args = if flag == "--tls-cert" {
+            ["--tls-cert", file, "--tls-key", key.as_str()]
+        } else {
+            ["--tls-cert", cert.as_str(), "--tls-key", file]
+        };
+        let started = Instant::now();
+        let e = Dispatcher::try_start(&args).unwrap_err();
+        assert!(e.starts_with("exited with Some(2)"), "{flag} {file}: {e}");
+        assert!(e.contains(&format!("{flag} {file}: {why}")), "{flag} {file}: {e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{flag} {file}: {:?}",
+            started.elapsed()
+        );
+    }
+    // The worker's CA file goes through the same checks.
+    let d = Dispatcher::start(&[]);
+    let e = Worker::try_start(&d.url, &["--ca-file", "/dev/zero"]).unwrap_err();
+    assert!(e.starts_with("exited with Some(2)"), "{e}");
+    assert!(e.contains("--ca-file /dev/zero: not a regular file"), "{e}");
+}
+
 /// TensorFlow's gRPC protocol over TLS: a tonic client trusting the CA (ALPN `h2`) reaches the
 /// dispatcher's `DispatcherService` on its one port.
 #[tokio::test]

@@ -85,7 +85,7 @@ pub struct DispatcherArgs {
     #[arg(long, env = "SHARDWISE_MAX_RESOLVE_TASKS", default_value_t = shardwise_core::cluster::slurm::DEFAULT_MAX_TASKS, value_parser = crate::kubernetes::resolve::parse_max_tasks)]
     pub max_resolve_tasks: usize,
     /// Largest accepted request body, in bytes (and gRPC request message: well over
-    /// TensorFlow's 4 MiB; gRPC replies are not bounded).
+    /// TensorFlow's 4 MiB; gRPC replies are of any size, see --max-reply-bytes).
     #[arg(long, env = "SHARDWISE_MAX_BODY_BYTES", default_value_t = 16 << 20)]
     pub max_body_bytes: usize,
     /// The time a client may take to send a request's headers (from connecting, or from the
@@ -107,6 +107,15 @@ pub struct DispatcherArgs {
     /// wait).
     #[arg(long, env = "SHARDWISE_MAX_IN_FLIGHT", default_value_t = 0)]
     pub max_in_flight: usize,
+    /// The most bytes of large gRPC replies (`GetDatasetDef`'s graph) held in memory and not yet
+    /// read by their callers, over all connections; more wait (up to 30 s, then UNAVAILABLE,
+    /// which TensorFlow retries).
+    #[arg(long, env = "SHARDWISE_MAX_REPLY_BYTES", default_value_t = grpc::budget::DEFAULT_REPLY_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_reply_bytes: u64,
+    /// The same bound for one connection (a reply larger than it is served alone on its
+    /// connection).
+    #[arg(long, env = "SHARDWISE_MAX_REPLY_BYTES_PER_CONNECTION", default_value_t = grpc::budget::DEFAULT_REPLY_BYTES_PER_CONNECTION, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_reply_bytes_per_connection: u64,
     /// Compact the journal (a snapshot opens a new segment, older segments are deleted) when
     /// its current segment grows past this many bytes.
     #[arg(long, env = "SHARDWISE_COMPACT_AT_BYTES", default_value_t = core::COMPACT_AT_BYTES)]
@@ -234,6 +243,8 @@ impl Default for DispatcherArgs {
             rate_limit: 0,
             rate_limit_burst: 0,
             max_in_flight: 0,
+            max_reply_bytes: grpc::budget::DEFAULT_REPLY_BYTES,
+            max_reply_bytes_per_connection: grpc::budget::DEFAULT_REPLY_BYTES_PER_CONNECTION,
             compact_at_bytes: core::COMPACT_AT_BYTES,
             max_dataset_bytes: shardwise_core::dispatch::DEFAULT_MAX_DATASET_BYTES,
             deployment_mode: None,
@@ -538,6 +549,10 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         ),
         args.limits(),
         tokens.clone(),
+        grpc::budget::ReplyBudgets::new(
+            usize::try_from(args.max_reply_bytes).unwrap_or(usize::MAX),
+            usize::try_from(args.max_reply_bytes_per_connection).unwrap_or(usize::MAX),
+        ),
     );
     let state = AppState {
         driver,

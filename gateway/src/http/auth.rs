@@ -87,34 +87,110 @@ impl Access {
     }
 }
 
-/// The route table: every route of the API and what it requires. A route missing here
-/// requires admin (so a new route cannot slip through unprotected).
+/// One operation of the API as REST and gRPC name it, and the roles that may call it.
+#[derive(Debug)]
+struct Operation {
+    /// Who may call it.
+    access: Access,
+    /// Its REST routes: method and route template.
+    rest: &'static [(&'static str, &'static str)],
+    /// Its RPCs of `tensorflow.data.DispatcherService`.
+    grpc: &'static [&'static str],
+}
+
+const WORKER_OR_CLIENT: Access = Access::OneOf(&[Role::Worker, Role::Client]);
+
+/// The role table: every operation, REST routes and gRPC methods alike, and what it requires
+/// (the same operation needs the same role over either protocol). A route or RPC missing here
+/// requires admin (so a new one cannot slip through unprotected).
+const OPERATIONS: &[Operation] = &[
+    Operation {
+        access: Access::Any,
+        rest: &[("GET", "/v1/version"), ("GET", "/v1/leader")],
+        grpc: &["GetVersion", "GetDataServiceConfig"],
+    },
+    // Every task of a training job reads the cluster (its TF_CONFIG), workers and clients
+    // alike; a monitoring token does not (the view names every host of the job).
+    Operation { access: WORKER_OR_CLIENT, rest: &[("GET", "/v1/cluster")], grpc: &[] },
+    // A dataset: a worker reads its graph to run it, a client its metadata; either may
+    // decide its run-time compression.
+    Operation {
+        access: WORKER_OR_CLIENT,
+        rest: &[("GET", "/v1/datasets/{dataset_id}")],
+        grpc: &["GetDatasetDef", "GetDataServiceMetadata", "DisableCompressionAtRuntime"],
+    },
+    // Prometheus scrapes with a monitor token (dispatcher and worker alike); the status
+    // page's data (dispatcher and worker).
+    Operation {
+        access: Access::Only(Role::Monitor),
+        rest: &[("GET", "/metrics"), ("GET", "/v1/status"), ("GET", "/v1/worker/status")],
+        grpc: &[],
+    },
+    Operation {
+        access: Access::Only(Role::Worker),
+        rest: &[
+            ("POST", "/v1/workers/heartbeat"),
+            ("POST", "/v1/workers/update"),
+            ("POST", "/v1/iterations/{iteration_id}/splits"),
+        ],
+        grpc: &["WorkerHeartbeat", "WorkerUpdate", "GetSplit", "GetSnapshotSplit"],
+    },
+    // The live workers: a TensorFlow client lists them (local workers, `GetWorkers`).
+    Operation {
+        access: Access::Only(Role::Client),
+        rest: &[("GET", "/v1/workers")],
+        grpc: &["GetWorkers"],
+    },
+    Operation {
+        access: Access::Only(Role::Client),
+        rest: &[
+            ("POST", "/v1/datasets"),
+            ("POST", "/v1/jobs"),
+            ("GET", "/v1/jobs/{job_id}"),
+            ("POST", "/v1/jobs/{job_id}/iterations"),
+            ("POST", "/v1/clients/{client_id}/heartbeat"),
+            ("DELETE", "/v1/clients/{client_id}"),
+            ("POST", "/v1/tasks/{task_id}/maybe-remove"),
+            ("POST", "/v1/cluster/resolve"),
+            ("GET", "/v1/tasks/{task_id}/elements"),
+        ],
+        grpc: &[
+            "GetOrRegisterDataset",
+            "GetOrCreateJob",
+            "GetOrCreateIteration",
+            "ClientHeartbeat",
+            "ReleaseIterationClient",
+            "MaybeRemoveTask",
+            "Snapshot",
+            "GetSnapshotStreams",
+        ],
+    },
+];
+
+/// What the REST route `path` (its template) requires for `method`. `HEAD` is `GET` without
+/// the body: it requires what `GET` does.
 pub fn access(method: &Method, path: &str) -> Access {
-    match (method.as_str(), path) {
-        (_, "/healthz" | "/readyz" | "/openapi.json") => Access::Open,
-        (_, p) if p == "/docs" || p.starts_with("/docs/") => Access::Open,
+    let method = if method == Method::HEAD { "GET" } else { method.as_str() };
+    match (method, path) {
+        (_, "/healthz" | "/readyz" | "/openapi.json") => return Access::Open,
+        (_, p) if p == "/docs" || p.starts_with("/docs/") => return Access::Open,
         // The status page and its assets hold no data: the page asks for a token itself.
-        ("GET", p) if p == "/" || p.starts_with("/ui/") => Access::Open,
-        ("GET", "/v1/version" | "/v1/leader") => Access::Any,
-        // Every task of a training job reads the cluster (its TF_CONFIG), workers and
-        // clients alike; a monitoring token does not (the view names every host of the job).
-        ("GET", "/v1/cluster") => Access::OneOf(&[Role::Worker, Role::Client]),
-        // Prometheus scrapes with a monitor token (dispatcher and worker alike).
-        ("GET", "/metrics") => Access::Only(Role::Monitor),
-        // The status page's data (dispatcher and worker).
-        ("GET", "/v1/status" | "/v1/worker/status") => Access::Only(Role::Monitor),
-        (
-            "POST",
-            "/v1/workers/heartbeat" | "/v1/workers/update" | "/v1/iterations/{iteration_id}/splits",
-        ) => Access::Only(Role::Worker),
-        ("POST", "/v1/datasets" | "/v1/jobs" | "/v1/jobs/{job_id}/iterations")
-        | ("GET", "/v1/datasets/{dataset_id}" | "/v1/jobs/{job_id}")
-        | ("POST", "/v1/clients/{client_id}/heartbeat" | "/v1/tasks/{task_id}/maybe-remove")
-        | ("DELETE", "/v1/clients/{client_id}")
-        | ("POST", "/v1/cluster/resolve")
-        | ("GET", "/v1/tasks/{task_id}/elements") => Access::Only(Role::Client),
-        _ => Access::Only(Role::Admin),
+        ("GET", p) if p == "/" || p.starts_with("/ui/") => return Access::Open,
+        _ => {}
     }
+    OPERATIONS
+        .iter()
+        .find(|op| op.rest.iter().any(|&(m, p)| m == method && p == path))
+        .map_or(Access::Only(Role::Admin), |op| op.access)
+}
+
+/// What the RPC `method` of `tensorflow.data.DispatcherService` requires (an unknown one:
+/// admin).
+pub fn grpc_access(method: &str) -> Access {
+    OPERATIONS
+        .iter()
+        .find(|op| op.grpc.contains(&method))
+        .map_or(Access::Only(Role::Admin), |op| op.access)
 }
 
 #[derive(Deserialize)]
@@ -373,6 +449,7 @@ mod tests {
         for (m, p) in [
             (Method::GET, "/v1/cluster"),
             (Method::GET, "/v1/workers"),
+            (Method::HEAD, "/v1/workers"),
             (Method::GET, "/v1/datasets/{dataset_id}"),
             (Method::GET, "/v1/jobs/{job_id}"),
             (Method::GET, "/v1/tasks/{task_id}/elements"),
@@ -387,7 +464,43 @@ mod tests {
             access(&Method::GET, "/v1/cluster").describe(),
             "the worker or client role (or admin)"
         );
-        assert_eq!(access(&Method::GET, "/v1/workers").describe(), "the admin role");
+        assert_eq!(access(&Method::GET, "/v1/workers").describe(), "the client role (or admin)");
+        assert_eq!(access(&Method::POST, "/v1/workers").describe(), "the admin role");
+        // HEAD is GET without the body.
+        assert_eq!(access(&Method::HEAD, "/metrics"), metrics);
+        assert_eq!(access(&Method::HEAD, "/"), Access::Open);
+    }
+
+    /// One operation, one role set, whichever protocol names it.
+    #[test]
+    fn rest_and_grpc_name_the_same_operations_with_the_same_roles() {
+        for (rpc, method, route) in [
+            ("GetWorkers", Method::GET, "/v1/workers"),
+            ("GetDatasetDef", Method::GET, "/v1/datasets/{dataset_id}"),
+            ("GetDataServiceMetadata", Method::GET, "/v1/datasets/{dataset_id}"),
+            ("GetVersion", Method::GET, "/v1/version"),
+            ("WorkerHeartbeat", Method::POST, "/v1/workers/heartbeat"),
+            ("WorkerUpdate", Method::POST, "/v1/workers/update"),
+            ("GetSplit", Method::POST, "/v1/iterations/{iteration_id}/splits"),
+            ("GetOrRegisterDataset", Method::POST, "/v1/datasets"),
+            ("GetOrCreateJob", Method::POST, "/v1/jobs"),
+            ("GetOrCreateIteration", Method::POST, "/v1/jobs/{job_id}/iterations"),
+            ("ClientHeartbeat", Method::POST, "/v1/clients/{client_id}/heartbeat"),
+            ("ReleaseIterationClient", Method::DELETE, "/v1/clients/{client_id}"),
+            ("MaybeRemoveTask", Method::POST, "/v1/tasks/{task_id}/maybe-remove"),
+        ] {
+            assert_eq!(grpc_access(rpc), access(&method, route), "{rpc} and {method} {route}");
+        }
+        assert_eq!(grpc_access("NoSuchMethod"), Access::Only(Role::Admin));
+        // Every route and RPC is named once.
+        let mut rest: Vec<_> = OPERATIONS.iter().flat_map(|op| op.rest.iter()).collect();
+        let mut grpc: Vec<_> = OPERATIONS.iter().flat_map(|op| op.grpc.iter()).collect();
+        let (r, g) = (rest.len(), grpc.len());
+        rest.sort();
+        rest.dedup();
+        grpc.sort();
+        grpc.dedup();
+        assert_eq!((rest.len(), grpc.len()), (r, g), "a route or an RPC named twice");
     }
 
     #[test]
@@ -415,9 +528,9 @@ mod table {
             ("post", "/v1/workers/heartbeat", Access::Only(Role::Worker)),
             ("post", "/v1/workers/update", Access::Only(Role::Worker)),
             ("post", "/v1/iterations/{iteration_id}/splits", Access::Only(Role::Worker)),
-            ("get", "/v1/workers", Access::Only(Role::Admin)),
+            ("get", "/v1/workers", Access::Only(Role::Client)),
             ("post", "/v1/datasets", Access::Only(Role::Client)),
-            ("get", "/v1/datasets/{dataset_id}", Access::Only(Role::Client)),
+            ("get", "/v1/datasets/{dataset_id}", Access::OneOf(&[Role::Worker, Role::Client])),
             ("post", "/v1/jobs", Access::Only(Role::Client)),
             ("get", "/v1/jobs/{job_id}", Access::Only(Role::Client)),
             ("post", "/v1/jobs/{job_id}/iterations", Access::Only(Role::Client)),

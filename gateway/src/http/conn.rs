@@ -18,7 +18,8 @@
 //!   nothing, is disconnected when it passes (there is no request to answer yet). An HTTP/2
 //!   connection has its preface bounded the same way, a bounded header list per stream
 //!   ([`H2_MAX_HEADER_LIST_BYTES`]), at most [`H2_MAX_CONCURRENT_STREAMS`] streams at once,
-//!   and keepalive pings that close it when the peer stops answering.
+//!   at most [`H2_MAX_SEND_BUF_BYTES`] of each stream's answer queued unwritten, and keepalive
+//!   pings that close it when the peer stops answering.
 //! * **Bodies.** The route layer of `front` reads a request's whole body before the
 //!   route's handler runs, within the same bound; a body that does not arrive in time is answered `408` (a problem,
 //!   with `Connection: close`). A request without a body (a long poll such as
@@ -26,7 +27,10 @@
 //! * **gRPC.** A request with `content-type: application/grpc...` goes to the server's
 //!   [`GrpcService`] when it has one (the dispatcher's `tensorflow.data.DispatcherService`),
 //!   as hyper gave it (no router, no boxed body, no connect-info extension: it gets the peer's
-//!   address as an argument); every other request goes to the REST app.
+//!   address as an argument), which reads its message within the read timeout too; every other
+//!   request goes to the REST app. Each connection gets its own copy of the gRPC service
+//!   ([`GrpcService::for_connection`]: the dispatcher bounds per connection the bytes of
+//!   replies its peer has not read).
 //!
 //! Everything else `serve` does is what `axum::serve` did: `TCP_NODELAY`, the peer's address
 //! as `ConnectInfo<SocketAddr>` (the rate limiter's key), and a graceful shutdown that stops
@@ -60,6 +64,10 @@ pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const H2_MAX_CONCURRENT_STREAMS: u32 = 256;
 /// HTTP/2: the largest header list of one request (names and values, decoded).
 pub const H2_MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
+/// HTTP/2: the bytes of one stream's answer queued for the connection and not yet written
+/// (hyper asks the answer's body for more only below this; the default is 400 KiB). With
+/// [`H2_MAX_CONCURRENT_STREAMS`], about 32 MiB per connection that does not read.
+pub const H2_MAX_SEND_BUF_BYTES: usize = 128 << 10;
 /// HTTP/2: a ping is sent after this long without frames from the peer...
 pub const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// ...and the connection is closed when its answer does not come within this.
@@ -78,6 +86,12 @@ pub fn is_grpc<B>(req: &axum::http::Request<B>) -> bool {
 /// What serves a server's gRPC requests: each request as hyper gave it, with the peer's
 /// address; the answer, whatever happened (a refusal is a gRPC status).
 pub(crate) trait GrpcService: Clone + Send + Sync + 'static {
+    /// The service of one new connection (what it keeps per connection starts afresh, e.g. the
+    /// dispatcher's budget of reply bytes not yet written).
+    fn for_connection(&self) -> Self {
+        self.clone()
+    }
+
     /// Answers `req`, which came from `peer`.
     fn serve(
         &self,
@@ -155,7 +169,7 @@ pub(crate) async fn serve<G: GrpcService>(
         // back by Nagle's algorithm until the previous one is acknowledged (a delayed ACK,
         // ~40 ms).
         let _ = tcp.set_nodelay(true);
-        let (app, grpc) = (app.clone(), grpc.clone());
+        let (app, grpc) = (app.clone(), grpc.as_ref().map(GrpcService::for_connection));
         let service = tower::service_fn(move |mut req: Request<Incoming>| match &grpc {
             Some(grpc) if is_grpc(&req) => Either::Left(grpc.serve(req, peer).map(Ok)),
             _ => {
@@ -216,6 +230,7 @@ pub(crate) async fn serve<G: GrpcService>(
                     .timer(TokioTimer::new())
                     .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
                     .max_header_list_size(H2_MAX_HEADER_LIST_BYTES)
+                    .max_send_buf_size(H2_MAX_SEND_BUF_BYTES)
                     .keep_alive_interval(H2_KEEPALIVE_INTERVAL)
                     .keep_alive_timeout(H2_KEEPALIVE_TIMEOUT);
                 let conn = builder.serve_connection(io, service);

@@ -68,8 +68,69 @@ pub fn system_client_config() -> rustls::ClientConfig {
     })
 }
 
+/// The largest certificate, key or CA file read (a chain or a CA bundle is kilobytes; the
+/// system's whole bundle is under 1 MiB).
+pub const MAX_TLS_FILE_BYTES: u64 = 4 << 20;
+
+/// The bytes of a certificate, key or CA file: a regular file (not a FIFO, which would block
+/// the start forever, nor a device such as `/dev/zero`, which never ends) of at most
+/// [`MAX_TLS_FILE_BYTES`].
 fn read(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
-    std::fs::read(path).map_err(|e| TlsFileError::new(flag, path, format!("cannot read it: {e}")))
+    use std::io::Read as _;
+    let fail = |reason: String| TlsFileError::new(flag, path, reason);
+    let regular = |meta: &std::fs::Metadata| {
+        if !meta.is_file() {
+            return Err(fail(format!(
+                "not a regular file (a {}); name the PEM file itself",
+                file_kind(meta)
+            )));
+        }
+        if meta.len() > MAX_TLS_FILE_BYTES {
+            return Err(too_large(flag, path));
+        }
+        Ok(())
+    };
+    // Checked before opening (opening a FIFO waits for a writer), and again on what was opened.
+    let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    regular(&meta)?;
+    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    regular(&file.metadata().map_err(|e| fail(format!("cannot read it: {e}")))?)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TLS_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(format!("cannot read it: {e}")))?;
+    if bytes.len() as u64 > MAX_TLS_FILE_BYTES {
+        // It grew while it was read.
+        return Err(too_large(flag, path));
+    }
+    Ok(bytes)
+}
+
+fn too_large(flag: &'static str, path: &Path) -> TlsFileError {
+    TlsFileError::new(
+        flag,
+        path,
+        format!("larger than {} MiB: not a PEM certificate or key file", MAX_TLS_FILE_BYTES >> 20),
+    )
+}
+
+/// What a file that is not a regular file is, for the refusal.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
 }
 
 /// The certificates of a PEM file (at least one).

@@ -7,13 +7,17 @@
 //!   table from the core's status classes to gRPC codes.
 //! * [`push`]: `WorkerService.ProcessTask` pushes of new tasks to TensorFlow workers.
 //!
-//! Around the RPCs ([`front`]): the bearer-token check of `--auth-tokens` by RPC (worker RPCs
-//! need the worker role, client RPCs the client role, `GetVersion` and `GetDataServiceConfig`
-//! any valid token; admin may call everything), `--rate-limit` and `--max-in-flight` (gRPC
-//! calls have their own token buckets and in-flight count, of the same sizes as REST's),
-//! request messages up to `--max-body-bytes` and replies of any size, a 30 s bound per call
-//! and caught panics. Every refusal is a gRPC status.
+//! Around the RPCs ([`front`]): the bearer-token check of `--auth-tokens` by RPC (the one role
+//! table of `http::auth`, shared with the REST routes: the same operation needs the same role
+//! over either), `--rate-limit` and `--max-in-flight` (gRPC calls have their own token buckets
+//! and in-flight count, of the same sizes as REST's), the request message read whole within
+//! `--read-timeout` (else `DEADLINE_EXCEEDED`, and the stream is reset) and checked as exactly
+//! one length-prefixed message of at most `--max-body-bytes` (else `INVALID_ARGUMENT` or
+//! `RESOURCE_EXHAUSTED`), a 30 s bound per call, caught panics, and the bytes of large replies
+//! held unwritten bounded per connection and in total ([`budget`]). Every refusal is a gRPC
+//! status.
 
+pub mod budget;
 pub mod convert;
 pub mod push;
 pub mod service;
@@ -22,9 +26,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http;
 use axum::response::Response;
 use futures::FutureExt as _;
@@ -32,8 +36,9 @@ use hyper::body::Incoming;
 use tonic::Status;
 use tower::Service;
 
+use self::budget::{ConnectionBudget, HeldReply, Metered, ReplyBudgets};
 pub use self::service::{DispatcherGrpc, TF_DATA_SERVICE_VERSION};
-use crate::http::auth::{Access, Role, Tokens, check};
+use crate::http::auth::{Access, Tokens, check};
 use crate::http::conn::GrpcService;
 use crate::http::front::{REQUEST_TIMEOUT, within};
 use crate::http::limit::{LimitConfig, Limits};
@@ -42,31 +47,10 @@ use crate::tf::proto::tensorflow::data::dispatcher_service_server::DispatcherSer
 /// The path prefix of every RPC of the service.
 pub const SERVICE_PATH: &str = "/tensorflow.data.DispatcherService/";
 
-/// What an RPC requires of the caller's token: worker RPCs the worker role, client RPCs the
-/// client role, RPCs both call either, `GetVersion` and `GetDataServiceConfig` any valid
-/// token; anything else (an unknown method) admin.
+/// What an RPC requires of the caller's token: its entry in the role table REST shares
+/// ([`crate::http::auth::grpc_access`]); an unknown method requires admin.
 pub fn access(method: &str) -> Access {
-    match method {
-        "GetVersion" | "GetDataServiceConfig" => Access::Any,
-        "WorkerHeartbeat" | "WorkerUpdate" | "GetSplit" | "GetSnapshotSplit" => {
-            Access::Only(Role::Worker)
-        }
-        // A worker reads a dataset's graph and decides compression; so may a client.
-        "GetDatasetDef" | "DisableCompressionAtRuntime" => {
-            Access::OneOf(&[Role::Worker, Role::Client])
-        }
-        "GetOrRegisterDataset"
-        | "GetDataServiceMetadata"
-        | "GetOrCreateJob"
-        | "GetOrCreateIteration"
-        | "ClientHeartbeat"
-        | "ReleaseIterationClient"
-        | "MaybeRemoveTask"
-        | "GetWorkers"
-        | "Snapshot"
-        | "GetSnapshotStreams" => Access::Only(Role::Client),
-        _ => Access::Only(Role::Admin),
-    }
+    crate::http::auth::grpc_access(method)
 }
 
 /// The gRPC front of the dispatcher, for `http::conn::serve`: the RPCs of `service` behind
@@ -77,6 +61,9 @@ pub fn access(method: &str) -> Access {
 pub struct GrpcFront {
     server: DispatcherServiceServer<DispatcherGrpc>,
     gate: Arc<Gate>,
+    /// The budget of the connection this front serves (each connection gets its own front:
+    /// [`GrpcService::for_connection`]); `None` before.
+    connection: Option<ConnectionBudget>,
 }
 
 /// What the gate around the RPCs checks.
@@ -84,15 +71,34 @@ pub struct GrpcFront {
 struct Gate {
     tokens: Option<Tokens>,
     limits: Limits,
+    /// The time a request message may take to arrive.
+    read_timeout: Duration,
+    /// The largest request message.
+    max_message: usize,
+    /// The bytes of replies held unwritten.
+    replies: ReplyBudgets,
 }
 
 /// The gRPC front over `service`, behind the token check and the request limits of `limits`
-/// (its `max_body_bytes` bounds a request message; replies are unbounded).
-pub fn front(service: DispatcherGrpc, limits: LimitConfig, tokens: Option<Tokens>) -> GrpcFront {
+/// (its `max_body_bytes` bounds a request message, its `read_timeout` the time it takes to
+/// arrive); the bytes of replies not yet written are bounded by `replies`.
+pub fn front(
+    service: DispatcherGrpc,
+    limits: LimitConfig,
+    tokens: Option<Tokens>,
+    replies: ReplyBudgets,
+) -> GrpcFront {
     let server = DispatcherServiceServer::new(service)
         .max_decoding_message_size(limits.max_body_bytes)
         .max_encoding_message_size(usize::MAX);
-    GrpcFront { server, gate: Arc::new(Gate { tokens, limits: Limits::new(limits) }) }
+    let gate = Gate {
+        tokens,
+        limits: Limits::new(limits),
+        read_timeout: limits.read_timeout,
+        max_message: limits.max_body_bytes,
+        replies,
+    };
+    GrpcFront { server, gate: Arc::new(gate), connection: None }
 }
 
 /// A gRPC status as the whole answer to a call.
@@ -129,16 +135,34 @@ const RPCS: &[&str] = &[
 ];
 
 impl GrpcService for GrpcFront {
+    fn for_connection(&self) -> Self {
+        GrpcFront { connection: Some(self.gate.replies.connection()), ..self.clone() }
+    }
+
     fn serve(
         &self,
         req: http::Request<Incoming>,
         peer: SocketAddr,
     ) -> impl Future<Output = Response> + Send + use<> {
-        let admitted = self.admit(req, peer);
+        let admitted = self.admit(&req, peer);
+        let gate = self.gate.clone();
+        let budget = self.connection.clone().unwrap_or_else(|| gate.replies.connection());
+        let mut server = self.server.clone();
         async move {
-            let (call, permit, method) = match admitted {
+            let (permit, method) = match admitted {
                 Ok(admitted) => admitted,
                 Err(refused) => return refused,
+            };
+            let mut req = match read_message(&gate, req, method).await {
+                Ok(req) => req,
+                Err(refused) => return answer(refused),
+            };
+            req.extensions_mut().insert(budget);
+            // The generated server is always ready; a panic while making its future is a bug
+            // like one while polling it.
+            let call = match std::panic::catch_unwind(AssertUnwindSafe(move || server.call(req))) {
+                Ok(call) => call,
+                Err(_) => return answer(panicked(method)),
             };
             // A call answered on its first poll (an in-memory one) arms no timer.
             let bounded =
@@ -146,30 +170,40 @@ impl GrpcService for GrpcFront {
             let res = match bounded.await {
                 Some(Ok(Ok(res))) => typed_decode_errors(res.map(Body::new)),
                 Some(Ok(Err(never))) => match never {},
-                Some(Err(_)) => answer(Status::internal(format!(
-                    "the dispatcher hit a bug handling {method} (a panic was caught)"
-                ))),
+                Some(Err(_)) => answer(panicked(method)),
                 None => answer(Status::unavailable(format!(
                     "{method} took longer than {} s; retry",
                     REQUEST_TIMEOUT.as_secs()
                 ))),
             };
             drop(permit);
-            res
+            metered(res)
         }
     }
 }
 
-/// The call tonic makes of a request, once the gate let it through.
-type Admitted = (
-    <DispatcherServiceServer<DispatcherGrpc> as Service<http::Request<Incoming>>>::Future,
-    Option<tokio::sync::OwnedSemaphorePermit>,
-    &'static str,
-);
+/// `INTERNAL`: the RPC panicked.
+fn panicked(method: &str) -> Status {
+    Status::internal(format!("the dispatcher hit a bug handling {method} (a panic was caught)"))
+}
+
+/// A reply that holds reserved bytes ([`HeldReply`], put there by its RPC) keeps them until
+/// its body has been written (or dropped).
+fn metered(mut res: Response) -> Response {
+    match res.extensions_mut().remove::<HeldReply>() {
+        Some(held) => res.map(|body| Body::new(Metered::new(body, held))),
+        None => res,
+    }
+}
 
 impl GrpcFront {
-    /// The gate's checks before the call: the call, or the answer refusing it.
-    fn admit(&self, req: http::Request<Incoming>, peer: SocketAddr) -> Result<Admitted, Response> {
+    /// The gate's checks before the call: the in-flight permit and the RPC's name, or the
+    /// answer refusing it.
+    fn admit(
+        &self,
+        req: &http::Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Result<(Option<tokio::sync::OwnedSemaphorePermit>, &'static str), Response> {
         let gate = &self.gate;
         let method = req.uri().path().strip_prefix(SERVICE_PATH).unwrap_or("");
         if let Some(tokens) = &gate.tokens {
@@ -179,20 +213,105 @@ impl GrpcFront {
             }
         }
         let name = rpc_name(method).unwrap_or("an unknown RPC");
-        let permit = match gate.limits.check_from(req.headers(), peer.ip()) {
-            Ok(permit) => permit,
-            Err(refused) => return Err(answer(convert::status(refused.code, &refused.detail))),
-        };
-        // The generated server is always ready; a panic while making its future is a bug like
-        // one while polling it.
-        let mut server = self.server.clone();
-        match std::panic::catch_unwind(AssertUnwindSafe(move || server.call(req))) {
-            Ok(call) => Ok((call, permit, name)),
-            Err(_) => Err(answer(Status::internal(format!(
-                "the dispatcher hit a bug handling {name} (a panic was caught)"
-            )))),
+        match gate.limits.check_from(req.headers(), peer.ip()) {
+            Ok(permit) => Ok((permit, name)),
+            Err(refused) => Err(answer(convert::status(refused.code, &refused.detail))),
         }
     }
+}
+
+/// The length of a gRPC message's frame header: a compression flag and a 4-byte length.
+const FRAME_HEADER: usize = 5;
+
+/// Reads the request's whole body within the read timeout (every RPC of the service is unary:
+/// one message) and checks that it is exactly one length-prefixed message of at most the
+/// limit: the request to hand to tonic, or the status refusing it. A body that does not arrive
+/// in time is `DEADLINE_EXCEEDED` (its stream is then reset: the body is dropped unread).
+async fn read_message(
+    gate: &Gate,
+    req: http::Request<Incoming>,
+    method: &str,
+) -> Result<http::Request<Body>, Status> {
+    use hyper::body::Body as _;
+    let (parts, body) = req.into_parts();
+    let max = gate.max_message;
+    let too_large = || {
+        Status::resource_exhausted(format!(
+            "the request message of {method} is larger than --max-body-bytes allows ({max} bytes)"
+        ))
+    };
+    let read = async {
+        let mut body = std::pin::pin!(body);
+        let mut bytes = Vec::new();
+        while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+            let frame = frame.map_err(|e| {
+                Status::cancelled(format!("the request stream of {method} failed: {e}"))
+            })?;
+            let Ok(chunk) = frame.into_data() else { continue };
+            if bytes.len() + chunk.len() > max.saturating_add(FRAME_HEADER) {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(bytes))
+    };
+    let timeout = gate.read_timeout;
+    let bytes = match within(read, || Instant::now() + timeout).await {
+        Some(read) => read?,
+        None => {
+            return Err(Status::deadline_exceeded(format!(
+                "the request message of {method} did not arrive within {} ms (--read-timeout)",
+                timeout.as_millis()
+            )));
+        }
+    };
+    check_frames(&bytes, max).map_err(|why| match why {
+        FrameError::TooLarge => too_large(),
+        FrameError::Invalid(why) => Status::invalid_argument(format!(
+            "the request of {method} is not one gRPC message: {why}"
+        )),
+    })?;
+    Ok(http::Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// Why a unary call's body is not exactly one message.
+#[derive(Debug, PartialEq, Eq)]
+enum FrameError {
+    /// The message is larger than the limit.
+    TooLarge,
+    /// Malformed: what is wrong.
+    Invalid(String),
+}
+
+/// Checks that `body` is exactly one gRPC length-prefixed message of at most `max` bytes.
+fn check_frames(body: &[u8], max: usize) -> Result<(), FrameError> {
+    let invalid = |why: String| Err(FrameError::Invalid(why));
+    if body.is_empty() {
+        return invalid("it has no message (a unary call sends exactly one)".to_owned());
+    }
+    let Some((header, rest)) = body.split_first_chunk::<FRAME_HEADER>() else {
+        return invalid(format!(
+            "its frame is cut short ({} bytes; a message's header alone is {FRAME_HEADER})",
+            body.len()
+        ));
+    };
+    if header[0] > 1 {
+        return invalid(format!("the compression flag is {} (0 or 1)", header[0]));
+    }
+    let declared = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    if declared > max {
+        return Err(FrameError::TooLarge);
+    }
+    if declared > rest.len() {
+        return invalid(format!("its length prefix says {declared} bytes, {} follow", rest.len()));
+    }
+    let after = rest.len() - declared;
+    if after > 0 {
+        return invalid(format!(
+            "{after} bytes follow its message (a unary call sends exactly one message)"
+        ));
+    }
+    Ok(())
 }
 
 /// tonic answers a request message that does not decode (or has an invalid compression flag)
@@ -215,5 +334,51 @@ fn typed_decode_errors(res: Response) -> Response {
             )))
         }
         _ => res,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(msg: &[u8]) -> Vec<u8> {
+        let mut out = vec![0];
+        out.extend_from_slice(&u32::try_from(msg.len()).unwrap().to_be_bytes());
+        out.extend_from_slice(msg);
+        out
+    }
+
+    /// Every RPC of the service has its entry in the role table (none falls to admin only).
+    #[test]
+    fn every_rpc_has_its_role() {
+        use crate::http::auth::Role;
+        for rpc in RPCS {
+            assert_ne!(access(rpc), Access::Only(Role::Admin), "{rpc}");
+        }
+    }
+
+    #[test]
+    fn a_unary_body_is_exactly_one_message_within_the_limit() {
+        assert_eq!(check_frames(&framed(b""), 10), Ok(()));
+        assert_eq!(check_frames(&framed(b"abc"), 10), Ok(()));
+        let mut compressed = framed(b"abc");
+        compressed[0] = 1;
+        assert_eq!(check_frames(&compressed, 10), Ok(()), "tonic answers compression");
+        let invalid = |body: &[u8]| match check_frames(body, 10) {
+            Err(FrameError::Invalid(why)) => why,
+            other => panic!("{body:?}: {other:?}"),
+        };
+        assert!(invalid(b"").contains("no message"));
+        assert!(invalid(&[0, 0, 0]).contains("cut short"));
+        assert!(invalid(&[7, 0, 0, 0, 0]).contains("compression flag is 7"));
+        assert!(invalid(&[0, 0, 0, 0, 9, 1, 2]).contains("says 9 bytes, 2 follow"));
+        let mut trailing = framed(b"abc");
+        trailing.push(0);
+        assert!(invalid(&trailing).contains("1 bytes follow"));
+        let mut two = framed(b"abc");
+        two.extend_from_slice(&framed(b"d"));
+        assert!(invalid(&two).contains("6 bytes follow"));
+        assert_eq!(check_frames(&framed(&[0; 11]), 10), Err(FrameError::TooLarge));
+        assert_eq!(check_frames(&[0, 0xff, 0xff, 0xff, 0xff], 10), Err(FrameError::TooLarge));
     }
 }

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use shardwise_core::dispatch::wire::{CreateIteration, MaybeRemove};
 use shardwise_core::dispatch::{
-    ClientId, DisableCompression, GetDataset, IterationId, JobId, ListWorkers, ReleaseClient,
-    TaskId, TfGetSplit,
+    ClientId, DatasetSpec, DisableCompression, GetDataset, IterationId, JobId, ListWorkers,
+    ReleaseClient, TaskId, TfGetSplit,
 };
 use tonic::{Request, Response, Status};
 
+use super::budget::ConnectionBudget;
 use super::convert::{self, from_problem, id, int64};
 use super::push::Pusher;
 use crate::dispatcher::core::DriverHandle;
@@ -58,6 +59,20 @@ impl DispatcherGrpc {
     }
 }
 
+impl DispatcherGrpc {
+    /// The size of the graph of dataset `dataset_id` (0 for an unknown or declarative one): what
+    /// a `GetDatasetDef` reply will hold, read without copying the graph.
+    fn graph_bytes(&self, dataset_id: &str) -> usize {
+        let size = self.driver.inspect(|d| {
+            d.state().datasets().get(dataset_id).map_or(0, |ds| match &ds.spec {
+                DatasetSpec::TensorFlow(tf) => tf.graph.len(),
+                DatasetSpec::Declarative(_) => 0,
+            })
+        });
+        size.unwrap_or(0)
+    }
+}
+
 type Answer<T> = Result<Response<T>, Status>;
 
 #[tonic::async_trait]
@@ -85,10 +100,22 @@ impl DispatcherService for DispatcherGrpc {
         &self,
         request: Request<tf::GetDatasetDefRequest>,
     ) -> Answer<tf::GetDatasetDefResponse> {
-        let dataset = self.tf_dataset(request.into_inner().dataset_id).await?;
-        Ok(Response::new(tf::GetDatasetDefResponse {
+        // The reply (the graph: megabytes, maybe) is held until the caller has read it: its
+        // bytes are reserved from the connection's budget before the graph is copied out.
+        let budget = request.extensions().get::<ConnectionBudget>().cloned();
+        let dataset_id = request.into_inner().dataset_id;
+        let held = match budget {
+            Some(budget) => Some(budget.reserve(self.graph_bytes(&dataset_id)).await),
+            None => None,
+        };
+        let dataset = self.tf_dataset(dataset_id).await?;
+        let mut reply = Response::new(tf::GetDatasetDefResponse {
             dataset_def: Some(tf::DatasetDef { graph: dataset.graph.into() }),
-        }))
+        });
+        if let Some(held) = held {
+            reply.extensions_mut().insert(held);
+        }
+        Ok(reply)
     }
 
     async fn get_split(

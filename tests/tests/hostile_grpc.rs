@@ -1,0 +1,306 @@
+//! Hostile gRPC connections against the real `shardwise dispatcher` binary, driven with a raw
+//! HTTP/2 client (the `h2` crate) so that a test can do what no well-behaved gRPC client does:
+//! grant no flow-control window, never read its replies, send malformed length-prefixed
+//! frames, stall in the middle of a request message.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prost::Message as _;
+use shardwise_gateway::tf::proto::tensorflow::data as tf;
+use shardwise_gateway::tf::proto::tensorflow::{
+    AttrValue, DataType, GraphDef, NodeDef, TensorProto, TensorShapeProto, attr_value,
+};
+use shardwise_tests::{Dispatcher, http};
+use tonic::codegen::Bytes;
+use tonic::codegen::http::{HeaderMap, Request};
+
+const GET_DATASET_DEF: &str = "/tensorflow.data.DispatcherService/GetDatasetDef";
+const GET_VERSION: &str = "/tensorflow.data.DispatcherService/GetVersion";
+
+fn node(name: &str, op: &str, inputs: &[&str]) -> NodeDef {
+    NodeDef {
+        name: name.into(),
+        op: op.into(),
+        input: inputs.iter().map(|&i| i.to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+fn const_node(name: &str, tensor: TensorProto) -> NodeDef {
+    let mut n = node(name, "Const", &[]);
+    n.attr.insert("value".into(), AttrValue { value: Some(attr_value::Value::Tensor(tensor)) });
+    n
+}
+
+fn scalar(name: &str, value: i64) -> NodeDef {
+    let tensor = TensorProto {
+        dtype: DataType::DtInt64 as i32,
+        tensor_shape: Some(TensorShapeProto::default()),
+        int64_val: vec![value],
+        ..Default::default()
+    };
+    const_node(name, tensor)
+}
+
+/// `range(0, 10)` as TensorFlow serializes it, plus a `Const` node of `bytes` bytes (a model's
+/// weights captured by the dataset, say).
+fn big_graph(bytes: usize) -> Vec<u8> {
+    let weights = TensorProto {
+        dtype: DataType::DtInt64 as i32,
+        tensor_content: (0..bytes).map(|i| (i % 251) as u8).collect(),
+        ..Default::default()
+    };
+    let nodes = vec![
+        scalar("start", 0),
+        scalar("stop", 10),
+        scalar("step", 1),
+        node("range", "RangeDataset", &["start", "stop", "step"]),
+        node("dataset", "_Retval", &["range"]),
+        const_node("weights", weights),
+    ];
+    GraphDef { node: nodes, library: None }.encode_to_vec()
+}
+
+/// A gRPC client of `url` without message size limits (as TensorFlow's).
+async fn client(
+    url: &str,
+) -> tf::dispatcher_service_client::DispatcherServiceClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+        .expect("a URL")
+        .connect()
+        .await
+        .expect("connected");
+    tf::dispatcher_service_client::DispatcherServiceClient::new(channel)
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX)
+}
+
+/// Registers a TensorFlow dataset whose graph is `bytes` bytes and more: its id.
+async fn register_big(url: &str, bytes: usize) -> String {
+    let req = tf::GetOrRegisterDatasetRequest {
+        dataset: Some(tf::DatasetDef { graph: big_graph(bytes).into() }),
+        metadata: Some(tf::DataServiceMetadata {
+            optional_element_spec: None,
+            compression: 1,
+            cardinality: 10,
+        }),
+        optional_dataset_id: None,
+    };
+    client(url)
+        .await
+        .get_or_register_dataset(req)
+        .await
+        .expect("registered")
+        .into_inner()
+        .dataset_id
+}
+
+/// A message as one gRPC length-prefixed frame (uncompressed).
+fn frame(msg: &impl prost::Message) -> Vec<u8> {
+    let body = msg.encode_to_vec();
+    let mut out = vec![0u8];
+    out.extend_from_slice(&u32::try_from(body.len()).expect("small").to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The resident set of process `pid`, in bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("a process");
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+    let kib: u64 = line.split_whitespace().nth(1).expect("a number").parse().expect("a number");
+    kib * 1024
+}
+
+/// `host:port` of `http://host:port`.
+fn authority(url: &str) -> &str {
+    url.strip_prefix("http://").expect("an http URL")
+}
+
+/// An HTTP/2 connection to the dispatcher at `url`, granting `window` bytes of flow-control
+/// window per stream; the connection is driven in the background.
+async fn h2_connect(url: &str, window: u32) -> h2::client::SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(authority(url)).await.expect("connected");
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(window)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .expect("an HTTP/2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+/// A gRPC request of `path` (headers only; the body is sent on the stream).
+fn grpc_request(url: &str, path: &str) -> Request<()> {
+    Request::post(format!("{url}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("a request")
+}
+
+/// Sends `body` on a new stream of `send` (ending the stream when `end`): the reply's future.
+async fn start_call(
+    send: &h2::client::SendRequest<Bytes>,
+    url: &str,
+    path: &str,
+    body: Vec<u8>,
+    end: bool,
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let mut send = send.clone().ready().await.expect("a stream");
+    let (reply, mut stream) = send.send_request(grpc_request(url, path), false).expect("sent");
+    stream.send_data(Bytes::from(body), end).expect("sent");
+    (reply, stream)
+}
+
+/// The `grpc-status` of a call's answer (trailers-only, or after its messages), with its
+/// `grpc-message`.
+async fn grpc_status(reply: h2::client::ResponseFuture) -> (String, String) {
+    let (parts, mut body) = reply.await.expect("an answer").into_parts();
+    let from = |h: &HeaderMap| {
+        let get = |k: &str| h.get(k).map(|v| v.to_str().unwrap_or("?").to_owned());
+        get("grpc-status").map(|s| (s, get("grpc-message").unwrap_or_default()))
+    };
+    if let Some(status) = from(&parts.headers) {
+        return status;
+    }
+    while let Some(data) = body.data().await {
+        let data = data.expect("data");
+        let _ = body.flow_control().release_capacity(data.len());
+    }
+    let trailers = body.trailers().await.expect("trailers").expect("trailers");
+    from(&trailers).expect("a grpc-status")
+}
+
+/// Issue 22, point 4: one HTTP/2 connection that grants no flow-control window and opens many
+/// `GetDatasetDef` streams of a 15 MiB graph, never reading them, held every reply in memory
+/// (about 2 GB for 128 streams) and slowed every other caller. The replies a connection has
+/// not read are bounded: the dispatcher's memory stays within a bound, `/healthz` answers
+/// promptly on another connection meanwhile, and the replies flow once the connection is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_reads_no_replies_cannot_make_the_dispatcher_hold_them_all() {
+    const GRAPH: usize = 15 << 20;
+    const STREAMS: usize = 128;
+    let d = Dispatcher::start(&["--max-body-bytes", "33554432"]);
+    let pid = d.child.id();
+    let id = register_big(&d.url, GRAPH).await;
+    // One honest read first: the allocator's pools for a reply of this size are there before
+    // the baseline.
+    let mut honest = client(&d.url).await;
+    let def = honest.get_dataset_def(tf::GetDatasetDefRequest { dataset_id: id.clone() }).await;
+    assert!(def.expect("read").into_inner().dataset_def.expect("a def").graph.len() > GRAPH);
+    let baseline = rss_bytes(pid);
+
+    let hostile = h2_connect(&d.url, 0).await;
+    let request = frame(&tf::GetDatasetDefRequest { dataset_id: id.clone() });
+    let answered = Arc::new(Mutex::new(Vec::new()));
+    for _ in 0..STREAMS {
+        let (reply, stream) =
+            start_call(&hostile, &d.url, GET_DATASET_DEF, request.clone(), true).await;
+        let answered = answered.clone();
+        tokio::spawn(async move {
+            // The answer's headers, and then its body held, never read.
+            if let Ok(res) = reply.await {
+                answered.lock().expect("lock").push((res, stream));
+            }
+        });
+    }
+    // Some replies are under way (their headers came); the rest wait their turn, or came too.
+    shardwise_tests::poll_until("replies begin", Duration::from_secs(30), || {
+        let n = answered.lock().expect("lock").len();
+        if n >= 2 { Ok(()) } else { Err(n) }
+    });
+    let mut peak = 0;
+    let mut slowest = Duration::ZERO;
+    let url = d.url.clone();
+    for _ in 0..10 {
+        peak = peak.max(rss_bytes(pid));
+        let url = url.clone();
+        let started = Instant::now();
+        let health = tokio::task::spawn_blocking(move || http("GET", &url, "/healthz", None))
+            .await
+            .expect("joined")
+            .expect("an answer");
+        assert_eq!(health.status, 200, "{}", health.body);
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let grown = peak.saturating_sub(baseline);
+    eprintln!(
+        "{STREAMS} unread GetDatasetDef streams: {} of {STREAMS} answered, RSS +{} MiB \
+         (baseline {} MiB), slowest /healthz {slowest:?}",
+        answered.lock().expect("lock").len(),
+        grown >> 20,
+        baseline >> 20
+    );
+    assert!(grown < 300 << 20, "the dispatcher grew by {} MiB", grown >> 20);
+    assert!(slowest < Duration::from_secs(1), "/healthz took {slowest:?}");
+
+    // The connection goes: what it held is released, and an honest reader is served.
+    drop(hostile);
+    answered.lock().expect("lock").clear();
+    let read = tokio::time::timeout(
+        Duration::from_secs(20),
+        honest.get_dataset_def(tf::GetDatasetDefRequest { dataset_id: id }),
+    );
+    let def = read.await.expect("answered in time").expect("read").into_inner();
+    assert!(def.dataset_def.expect("a def").graph.len() > GRAPH);
+}
+
+/// Malformed length-prefixed frames are the caller's error, `INVALID_ARGUMENT`, whatever their
+/// shape: a length prefix longer than the body, bytes after the message, no message at all,
+/// two messages in a unary call. The dispatcher keeps serving.
+#[tokio::test]
+async fn malformed_grpc_frames_are_invalid_argument() {
+    let d = Dispatcher::start(&[]);
+    let conn = h2_connect(&d.url, 1 << 20).await;
+    let one = frame(&tf::GetVersionRequest {});
+    let mut too_long = vec![0, 0, 0, 0, 100];
+    too_long.extend_from_slice(&[0; 10]);
+    let mut trailing = one.clone();
+    trailing.extend_from_slice(&[0, 0, 0]);
+    let mut two = one.clone();
+    two.extend_from_slice(&one);
+    let shapes = [
+        ("a length prefix longer than the body", too_long),
+        ("bytes after the message", trailing),
+        ("no message", Vec::new()),
+        ("two messages in a unary call", two),
+    ];
+    for (what, body) in shapes {
+        let (reply, _stream) = start_call(&conn, &d.url, GET_VERSION, body, true).await;
+        let (status, message) =
+            tokio::time::timeout(Duration::from_secs(10), grpc_status(reply)).await.expect(what);
+        assert_eq!(status, "3", "{what}: {message}");
+        assert!(!message.is_empty(), "{what}");
+    }
+    // A well-formed call on the same connection is answered.
+    let (reply, _stream) = start_call(&conn, &d.url, GET_VERSION, one, true).await;
+    assert_eq!(grpc_status(reply).await.0, "0");
+}
+
+/// A request message that stops arriving is answered at `--read-timeout` (as REST answers
+/// 408), not held for the 30 s call bound: `DEADLINE_EXCEEDED`, naming the flag, and the stream
+/// is closed.
+#[tokio::test]
+async fn a_stalled_grpc_request_message_is_answered_at_the_read_timeout() {
+    let d = Dispatcher::start(&["--read-timeout", "300ms"]);
+    let conn = h2_connect(&d.url, 1 << 20).await;
+    // The frame's header promises 20 bytes; 2 come, then nothing (the stream stays open).
+    let started = Instant::now();
+    let (reply, mut stream) =
+        start_call(&conn, &d.url, GET_VERSION, vec![0, 0, 0, 0, 20, 1, 2], false).await;
+    let (status, message) = tokio::time::timeout(Duration::from_secs(10), grpc_status(reply))
+        .await
+        .expect("answered before the 30 s call bound");
+    assert_eq!(status, "4", "DEADLINE_EXCEEDED: {message}");
+    assert!(message.contains("--read-timeout"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    // The stream is closed (reset by the server): the rest of the message has nowhere to go.
+    let reset = std::future::poll_fn(|cx| stream.poll_reset(cx));
+    let reset = tokio::time::timeout(Duration::from_secs(5), reset).await;
+    assert!(reset.is_ok(), "the stream was left open");
+}
