@@ -110,7 +110,7 @@ pub fn access(method: &Method, path: &str) -> Access {
         ("POST", "/v1/datasets" | "/v1/jobs" | "/v1/jobs/{job_id}/iterations")
         | ("GET", "/v1/datasets/{dataset_id}" | "/v1/jobs/{job_id}")
         | ("POST", "/v1/clients/{client_id}/heartbeat" | "/v1/tasks/{task_id}/maybe-remove")
-        | ("DELETE", "/v1/clients/{client_id}")
+        | ("DELETE", "/v1/clients/{client_id}" | "/v1/datasets/{dataset_id}")
         | ("POST", "/v1/cluster/resolve")
         | ("GET", "/v1/tasks/{task_id}/elements") => Access::Only(Role::Client),
         _ => Access::Only(Role::Admin),
@@ -418,6 +418,7 @@ mod table {
             ("get", "/v1/workers", Access::Only(Role::Admin)),
             ("post", "/v1/datasets", Access::Only(Role::Client)),
             ("get", "/v1/datasets/{dataset_id}", Access::Only(Role::Client)),
+            ("delete", "/v1/datasets/{dataset_id}", Access::Only(Role::Client)),
             ("post", "/v1/jobs", Access::Only(Role::Client)),
             ("get", "/v1/jobs/{job_id}", Access::Only(Role::Client)),
             ("post", "/v1/jobs/{job_id}/iterations", Access::Only(Role::Client)),
