@@ -136,6 +136,7 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("get", "/v1/workers", "admin"),
     ("post", "/v1/datasets", "client"),
     ("get", "/v1/datasets/{dataset_id}", "client"),
+    ("delete", "/v1/datasets/{dataset_id}", "client"),
     ("post", "/v1/jobs", "client"),
     ("get", "/v1/jobs/{job_id}", "client"),
     ("post", "/v1/jobs/{job_id}/iterations", "client"),
