@@ -1137,3 +1137,32 @@ fn old_snapshots_with_collected_iterations_replay_to_the_freed_state() {
     assert_eq!(replayed.iterations(), h.d.dispatcher().state().iterations());
     assert_eq!(replayed.tasks(), h.d.dispatcher().state().tasks());
 }
+
+/// Without `gc_dynamic_sharding_jobs` an idle DYNAMIC iteration that is not finished is kept
+/// (as TensorFlow: its split position would be lost), while a finished one is collected
+/// like any other (it has no position left to lose, and would otherwise be kept forever).
+#[test]
+fn finished_dynamic_iterations_are_collected_without_the_flag() {
+    let config = DispatcherConfig {
+        job_gc_check_interval: Millis(10),
+        job_gc_timeout: Some(Millis(50)),
+        ..DispatcherConfig::default()
+    };
+    let mut h = Harness::new(config);
+    h.heartbeat(0, "w1:1", &[]);
+    let ds = h.dataset(range(25));
+    let (_, finished) = lifecycle(&mut h, 0, &ds, None);
+    // Another, released before anything was read.
+    let job = h.job(&ds, ShardingPolicy::Dynamic, None);
+    let lease = h.d.call(Millis(0), (job, CreateIteration::default())).unwrap();
+    h.d.call(Millis(0), ReleaseClient { client_id: lease.client_id }).unwrap();
+    h.sync();
+    for at in [100, 200] {
+        h.heartbeat(at, "w1:1", &[]);
+        h.d.handle_timeout(Millis(at));
+        h.sync();
+    }
+    let iterations = h.d.dispatcher().state().iterations();
+    assert!(!iterations.contains_key(&shardwise_core::dispatch::IterationId(finished)));
+    assert!(iterations.contains_key(&lease.iteration_id));
+}

@@ -138,6 +138,7 @@ const EXPECTED: &[(&str, &str, &str)] = &[
     ("get", "/v1/workers", "client"),
     ("post", "/v1/datasets", "client"),
     ("get", "/v1/datasets/{dataset_id}", "worker|client"),
+    ("delete", "/v1/datasets/{dataset_id}", "client"),
     ("post", "/v1/jobs", "client"),
     ("get", "/v1/jobs/{job_id}", "client"),
     ("post", "/v1/jobs/{job_id}/iterations", "client"),

@@ -461,6 +461,8 @@ impl Dispatcher {
             if self.state.iterations.get(&id).is_some_and(|it| it.finished && !it.garbage_collected)
             {
                 self.events.push_back(Event::IterationFinished { iteration_id: id });
+                // A finished DYNAMIC iteration becomes collectable.
+                self.refresh_gc(id);
             }
         }
         if let Some(i) = iteration {
@@ -488,8 +490,9 @@ impl Dispatcher {
     }
 
     /// Files the iteration for garbage collection when it is idle (no clients, released at
-    /// least once) and collectable (`job_gc_timeout` set; DYNAMIC only with
-    /// `gc_dynamic_sharding_jobs`), and takes it out otherwise.
+    /// least once) and collectable (`job_gc_timeout` set; an unfinished DYNAMIC one only with
+    /// `gc_dynamic_sharding_jobs`, as TensorFlow, since its split position would be lost: a
+    /// finished one has none left to lose), and takes it out otherwise.
     fn refresh_gc(&mut self, id: IterationId) {
         if let Some(due) = self.gc_due.remove(&id) {
             self.gc_queue.remove(&(due, id));
@@ -499,7 +502,7 @@ impl Dispatcher {
         let Some(released) = it.last_release.filter(|_| it.num_clients == 0) else { return };
         let dynamic =
             self.state.jobs.get(&it.job_id).is_some_and(|j| j.policy == ShardingPolicy::Dynamic);
-        if dynamic && !self.config.gc_dynamic_sharding_jobs {
+        if dynamic && !it.finished && !self.config.gc_dynamic_sharding_jobs {
             return;
         }
         let due = released.plus(timeout);

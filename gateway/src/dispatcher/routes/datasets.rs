@@ -1,8 +1,11 @@
-//! Datasets: `POST /v1/datasets` (get-or-register), `GET /v1/datasets/{dataset_id}`.
+//! Datasets: `POST /v1/datasets` (get-or-register), `GET /v1/datasets/{dataset_id}`,
+//! `DELETE /v1/datasets/{dataset_id}`.
 
 use axum::extract::{Path, State};
-use shardwise_core::dispatch::GetDataset;
-use shardwise_core::dispatch::wire::{DatasetInfo, DatasetRegistered, RegisterDataset};
+use shardwise_core::dispatch::wire::{
+    DatasetDeleted, DatasetInfo, DatasetRegistered, RegisterDataset,
+};
+use shardwise_core::dispatch::{DeleteDataset, GetDataset};
 use shardwise_core::echo::echo;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -12,7 +15,9 @@ use crate::http::{ApiResult, Body, Code, Problem, ok};
 
 /// This resource's routes (each with its part of the OpenAPI document).
 pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(register_dataset)).routes(routes!(get_dataset))
+    OpenApiRouter::new()
+        .routes(routes!(register_dataset))
+        .routes(routes!(get_dataset, delete_dataset))
 }
 
 /// `POST /v1/datasets`.
@@ -43,17 +48,43 @@ pub(super) async fn register_dataset(
     responses((status = 200, description = "The dataset.", body = DatasetInfo))
 )]
 pub(super) async fn get_dataset(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
-    // What registration accepts as an id: anything else cannot name a dataset, and is not
-    // echoed back at length.
+    check_dataset_id(&id)?;
+    ok(&s.driver.call(GetDataset { dataset_id: id }).await?)
+}
+
+/// `DELETE /v1/datasets/{dataset_id}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/datasets/{dataset_id}",
+    tag = "datasets",
+    operation_id = "delete_dataset",
+    summary = "Delete a dataset no job with iterations uses.",
+    description = "Frees its bytes from `--max-dataset-bytes` and its deduplication entry \
+                   (registering the same definition again gets a new id). Jobs without \
+                   iterations that name it go with it. 404 `NOT_FOUND` for an unknown id, \
+                   409 `FAILED_PRECONDITION` while a job with iterations (not yet \
+                   garbage-collected) uses it.",
+    params(("dataset_id" = String, Path, description = "The dataset id.", pattern = "^[A-Za-z0-9_.=/-]{1,256}$")),
+    responses(
+        (status = 200, description = "Deleted.", body = DatasetDeleted),
+        (status = 404, description = "No such dataset."),
+        (status = 409, description = "A job with iterations uses it."),
+    )
+)]
+pub(super) async fn delete_dataset(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    check_dataset_id(&id)?;
+    ok(&s.driver.call(DeleteDataset { dataset_id: id }).await?)
+}
+
+/// What registration accepts as an id: anything else cannot name a dataset, and is not
+/// echoed back at length.
+fn check_dataset_id(id: &str) -> Result<(), Problem> {
     let syntax = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'=' | b'/');
     if id.is_empty() || id.len() > 256 || !id.bytes().all(syntax) {
         return Err(Problem::new(
             Code::InvalidArgument,
-            format!(
-                "dataset_id: {} is not 1 to 256 characters of A-Z a-z 0-9 - _ . = /",
-                echo(&id)
-            ),
+            format!("dataset_id: {} is not 1 to 256 characters of A-Z a-z 0-9 - _ . = /", echo(id)),
         ));
     }
-    ok(&s.driver.call(GetDataset { dataset_id: id }).await?)
+    Ok(())
 }
