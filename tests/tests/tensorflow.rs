@@ -80,7 +80,8 @@ fn tensorflow_graphs_give_tensorflows_split_providers() {
         ]
     );
     // What TensorFlow cannot shard either is refused naming the op.
-    assert_eq!(refused("from_tensors").op(), Some("TensorDataset"));
+    assert_eq!(splits("from_tensors"), range(0..1));
+    assert_eq!(refused("sql").op(), Some("SqlDataset"));
 }
 
 /// The harness with TensorFlow's own `DispatchServer` and `WorkerServer`, each in its own

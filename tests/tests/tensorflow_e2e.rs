@@ -727,10 +727,8 @@ fn shardwise_dispatcher_restart_mid_distributed_epoch() {
 fn shardwise_dispatcher_dynamic_unsupported_source() {
     dynamic_unsupported_source(
         Kind::Shardwise,
-        &[
-            ("sql", "FailedPreconditionError", "SqlDataset"),
-            ("interleave", "FailedPreconditionError", "InterleaveDataset"),
-        ],
+        // (interleave has TensorFlow's split providers now: tests/tests/tensorflow_providers.rs)
+        &[("sql", "FailedPreconditionError", "SqlDataset")],
     );
 }
 

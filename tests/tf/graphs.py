@@ -62,6 +62,7 @@ def datasets():
     yield "sample", ds.sample_from_datasets([ds.range(2), ds.range(10, 13)], seed=1)
     yield "random", ds.random(seed=1).take(3)
     yield "from_tensors", ds.from_tensors([1, 2, 3])
+    yield "sql", tf.data.experimental.SqlDataset("sqlite", "/nonexistent.db", "SELECT 1", (tf.int64,))
 
 
 def main():

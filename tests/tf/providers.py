@@ -95,8 +95,12 @@ def datasets(data_dir):
         ),
     )
     yield "random", ds.random(seed=11).take(4)
-    # TensorFlow has no split provider for from_tensors: refused.
-    yield "from_tensors", ds.from_tensors(7)
+    yield "from_tensors", ds.from_tensors(7).concatenate(ds.from_tensors(8))
+    # TensorFlow has no split provider for a SQL query: refused.
+    yield (
+        "sql",
+        tf.data.experimental.SqlDataset("sqlite", "/nonexistent.db", "SELECT 1", (tf.int64,)),
+    )
 
 
 def plain(value):

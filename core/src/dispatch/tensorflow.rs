@@ -167,7 +167,9 @@ pub enum SplitProviderDef {
         /// Number of elements.
         len: u64,
     },
-    /// `from_tensor_slices`: the split of index `i` is `i`, for `i` in `0..len`.
+    /// An index provider: the split of index `i` is `i`, for `i` in `0..len`
+    /// (`from_tensor_slices`: the slices, file names included; `from_tensors`: one;
+    /// `Dataset.random`: 2^63 - 1, which it never reads).
     Slices {
         /// Number of slices.
         len: u64,
@@ -216,8 +218,8 @@ struct RangeSplitProvider {
     len: u64,
 }
 
-/// A `slices` split provider (the schema of `SplitProviderDef::Slices`): the splits of
-/// `from_tensor_slices` are the slice indices.
+/// A `slices` split provider (the schema of `SplitProviderDef::Slices`): index splits, as
+/// `from_tensor_slices` (the slice indices), `from_tensors` and `Dataset.random` give them.
 #[cfg(feature = "openapi")]
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)]
@@ -253,7 +255,9 @@ impl utoipa::PartialSchema for SplitProviderDef {
             .item(variant(
                 "slices",
                 "SlicesSplitProvider",
-                "`from_tensor_slices`: the split of index `i` is `i`, for `i` in `0..len`.",
+                "An index provider (`from_tensor_slices`, file names included; `from_tensors`: \
+                 one; `Dataset.random`: 2^63 - 1, never read): the split of index `i` is `i`, \
+                 for `i` in `0..len`.",
             ))
             .into()
     }

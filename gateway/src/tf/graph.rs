@@ -3,7 +3,8 @@
 //!
 //! TensorFlow's dispatcher builds the dataset from its graph and asks it for its split
 //! providers: a source dataset has its own (`Dataset.range` gives its element values,
-//! `from_tensor_slices` its slice indices, `Dataset.random` indices it never reads), a
+//! `from_tensor_slices` its slice indices, `from_tensors` the one index 0, `Dataset.random`
+//! indices it never reads), a
 //! one-input transformation has its input's (interleave, flat_map and group_by_window
 //! included: the datasets their functions make are iterated without providers), and `zip`,
 //! `concatenate` and `choose_from_datasets`/`sample_from_datasets` have the providers of their
@@ -82,8 +83,8 @@ pub const ALL_INPUTS: &[&str] = &[
 pub const RANDOM: &[&str] = &["ExperimentalRandomDataset", "RandomDataset", "RandomDatasetV2"];
 
 /// What DYNAMIC sharding supports, for error messages.
-const SUPPORTED: &str = "Dataset.range, from_tensor_slices of constants or of list_files, \
-                         random, zip, concatenate, choose_from_datasets, sample_from_datasets, \
+const SUPPORTED: &str = "Dataset.range, from_tensors, from_tensor_slices of constants or of \
+                         list_files, random, zip, concatenate, choose_from_datasets, sample_from_datasets, \
                          interleave, flat_map, group_by_window, and one-input transformations \
                          such as map, batch, shuffle, repeat, take and skip";
 
@@ -321,6 +322,8 @@ pub fn split_providers(
                 providers.push(SplitProvider::Index { len });
             }
             op if RANDOM.contains(&op) => providers.push(SplitProvider::Index { len: i64::MAX }),
+            // `from_tensors`: one element, one split.
+            "TensorDataset" => providers.push(SplitProvider::Index { len: 1 }),
             op if ALL_INPUTS.contains(&op) => {
                 let inputs = walk.inputs(node)?;
                 // Walked in input order: the first input's providers come first.
@@ -814,7 +817,7 @@ mod tests {
         assert!(err.to_string().contains("node `tfrecord`"), "{err}");
 
         // Ops TensorFlow cannot shard either, and ops this module does not know.
-        for op in ["CacheDatasetV2", "Identity", "TextLineDataset", "DataServiceDatasetV4"] {
+        for op in ["SqlDataset", "Identity", "TextLineDataset", "DataServiceDatasetV4"] {
             let mut nodes = range("r", 0, 3, 1);
             nodes.push(node("x", op, &["r"]));
             assert_eq!(unsupported_op(&graph_of(nodes, "x")), op);
