@@ -44,6 +44,9 @@ const SHOWN_PATH_CHARS: usize = 200;
 #[derive(Debug)]
 struct Root {
     path: PathBuf,
+    /// The root as the operator wrote it (made absolute): clients may write paths under
+    /// either spelling (a root given as a symlink to a disk, say).
+    given: PathBuf,
     fd: OwnedFd,
     dev: u64,
 }
@@ -82,7 +85,8 @@ impl DataRoots {
             )
             .map_err(io)?;
             let dev = rustix::fs::fstat(&fd).map_err(io)?.st_dev;
-            roots.push(Root { path: canonical, fd, dev });
+            let given = std::path::absolute(dir).unwrap_or_else(|_| canonical.clone());
+            roots.push(Root { path: canonical, given, fd, dev });
         }
         Ok(DataRoots { roots: Arc::new(roots), max_file_bytes })
     }
@@ -157,9 +161,10 @@ impl DataRoots {
             return self
                 .roots
                 .iter()
-                .filter_map(|root| Some((root, given.strip_prefix(&root.path).ok()?)))
-                .max_by_key(|(root, _)| root.path.as_os_str().len())
-                .map(|(root, rest)| (root, rest.to_owned()));
+                .flat_map(|root| [(root, &root.path), (root, &root.given)])
+                .filter_map(|(root, prefix)| Some((root, prefix, given.strip_prefix(prefix).ok()?)))
+                .max_by_key(|(_, prefix, _)| prefix.as_os_str().len())
+                .map(|(root, _, rest)| (root, rest.to_owned()));
         }
         self.roots.iter().find_map(|root| {
             if pseudo(&root.path.join(given)) {
@@ -345,6 +350,13 @@ mod tests {
         assert_eq!(read(&roots, &format!("{r}/sub/a.txt")).unwrap(), b"inside");
         assert_eq!(read(&roots, "sub/a.txt").unwrap(), b"inside", "relative to the root");
         assert_eq!(read(&roots, &format!("{r}/sub/../sub/a.txt")).unwrap(), b"inside");
+        // A root given through a symlink: paths under either spelling are read.
+        std::os::unix::fs::symlink(&root, base.join("alias")).unwrap();
+        let aliased = DataRoots::new(&[base.join("alias")], 10).unwrap();
+        let a = base.join("alias");
+        let a = a.to_str().unwrap();
+        assert_eq!(read(&aliased, &format!("{a}/sub/a.txt")).unwrap(), b"inside");
+        assert_eq!(read(&aliased, &format!("{r}/sub/a.txt")).unwrap(), b"inside");
         // No symlink is followed, even one that stays inside the root.
         assert!(read(&roots, "good-link").is_err());
         // A hard link (here to a file outside the root) is refused.
