@@ -1014,3 +1014,138 @@ fn worker_path_parameters_and_body_limit() {
     );
     assert!(!w.output().contains("panicked"), "{}", w.output());
 }
+
+/// Reads `path` (a `lines` file) through a worker until the read ends or fails; the elements
+/// read and whether it failed (the error text is returned as an element to check too).
+fn read_lines_until_error(url: &str, paths: &[&str]) -> (Vec<String>, Option<String>) {
+    let ds = json!({"source": {"files": {"paths": paths, "format": "lines"}}});
+    runtime().block_on(async {
+        let mut stream = distribute(url, dataset(ds), options());
+        let mut got = Vec::new();
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(60), stream.next())
+                .await
+                .expect("an element or the end within 60 s");
+            match next {
+                None => return (got, None),
+                Some(Ok(v)) => got.push(v.as_str().unwrap_or_default().to_owned()),
+                Some(Err(e)) => return (got, Some(e.to_string())),
+            }
+        }
+    })
+}
+
+/// Issue 22, point 8: a worker checked a path's canonical form, then opened it again by name;
+/// swapping a directory and a symlink inside the root (`renameat2(RENAME_EXCHANGE)`) between
+/// the two leaked a file outside the root. Files are now opened beneath the root without
+/// following links: over at least 2,000 file reads while a thread swaps, nothing outside
+/// is ever served.
+#[test]
+fn a_directory_swapped_with_a_symlink_never_leaks_a_file_outside_the_root() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let base = TempDir::new("swaprace");
+    let root = base.0.join("root");
+    let outside = base.0.join("outside");
+    std::fs::create_dir_all(root.join("dir")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(root.join("dir/f.txt"), "inside\n").unwrap();
+    std::fs::write(outside.join("f.txt"), "SENTINEL-OUTSIDE\n").unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+    let r = root.to_str().unwrap().to_owned();
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, &[WORKER, &["--data-root", &r]].concat());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (stop, root) = (stop.clone(), root.clone());
+        std::thread::spawn(move || {
+            use rustix::fs::{Mode, OFlags, RenameFlags};
+            let dir =
+                rustix::fs::open(&root, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) && swaps < 100_000_000 {
+                rustix::fs::renameat_with(&dir, "dir", &dir, "link", RenameFlags::EXCHANGE)
+                    .unwrap();
+                swaps += 1;
+                if swaps.is_multiple_of(64) {
+                    std::thread::yield_now();
+                }
+            }
+            swaps
+        })
+    };
+    let absolute = format!("{r}/dir/f.txt");
+    let paths: Vec<&str> =
+        (0..50).map(|i| if i % 2 == 0 { "dir/f.txt" } else { &absolute }).collect();
+    let (mut reads, mut inside, mut leaks, mut refused) = (0usize, 0usize, 0usize, 0usize);
+    let started = std::time::Instant::now();
+    // Bounded: 2,000 file reads, or at most 1,500 datasets read, or 150 s.
+    for _ in 0..1_500 {
+        if reads >= 2_000 || started.elapsed() > Duration::from_secs(150) {
+            break;
+        }
+        let (lines, error) = read_lines_until_error(&d.url, &paths);
+        reads += lines.len() + usize::from(error.is_some());
+        for line in &lines {
+            if line == "inside" {
+                inside += 1;
+            } else {
+                leaks += 1;
+            }
+        }
+        if let Some(e) = error {
+            assert!(!e.contains("SENTINEL"), "{e}");
+            refused += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    println!(
+        "{reads} file reads: {inside} inside, {refused} refused, {leaks} leaked; {swaps} swaps"
+    );
+    assert_eq!(leaks, 0, "a file outside the root was served");
+    assert!(reads >= 2_000 && inside > 0 && swaps > 0, "the race ran: {reads} reads");
+    assert!(!w.output().contains("SENTINEL"));
+}
+
+/// Issue 22, point 8: what is opened beneath the root is checked, not its name: a symlink
+/// (even to a file inside), a hard link (to a file outside) and another filesystem mounted
+/// under the root (a bind mount of `/proc`) are refused.
+#[test]
+fn symlinks_hard_links_and_mounts_under_a_data_root_are_refused() {
+    let base = TempDir::new("rootlinks");
+    let root = base.0.join("root");
+    let outside = base.0.join("outside");
+    std::fs::create_dir_all(root.join("mnt")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(root.join("ok.txt"), "inside\n").unwrap();
+    std::fs::write(outside.join("secret.txt"), "SECRET-LINE\n").unwrap();
+    std::os::unix::fs::symlink(root.join("ok.txt"), root.join("inner-link")).unwrap();
+    std::fs::hard_link(outside.join("secret.txt"), root.join("hard.txt")).unwrap();
+    let r = root.to_str().unwrap().to_owned();
+    let d = Dispatcher::start(&[]);
+    let _w = Worker::start(&d.url, &[WORKER, &["--data-root", &r]].concat());
+    let lines = |path: &str| json!({"source": {"files": {"paths": [path], "format": "lines"}}});
+    let err = |path: &str| read_all(&d.url, lines(path), options()).unwrap_err().to_string();
+
+    assert_eq!(read_all(&d.url, lines("ok.txt"), options()).unwrap(), vec![json!("inside")]);
+    let e = err("inner-link");
+    assert!(e.contains(NOT_READABLE), "{e}");
+    let e = err(&format!("{r}/hard.txt"));
+    assert!(e.contains("more than one hard link") && !e.contains("SECRET"), "{e}");
+
+    let mounted = std::process::Command::new("mount")
+        .args(["--bind", "/proc", root.join("mnt").to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if mounted {
+        let e = err("mnt/self/environ");
+        let _ = std::process::Command::new("umount").arg(root.join("mnt")).status();
+        assert!(e.contains(NOT_READABLE) || e.contains("another filesystem"), "{e}");
+        assert!(!e.contains("PATH="), "{e}");
+    } else {
+        println!("skipped the bind mount case: `mount --bind` failed (not root?)");
+    }
+}

@@ -233,6 +233,8 @@ impl Core {
             && !inner.broken.swap(true, Ordering::SeqCst)
         {
             tracing::error!(error = %e, "journal failed; refusing further requests");
+            *inner.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(e.to_string());
             inner.end();
         }
         if inner.broken.load(Ordering::SeqCst) {
@@ -262,6 +264,8 @@ impl Core {
 struct Inner {
     core: Mutex<Option<Core>>,
     broken: AtomicBool,
+    /// Why the journal could not be written, once it could not (for `/readyz`).
+    failure: Mutex<Option<String>>,
     pipe: Arc<Pipe>,
     /// Wakes the timer task when a call brings the next deadline forward.
     timer: Notify,
@@ -430,6 +434,7 @@ impl DriverHandle {
         let inner = Arc::new(Inner {
             core: Mutex::new(None),
             broken: AtomicBool::new(false),
+            failure: Mutex::new(None),
             pipe: Arc::default(),
             timer: Notify::new(),
             next_deadline: AtomicU64::new(u64::MAX),
@@ -488,6 +493,36 @@ impl DriverHandle {
     /// The dispatcher's incarnation id (empty until a term began).
     pub fn incarnation(&self) -> String {
         self.shared.incarnation.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Why no term is served now, for `/readyz`: the journal could not be written (with the
+    /// cause, e.g. no space left), the lease lapsed, or why the replica is idle (replaying
+    /// its journal, following).
+    pub fn unready_reason(&self) -> String {
+        let Some(inner) = self.current() else {
+            return self
+                .shared
+                .idle
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+        };
+        let failure =
+            inner.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        match failure {
+            Some(cause) => format!(
+                "the journal could not be written ({cause}); the dispatcher stopped accepting \
+                 changes and acknowledges nothing more until it is restarted (free the disk, \
+                 then restart: a restart replays the journal)"
+            ),
+            None if inner.broken.load(Ordering::SeqCst) => {
+                "the dispatcher's term ended (it stopped leading); it accepts no changes".into()
+            }
+            None if !inner.holds() => "this replica could not renew its leadership in time; \
+                                       another one may lead now"
+                .into(),
+            None => "ready".into(),
+        }
     }
 
     /// Whether a term is being served (replay finished, the journal writable).
@@ -648,7 +683,13 @@ fn persisted(inner: &Inner, seq: Seq) -> bool {
 }
 
 fn fail(inner: &Inner, e: std::io::Error, what: &'static str) {
-    tracing::error!(error = %e, "{what}; refusing further requests");
+    let cause = if e.kind() == std::io::ErrorKind::StorageFull {
+        format!("{what}: {e}: no space left on the disk")
+    } else {
+        format!("{what}: {e}")
+    };
+    tracing::error!(error = %e, "{what}; refusing further requests (the dispatcher stopped accepting changes)");
+    *inner.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cause);
     inner.end();
     if let Some(core) = lock(&inner.core).as_mut() {
         core.driver.handle_sink_failure(JournalFailure::Storage { what, source: e });

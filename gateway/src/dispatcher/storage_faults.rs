@@ -158,6 +158,16 @@ async fn a_full_disk_acknowledges_nothing_more_and_loses_nothing_acknowledged() 
     })
     .await;
     assert_eq!(acked.len(), 20);
+    // `/readyz` tells the real cause, not "replaying its journal".
+    assert!(!actor.is_ready());
+    let why = actor.unready_reason();
+    println!("{why}");
+    assert!(
+        why.contains("the journal could not be written")
+            && why.contains("no space left on the disk")
+            && why.contains("stopped accepting changes"),
+        "{why}"
+    );
     drop(actor);
     // The restart truncates the partial record (a torn tail) and has all 20.
     assert_replayed(&dir, &acked).await;

@@ -374,18 +374,19 @@ async fn run_watch(live: Arc<LiveCluster>, api: KubeApi, w: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardwise_core::cluster::slurm::DEFAULT_MAX_TASKS;
 
     #[tokio::test]
     async fn an_unusable_cluster_config_is_a_typed_error_naming_the_file() {
         let dir = std::env::temp_dir().join(format!("shardwise-live-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let missing = dir.join("missing.json");
-        let e = LiveCluster::start(&missing).await.unwrap_err();
+        let e = LiveCluster::start(&missing, DEFAULT_MAX_TASKS).await.unwrap_err();
         assert!(matches!(&e, ClusterConfigError::Read { path, .. } if *path == missing), "{e}");
         assert!(e.to_string().starts_with("cannot read --cluster-config "), "{e}");
         let bad = dir.join("bad.json");
         std::fs::write(&bad, "{\"resolver\": 1}").unwrap();
-        let e = LiveCluster::start(&bad).await.unwrap_err();
+        let e = LiveCluster::start(&bad, DEFAULT_MAX_TASKS).await.unwrap_err();
         assert!(matches!(&e, ClusterConfigError::Invalid { .. }), "{e}");
         assert!(e.to_string().starts_with(&format!("--cluster-config {}: ", bad.display())));
         std::fs::remove_dir_all(&dir).unwrap();

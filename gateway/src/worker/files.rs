@@ -1,21 +1,35 @@
 //! What a worker may read for a `files` dataset: regular files under the directories its
 //! operator allowed (`--data-root`), at most `--max-file-bytes` each.
 //!
-//! A path from a definition is resolved to its canonical form (`..` and every symlink
-//! followed) and read only if that form lies under a canonical data root. An absolute path is
-//! taken as it is; a relative one is tried under each root in the order given, and the first
-//! root under which it names an existing file or directory wins. Paths under `/proc`, `/sys`
-//! and `/dev` are never read, whatever the roots (their files pass for regular ones and hold
-//! the process's environment, for instance).
+//! A file is opened *beneath* its root, never by a name checked first and opened again (a
+//! directory swapped for a symlink in between would let the open leave the root): the root is
+//! opened once at start, and a path is opened relative to it with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)`, or, on kernels without
+//! `openat2` (before Linux 5.6), one component at a time with `O_NOFOLLOW`. So `..` may not
+//! climb out of the root, no symlink is followed (even one pointing inside the root), and no
+//! mount point is crossed. The opened file itself is then checked: a regular file, with one
+//! hard link (a hard link to a file outside the root is refused), on the root's filesystem
+//! (a bind mount of another filesystem, such as `/proc`, is refused).
 //!
-//! A path that does not resolve, resolves outside the roots, or cannot be opened or read gets
-//! one answer, the same for all, so that a client learns nothing of the disk outside the
-//! roots (not even whether a path exists). Only what is under a root gets a specific answer:
-//! a directory, a FIFO or device (never opened, so it cannot block the worker), a file larger
-//! than the limit (never read past the limit).
+//! An absolute path must lie under a root as written (`ROOT/a/b.txt`); a relative one is tried
+//! under each root in the order given, and the first root under which it names an existing
+//! file or directory wins. Paths under `/proc`, `/sys` and `/dev` are never read, whatever
+//! the roots.
+//!
+//! A path that does not resolve beneath a root, or cannot be opened or read, gets one answer,
+//! the same for all, so that a client learns nothing of the disk outside the roots (not even
+//! whether a path exists). Only what is opened beneath a root gets a specific answer: a
+//! directory, a FIFO or device (opened only as a path, `O_PATH`, so it cannot block the worker
+//! or act on the device), a hard link, another filesystem, a file larger than the limit (never
+//! read past the limit).
 
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
 use super::StartError;
 use crate::http::{Code, Problem};
@@ -26,16 +40,35 @@ const PSEUDO: &[&str] = &["/proc", "/sys", "/dev"];
 /// The most characters of a path repeated in an error.
 const SHOWN_PATH_CHARS: usize = 200;
 
+/// One data root: its canonical path, a descriptor of it opened at start, and its filesystem.
+#[derive(Debug)]
+struct Root {
+    path: PathBuf,
+    /// The root as the operator wrote it (made absolute): clients may write paths under
+    /// either spelling (a root given as a symlink to a disk, say).
+    given: PathBuf,
+    fd: OwnedFd,
+    dev: u64,
+}
+
 /// The data roots of a worker and its file size limit.
 #[derive(Debug, Clone)]
 pub(crate) struct DataRoots {
-    /// Canonical directories.
-    roots: Vec<PathBuf>,
+    roots: Arc<Vec<Root>>,
     max_file_bytes: u64,
 }
 
+/// What opening a path beneath a root found.
+enum Opened {
+    /// Nothing there (or a symlink, `..` out of the root, a mount point crossed).
+    Missing,
+    /// A file, directory or other object beneath the root, with its status.
+    Found(OwnedFd, rustix::fs::Stat),
+}
+
 impl DataRoots {
-    /// Canonicalizes `dirs` (each must be an existing directory; the error names it).
+    /// Canonicalizes and opens `dirs` (each must be an existing directory; the error names
+    /// it).
     pub(crate) fn new(dirs: &[PathBuf], max_file_bytes: u64) -> Result<DataRoots, StartError> {
         let mut roots = Vec::with_capacity(dirs.len());
         for dir in dirs {
@@ -44,9 +77,18 @@ impl DataRoots {
             if !canonical.is_dir() {
                 return Err(StartError::DataRootNotDirectory { path: dir.clone() });
             }
-            roots.push(canonical);
+            let io = |e: Errno| StartError::DataRoot { path: dir.clone(), source: e.into() };
+            let fd = rustix::fs::open(
+                &canonical,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(io)?;
+            let dev = rustix::fs::fstat(&fd).map_err(io)?.st_dev;
+            let given = std::path::absolute(dir).unwrap_or_else(|_| canonical.clone());
+            roots.push(Root { path: canonical, given, fd, dev });
         }
-        Ok(DataRoots { roots, max_file_bytes })
+        Ok(DataRoots { roots: Arc::new(roots), max_file_bytes })
     }
 
     /// Reads the file at `path` (a path of a `files` source), or says why not.
@@ -76,26 +118,25 @@ impl DataRoots {
                 ),
             )
         };
-        let canonical = self.resolve(path).ok_or_else(refused)?;
-        let meta = std::fs::metadata(&canonical).map_err(|_| refused())?;
-        if meta.is_dir() {
-            return Err(Problem::new(
-                Code::FailedPrecondition,
-                format!("path {} is a directory, not a file", shown(path)),
-            ));
-        }
-        if !meta.is_file() {
-            return Err(not_regular(path));
-        }
-        self.check_size(path, meta.len())?;
-        let file = std::fs::File::open(&canonical).map_err(|_| refused())?;
-        // Replaced since the check? Still only a regular file is read.
-        let len = match file.metadata() {
-            Ok(m) if m.is_file() => m.len(),
-            Ok(_) => return Err(not_regular(path)),
-            Err(_) => return Err(refused()),
+        let (root, rest) = self.locate(path).ok_or_else(refused)?;
+        // Opened as a path only: a FIFO or device is never opened for reading.
+        let Opened::Found(_, st) = open_beneath(root, &rest, OFlags::PATH)? else {
+            return Err(refused());
         };
+        check_status(path, root, &st)?;
+        self.check_size(path, size(&st))?;
+        // Opened again to read, beneath the root the same way; what was opened must be what
+        // was checked (a swap in between is refused, not followed).
+        let Opened::Found(fd, again) = open_beneath(root, &rest, OFlags::RDONLY)? else {
+            return Err(refused());
+        };
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(refused());
+        }
+        check_status(path, root, &again)?;
+        let len = size(&again);
         self.check_size(path, len)?;
+        let file = std::fs::File::from(fd);
         let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         file.take(self.max_file_bytes.saturating_add(1))
             .read_to_end(&mut bytes)
@@ -104,21 +145,36 @@ impl DataRoots {
         Ok(bytes)
     }
 
-    /// The canonical form of `path` if it lies under a root (and not on a pseudo filesystem).
-    fn resolve(&self, path: &str) -> Option<PathBuf> {
+    /// The root `path` is under and its rest relative to that root: an absolute path under a
+    /// root as written, or a relative path under the first root where it names something.
+    fn locate(&self, path: &str) -> Option<(&Root, PathBuf)> {
         if path.is_empty() || path.contains('\0') {
             return None;
         }
         let given = Path::new(path);
-        let candidates: Vec<PathBuf> = if given.is_absolute() {
-            vec![given.to_owned()]
-        } else {
-            self.roots.iter().map(|root| root.join(given)).collect()
-        };
-        let canonical = candidates.iter().find_map(|c| std::fs::canonicalize(c).ok())?;
-        let allowed = self.roots.iter().any(|root| canonical.starts_with(root))
-            && !PSEUDO.iter().any(|p| canonical.starts_with(p));
-        allowed.then_some(canonical)
+        let pseudo = |full: &Path| PSEUDO.iter().any(|p| lexical(full).starts_with(p));
+        if given.is_absolute() {
+            if pseudo(given) {
+                return None;
+            }
+            // The longest root that holds it (roots may nest).
+            return self
+                .roots
+                .iter()
+                .flat_map(|root| [(root, &root.path), (root, &root.given)])
+                .filter_map(|(root, prefix)| Some((root, prefix, given.strip_prefix(prefix).ok()?)))
+                .max_by_key(|(_, prefix, _)| prefix.as_os_str().len())
+                .map(|(root, _, rest)| (root, rest.to_owned()));
+        }
+        self.roots.iter().find_map(|root| {
+            if pseudo(&root.path.join(given)) {
+                return None;
+            }
+            match open_beneath(root, given, OFlags::PATH) {
+                Ok(Opened::Found(..)) => Some((root, given.to_owned())),
+                _ => None,
+            }
+        })
     }
 
     fn check_size(&self, path: &str, len: u64) -> Result<(), Problem> {
@@ -134,6 +190,116 @@ impl DataRoots {
         }
         Ok(())
     }
+}
+
+/// `path` with `.` and `..` applied as text (no filesystem access).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn size(st: &rustix::fs::Stat) -> u64 {
+    u64::try_from(st.st_size).unwrap_or(0)
+}
+
+/// What was opened beneath `root` must be a regular file with one link on the root's
+/// filesystem.
+fn check_status(path: &str, root: &Root, st: &rustix::fs::Stat) -> Result<(), Problem> {
+    let precondition = |why: &str| {
+        Err(Problem::new(Code::FailedPrecondition, format!("path {} {why}", shown(path))))
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => {}
+        FileType::Directory => return precondition("is a directory, not a file"),
+        // Only the fallback opens a final symlink (as itself): refused like one openat2
+        // will not follow.
+        FileType::Symlink => {
+            return precondition("is not a readable file under this worker's data roots");
+        }
+        _ => return Err(not_regular(path)),
+    }
+    if st.st_dev != root.dev {
+        return precondition(
+            "is on another filesystem than its data root (a mount under the root); a worker \
+             reads only files of its roots' own filesystems",
+        );
+    }
+    if st.st_nlink != 1 {
+        return precondition(
+            "has more than one hard link; a worker reads only files with one (a hard link \
+             could name a file outside the data root)",
+        );
+    }
+    Ok(())
+}
+
+/// Opens `rest` beneath `root` with `flags` (plus `O_NOFOLLOW`, `O_NOCTTY`, `O_CLOEXEC`),
+/// following no symlink, leaving the root by no `..` and crossing no mount point.
+/// [`Opened::Missing`] for whatever does not resolve so; an error only for a failure
+/// of the machinery itself.
+fn open_beneath(root: &Root, rest: &Path, flags: OFlags) -> Result<Opened, Problem> {
+    // openat2 refuses O_PATH with any flag but O_DIRECTORY, O_NOFOLLOW and O_CLOEXEC.
+    let tty = if flags.contains(OFlags::PATH) { OFlags::empty() } else { OFlags::NOCTTY };
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | tty;
+    let rest = if rest.as_os_str().is_empty() { Path::new(".") } else { rest };
+    let resolve = ResolveFlags::BENEATH
+        | ResolveFlags::NO_SYMLINKS
+        | ResolveFlags::NO_MAGICLINKS
+        | ResolveFlags::NO_XDEV;
+    let fd = match rustix::fs::openat2(&root.fd, rest, flags, Mode::empty(), resolve) {
+        Ok(fd) => fd,
+        Err(Errno::NOSYS) => match open_by_components(root, rest, flags) {
+            Some(fd) => fd,
+            None => return Ok(Opened::Missing),
+        },
+        // Also EAGAIN (a rename raced the lookup): refused, never retried outside the root.
+        Err(_) => return Ok(Opened::Missing),
+    };
+    match rustix::fs::fstat(&fd) {
+        Ok(st) => Ok(Opened::Found(fd, st)),
+        Err(_) => Ok(Opened::Missing),
+    }
+}
+
+/// The fallback of [`open_beneath`] for kernels without `openat2`: one component at a time,
+/// each directory opened with `O_NOFOLLOW` from the last, `..` going back up the ones opened
+/// (never above the root), every directory on the root's filesystem.
+fn open_by_components(root: &Root, rest: &Path, flags: OFlags) -> Option<OwnedFd> {
+    let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in rest.components() {
+        match c {
+            Component::Normal(name) => parts.push(name),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    let Some((last, dirs)) = parts.split_last() else {
+        return rustix::fs::openat(&root.fd, ".", flags, Mode::empty()).ok();
+    };
+    let mut held: Option<OwnedFd> = None;
+    for name in dirs {
+        let at = held.as_ref().map_or(root.fd.as_fd(), AsFd::as_fd);
+        let next = rustix::fs::openat(at, *name, dir_flags, Mode::empty()).ok()?;
+        if rustix::fs::fstat(&next).ok()?.st_dev != root.dev {
+            return None;
+        }
+        held = Some(next);
+    }
+    let at = held.as_ref().map_or(root.fd.as_fd(), AsFd::as_fd);
+    rustix::fs::openat(at, *last, flags, Mode::empty()).ok()
 }
 
 fn not_regular(path: &str) -> Problem {
@@ -184,7 +350,19 @@ mod tests {
         assert_eq!(read(&roots, &format!("{r}/sub/a.txt")).unwrap(), b"inside");
         assert_eq!(read(&roots, "sub/a.txt").unwrap(), b"inside", "relative to the root");
         assert_eq!(read(&roots, &format!("{r}/sub/../sub/a.txt")).unwrap(), b"inside");
-        assert_eq!(read(&roots, "good-link").unwrap(), b"inside");
+        // A root given through a symlink: paths under either spelling are read.
+        std::os::unix::fs::symlink(&root, base.join("alias")).unwrap();
+        let aliased = DataRoots::new(&[base.join("alias")], 10).unwrap();
+        let a = base.join("alias");
+        let a = a.to_str().unwrap();
+        assert_eq!(read(&aliased, &format!("{a}/sub/a.txt")).unwrap(), b"inside");
+        assert_eq!(read(&aliased, &format!("{r}/sub/a.txt")).unwrap(), b"inside");
+        // No symlink is followed, even one that stays inside the root.
+        assert!(read(&roots, "good-link").is_err());
+        // A hard link (here to a file outside the root) is refused.
+        std::fs::hard_link(outside.join("secret"), root.join("hard")).unwrap();
+        let e = read(&roots, "hard").unwrap_err();
+        assert!(e.detail.contains("more than one hard link"), "{}", e.detail);
 
         let same = |p: &str| {
             let e = read(&roots, p).unwrap_err();
@@ -202,6 +380,7 @@ mod tests {
             "/nonexistent/x",
             "../outside/secret",
             "link",
+            "good-link",
             "missing",
             "",
             "a\0b",
@@ -237,6 +416,76 @@ mod tests {
                 .to_string()
                 .contains("--data-root")
         );
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// A directory and a symlink to a directory outside the root swapped atomically
+    /// (`renameat2(RENAME_EXCHANGE)`) while `dir/f` is read: every read is the file inside
+    /// or refused, never the file outside. Also through the component-by-component fallback.
+    #[test]
+    fn a_swap_of_a_directory_and_a_symlink_never_leaks_a_file_outside() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let base = tempdir("race");
+        let root = base.join("root");
+        let outside = base.join("outside");
+        std::fs::create_dir_all(root.join("dir")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("dir/f"), "inside").unwrap();
+        std::fs::write(outside.join("f"), "SENTINEL").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        let roots = DataRoots::new(std::slice::from_ref(&root), 1 << 20).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, root) = (stop.clone(), root.clone());
+            std::thread::spawn(move || {
+                let dir = rustix::fs::open(&root, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
+                    .unwrap();
+                let mut swaps = 0u64;
+                // Bounded: at most 10 million swaps, or until the reads are done.
+                while !stop.load(Ordering::Relaxed) && swaps < 10_000_000 {
+                    rustix::fs::renameat_with(
+                        &dir,
+                        "dir",
+                        &dir,
+                        "link",
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .unwrap();
+                    swaps += 1;
+                }
+                swaps
+            })
+        };
+        let (mut inside, mut leaks, mut refused) = (0, 0, 0);
+        for i in 0..4_000 {
+            let path = if i % 2 == 0 {
+                "dir/f".to_owned()
+            } else {
+                format!("{}/dir/f", root.to_str().unwrap())
+            };
+            match read(&roots, &path) {
+                Ok(b) if b == b"inside" => inside += 1,
+                Ok(b) => {
+                    assert_eq!(b, b"SENTINEL");
+                    leaks += 1;
+                }
+                Err(_) => refused += 1,
+            }
+            // The fallback, on the same swapping directory.
+            let r = &roots.roots[0];
+            if let Some(fd) = open_by_components(r, Path::new("dir/f"), OFlags::RDONLY) {
+                let mut text = String::new();
+                std::fs::File::from(fd).read_to_string(&mut text).unwrap();
+                if text == "SENTINEL" {
+                    leaks += 1;
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        println!("{inside} read inside, {refused} refused, {leaks} leaked, {swaps} swaps");
+        assert_eq!(leaks, 0);
+        assert!(inside > 0 && swaps > 0, "the race ran: {inside} inside, {swaps} swaps");
         let _ = std::fs::remove_dir_all(&base);
     }
 

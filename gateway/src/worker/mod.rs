@@ -110,8 +110,9 @@ pub struct WorkerArgs {
     #[arg(long, env = "SHARDWISE_WORKER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub read_timeout: Duration,
     /// A directory whose files `files` datasets may read (repeatable; the variable is comma
-    /// separated). Paths resolve through `..` and symlinks and must end up under a root;
-    /// relative paths are tried under each root in order. Without one, `files` datasets fail.
+    /// separated). Files are opened beneath a root (`..` may not leave it; no symlink is
+    /// followed and no mount crossed) and must be regular files with one hard link; relative
+    /// paths are tried under each root in order. Without one, `files` datasets fail.
     #[arg(
         long = "data-root",
         env = "SHARDWISE_WORKER_DATA_ROOT",

@@ -35,7 +35,8 @@ pub(super) async fn readyz(State(s): State<AppState>) -> ApiResult {
         return ok(&Health { status: "ready".into() });
     }
     let detail = match s.replica.redirect() {
-        None => "the dispatcher is replaying its journal".to_owned(),
+        // A single dispatcher or the leader: replaying, or its journal could not be written.
+        None => s.driver.unready_reason(),
         Some(Some(leader)) => format!("this replica follows; the leader is {leader}"),
         Some(None) => "this replica does not lead, and no replica leads now".to_owned(),
     };
