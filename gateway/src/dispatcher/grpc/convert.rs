@@ -286,10 +286,13 @@ pub fn client_heartbeat_reply(
     deployment_mode: i32,
 ) -> Result<tf::ClientHeartbeatResponse, Status> {
     use tf::client_heartbeat_response::OptionalBlockRound;
+    // A lost worker's task stays listed, as TensorFlow's dispatcher keeps listing it: its
+    // clients retry the worker (which may come back at its address) and move on when the
+    // iteration finishes; a coordinated-read consumer that cannot read it votes it out
+    // (MaybeRemoveTask).
     let task_info = reply
         .tasks
         .iter()
-        .filter(|t| !t.worker_lost)
         .map(|t| {
             Ok(tf::TaskInfo {
                 worker_address: t.worker_address.clone(),
@@ -471,6 +474,35 @@ mod tests {
         ] {
             assert_eq!(sharding_policy(Some(processing_mode_def(p))).unwrap(), p);
         }
+    }
+
+    #[test]
+    fn a_lost_workers_task_stays_in_the_clients_task_list() {
+        use shardwise_core::dispatch::IterationId;
+        use shardwise_core::dispatch::wire::TaskInfo;
+        let task = |id: u64, lost: bool| TaskInfo {
+            task_id: TaskId(id),
+            worker_address: format!("w{id}:1"),
+            worker_tags: Vec::new(),
+            starting_round: 0,
+            finished: false,
+            worker_lost: lost,
+            iteration_id: IterationId(7),
+            transfer_servers: Vec::new(),
+            worker_uid: None,
+        };
+        let reply = ClientHeartbeatReply {
+            tasks: vec![task(1, false), task(2, true)],
+            tasks_version: 1,
+            tasks_unchanged: false,
+            iteration_finished: false,
+            block_round: None,
+            incarnation: "i".into(),
+        };
+        let tf = client_heartbeat_reply(reply, 0).unwrap();
+        let listed: Vec<(i64, &str)> =
+            tf.task_info.iter().map(|t| (t.task_id, t.worker_address.as_str())).collect();
+        assert_eq!(listed, [(1, "w1:1"), (2, "w2:1")]);
     }
 
     #[test]
