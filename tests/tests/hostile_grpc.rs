@@ -304,3 +304,117 @@ async fn a_stalled_grpc_request_message_is_answered_at_the_read_timeout() {
     let reset = tokio::time::timeout(Duration::from_secs(5), reset).await;
     assert!(reset.is_ok(), "the stream was left open");
 }
+
+/// Issue 22: one HTTP/2 connection opened many streams, each uploading most of a request
+/// message as large as `--max-body-bytes` allows and then stalling, and the dispatcher read
+/// every one into memory (256 streams of 16 MiB: 4 GiB per connection). The request bytes a
+/// connection has buffered are bounded (`--max-request-bytes-per-connection`, and
+/// `--max-request-bytes` in all): the dispatcher's memory stays within a bound, `/healthz`
+/// answers on another connection meanwhile, and a stream that found no room is answered
+/// `RESOURCE_EXHAUSTED` at the read timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_uploading_many_stalled_bodies_cannot_make_the_dispatcher_buffer_them_all() {
+    const BODY: usize = 15 << 20;
+    const STREAMS: usize = 48;
+    let d = Dispatcher::start(&["--read-timeout", "10s"]);
+    let pid = d.child.id();
+    let url = d.url.clone();
+    let health = move || {
+        let url = url.clone();
+        async move {
+            let started = Instant::now();
+            let answer = tokio::task::spawn_blocking(move || http("GET", &url, "/healthz", None))
+                .await
+                .expect("joined")
+                .expect("an answer");
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            started.elapsed()
+        }
+    };
+    health().await;
+    let baseline = rss_bytes(pid);
+
+    let conn = h2_connect(&d.url, 1 << 20).await;
+    let zeros = Bytes::from(vec![0u8; 1 << 20]);
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut replies = Vec::new();
+    for _ in 0..STREAMS {
+        let mut send = conn.clone().ready().await.expect("a stream");
+        let (reply, mut stream) =
+            send.send_request(grpc_request(&d.url, GET_VERSION), false).expect("sent");
+        replies.push(reply);
+        let (zeros, sent, mut stopped) = (zeros.clone(), sent.clone(), stopped.clone());
+        tokio::spawn(async move {
+            // The message promises one more MiB than is sent: it never ends.
+            let mut header = vec![0u8];
+            header
+                .extend_from_slice(&u32::try_from(BODY + (1 << 20)).expect("small").to_be_bytes());
+            let _ = stream.send_data(Bytes::from(header), false);
+            let mut left = BODY;
+            while left > 0 {
+                stream.reserve_capacity(left.min(zeros.len()));
+                let granted = tokio::select! {
+                    granted = std::future::poll_fn(|cx| stream.poll_capacity(cx)) => granted,
+                    _ = stopped.changed() => return,
+                };
+                let Some(Ok(n)) = granted else { return };
+                let n = n.min(left);
+                if stream.send_data(zeros.slice(..n), false).is_err() {
+                    return;
+                }
+                sent.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+                left -= n;
+            }
+            // Stalled, the stream open, until the test ends.
+            let _ = stopped.changed().await;
+        });
+    }
+    // Until every byte went, or none went for a second (the server stopped taking them).
+    let (mut peak, mut last, mut still) = (0, usize::MAX, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        peak = peak.max(rss_bytes(pid));
+        let now = sent.load(std::sync::atomic::Ordering::SeqCst);
+        if now == STREAMS * BODY {
+            break;
+        }
+        still = if now == last { still + 1 } else { 0 };
+        if still >= 5 {
+            break;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    peak = peak.max(rss_bytes(pid));
+    let slowest = health().await;
+    let grown = peak.saturating_sub(baseline);
+    eprintln!(
+        "{STREAMS} stalled uploads of {} MiB: {} MiB sent, RSS +{} MiB (baseline {} MiB), \
+         /healthz {slowest:?}",
+        BODY >> 20,
+        sent.load(std::sync::atomic::Ordering::SeqCst) >> 20,
+        grown >> 20,
+        baseline >> 20
+    );
+    assert!(grown < 250 << 20, "the dispatcher grew by {} MiB", grown >> 20);
+    assert!(slowest < Duration::from_secs(1), "/healthz took {slowest:?}");
+
+    // At the read timeout every stream is answered: those that found no room in the budget
+    // RESOURCE_EXHAUSTED, naming the flag.
+    let mut exhausted = 0;
+    for reply in replies {
+        let (status, message) = tokio::time::timeout(Duration::from_secs(30), grpc_status(reply))
+            .await
+            .expect("answered at the read timeout");
+        if status == "8" {
+            assert!(message.contains("--max-request-bytes-per-connection"), "{message}");
+            exhausted += 1;
+        } else {
+            assert_eq!(status, "4", "DEADLINE_EXCEEDED: {message}");
+        }
+    }
+    assert!(exhausted > 0, "no stream was refused for want of room");
+    let _ = stop.send(true);
+    health().await;
+}
