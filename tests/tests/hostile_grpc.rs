@@ -304,3 +304,186 @@ async fn a_stalled_grpc_request_message_is_answered_at_the_read_timeout() {
     let reset = tokio::time::timeout(Duration::from_secs(5), reset).await;
     assert!(reset.is_ok(), "the stream was left open");
 }
+
+/// What one HTTP/2 connection uploading stalled bodies made of the dispatcher.
+struct Stalled {
+    /// The dispatcher's resident set grew by this much at most.
+    grown: u64,
+    /// `/healthz` on another connection took this long.
+    slowest: Duration,
+    /// The answers of the streams.
+    replies: Vec<h2::client::ResponseFuture>,
+    /// Ends the senders (their streams stay open until then).
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// The time `/healthz` of `d` takes to answer 200.
+async fn health(d: &Dispatcher) -> Duration {
+    let url = d.url.clone();
+    let started = Instant::now();
+    let answer = tokio::task::spawn_blocking(move || http("GET", &url, "/healthz", None))
+        .await
+        .expect("joined")
+        .expect("an answer");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    started.elapsed()
+}
+
+/// Opens `streams` streams of `request()` on one HTTP/2 connection to `d`, each sending `head`
+/// and then `body` bytes as fast as flow control lets it, and never ending: until every byte
+/// went or none went for a second (the dispatcher stopped taking them).
+async fn stalled_uploads(
+    d: &Dispatcher,
+    streams: usize,
+    request: impl Fn() -> Request<()>,
+    head: &[u8],
+    body: usize,
+) -> Stalled {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let pid = d.child.id();
+    health(d).await;
+    let baseline = rss_bytes(pid);
+    let conn = h2_connect(&d.url, 1 << 20).await;
+    let zeros = Bytes::from(vec![b'0'; 1 << 20]);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut replies = Vec::new();
+    for _ in 0..streams {
+        let mut send = conn.clone().ready().await.expect("a stream");
+        let (reply, mut stream) = send.send_request(request(), false).expect("sent");
+        replies.push(reply);
+        let (zeros, sent, mut stopped) = (zeros.clone(), sent.clone(), stopped.clone());
+        let head = Bytes::copy_from_slice(head);
+        tokio::spawn(async move {
+            let _ = stream.send_data(head, false);
+            let mut left = body;
+            while left > 0 {
+                stream.reserve_capacity(left.min(zeros.len()));
+                let granted = tokio::select! {
+                    granted = std::future::poll_fn(|cx| stream.poll_capacity(cx)) => granted,
+                    _ = stopped.changed() => return,
+                };
+                let Some(Ok(n)) = granted else { return };
+                let n = n.min(left);
+                if stream.send_data(zeros.slice(..n), false).is_err() {
+                    return;
+                }
+                sent.fetch_add(n, Ordering::SeqCst);
+                left -= n;
+            }
+            // Stalled, the stream open, until the test ends.
+            let _ = stopped.changed().await;
+        });
+    }
+    let (mut peak, mut last, mut still) = (0, usize::MAX, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        peak = peak.max(rss_bytes(pid));
+        let now = sent.load(Ordering::SeqCst);
+        if now == streams * body {
+            break;
+        }
+        still = if now == last { still + 1 } else { 0 };
+        if still >= 5 {
+            break;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    peak = peak.max(rss_bytes(pid));
+    let slowest = health(d).await;
+    let grown = peak.saturating_sub(baseline);
+    eprintln!(
+        "{streams} stalled uploads of {} MiB: {} MiB sent, RSS +{} MiB (baseline {} MiB), \
+         /healthz {slowest:?}",
+        body >> 20,
+        sent.load(Ordering::SeqCst) >> 20,
+        grown >> 20,
+        baseline >> 20
+    );
+    Stalled { grown, slowest, replies, stop }
+}
+
+/// Issue 22: one HTTP/2 connection opened many streams, each uploading most of a request
+/// message as large as `--max-body-bytes` allows and then stalling, and the dispatcher read
+/// every one into memory (256 streams of 16 MiB: 4 GiB per connection; 48 of 15 MiB took
+/// +724 MiB). The request bytes a connection has buffered are bounded
+/// (`--max-request-bytes-per-connection`, and `--max-request-bytes` in all): the dispatcher's
+/// memory stays within a bound, `/healthz` answers on another connection meanwhile, and a
+/// stream that found no room is answered `RESOURCE_EXHAUSTED` at the read timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_uploading_many_stalled_bodies_cannot_make_the_dispatcher_buffer_them_all() {
+    const BODY: usize = 15 << 20;
+    let d = Dispatcher::start(&["--read-timeout", "10s"]);
+    // The message promises one more MiB than is sent: it never ends.
+    let mut head = vec![0u8];
+    head.extend_from_slice(&u32::try_from(BODY + (1 << 20)).expect("small").to_be_bytes());
+    let stalled = stalled_uploads(&d, 48, || grpc_request(&d.url, GET_VERSION), &head, BODY).await;
+    assert!(stalled.grown < 250 << 20, "the dispatcher grew by {} MiB", stalled.grown >> 20);
+    assert!(stalled.slowest < Duration::from_secs(1), "/healthz took {:?}", stalled.slowest);
+
+    // At the read timeout every stream is answered: those that found no room in the budget
+    // RESOURCE_EXHAUSTED, naming the flag.
+    let mut exhausted = 0;
+    for reply in stalled.replies {
+        let (status, message) = tokio::time::timeout(Duration::from_secs(30), grpc_status(reply))
+            .await
+            .expect("answered at the read timeout");
+        if status == "8" {
+            assert!(message.contains("--max-request-bytes-per-connection"), "{message}");
+            exhausted += 1;
+        } else {
+            assert_eq!(status, "4", "DEADLINE_EXCEEDED: {message}");
+        }
+    }
+    assert!(exhausted > 0, "no stream was refused for want of room");
+    let _ = stalled.stop.send(true);
+    health(&d).await;
+}
+
+/// The same over REST: one HTTP/2 connection whose streams each send most of a JSON body of
+/// 15 MiB to `POST /v1/jobs` and stall. The dispatcher stays within a bound, and the streams
+/// that found no room are answered 503 problem+json naming the flag at the read timeout (the
+/// others 408).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_bodies_of_one_connection_are_budgeted_too() {
+    const BODY: usize = 15 << 20;
+    let d = Dispatcher::start(&["--read-timeout", "10s"]);
+    let request = || {
+        Request::post(format!("{}/v1/jobs", d.url))
+            .header("content-type", "application/json")
+            .body(())
+            .expect("a request")
+    };
+    let stalled = stalled_uploads(&d, 48, request, b"{\"name\": \"", BODY).await;
+    assert!(stalled.grown < 250 << 20, "the dispatcher grew by {} MiB", stalled.grown >> 20);
+    assert!(stalled.slowest < Duration::from_secs(1), "/healthz took {:?}", stalled.slowest);
+
+    let mut exhausted = 0;
+    for reply in stalled.replies {
+        let answer = tokio::time::timeout(Duration::from_secs(30), reply)
+            .await
+            .expect("answered at the read timeout")
+            .expect("an answer");
+        let (parts, mut body) = answer.into_parts();
+        let mut text = Vec::new();
+        while let Some(data) = body.data().await {
+            let data = data.expect("data");
+            let _ = body.flow_control().release_capacity(data.len());
+            text.extend_from_slice(&data);
+        }
+        let text = String::from_utf8_lossy(&text);
+        match parts.status.as_u16() {
+            503 => {
+                let ct = parts.headers.get("content-type").expect("a content type");
+                assert_eq!(ct, "application/problem+json");
+                assert!(text.contains("--max-request-bytes-per-connection"), "{text}");
+                exhausted += 1;
+            }
+            status => assert_eq!(status, 408, "{text}"),
+        }
+    }
+    assert!(exhausted > 0, "no stream was refused for want of room");
+    let _ = stalled.stop.send(true);
+    health(&d).await;
+}

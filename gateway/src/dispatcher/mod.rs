@@ -116,6 +116,15 @@ pub struct DispatcherArgs {
     /// connection).
     #[arg(long, env = "SHARDWISE_MAX_REPLY_BYTES_PER_CONNECTION", default_value_t = grpc::budget::DEFAULT_REPLY_BYTES_PER_CONNECTION, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_reply_bytes_per_connection: u64,
+    /// The most bytes of request bodies (REST bodies and gRPC messages) being read and held in
+    /// memory, over all connections; a body past it is not read further and waits (up to
+    /// --read-timeout, then 503 / RESOURCE_EXHAUSTED).
+    #[arg(long, env = "SHARDWISE_MAX_REQUEST_BYTES", default_value_t = grpc::budget::DEFAULT_REQUEST_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_request_bytes: u64,
+    /// The same bound for one connection (e.g. the streams of one HTTP/2 connection; a body
+    /// larger than it is read alone on its connection).
+    #[arg(long, env = "SHARDWISE_MAX_REQUEST_BYTES_PER_CONNECTION", default_value_t = grpc::budget::DEFAULT_REQUEST_BYTES_PER_CONNECTION, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_request_bytes_per_connection: u64,
     /// Compact the journal (a snapshot opens a new segment, older segments are deleted) when
     /// its current segment grows past this many bytes.
     #[arg(long, env = "SHARDWISE_COMPACT_AT_BYTES", default_value_t = core::COMPACT_AT_BYTES)]
@@ -245,6 +254,8 @@ impl Default for DispatcherArgs {
             max_in_flight: 0,
             max_reply_bytes: grpc::budget::DEFAULT_REPLY_BYTES,
             max_reply_bytes_per_connection: grpc::budget::DEFAULT_REPLY_BYTES_PER_CONNECTION,
+            max_request_bytes: grpc::budget::DEFAULT_REQUEST_BYTES,
+            max_request_bytes_per_connection: grpc::budget::DEFAULT_REQUEST_BYTES_PER_CONNECTION,
             compact_at_bytes: core::COMPACT_AT_BYTES,
             max_dataset_bytes: shardwise_core::dispatch::DEFAULT_MAX_DATASET_BYTES,
             deployment_mode: None,
@@ -573,11 +584,15 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         pusher,
     };
     let app = router(state, args.limits(), tokens);
+    let requests = grpc::budget::ReplyBudgets::new(
+        usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX),
+        usize::try_from(args.max_request_bytes_per_connection).unwrap_or(usize::MAX),
+    );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let read_timeout = args.read_timeout;
     let replica = replica.map(|(r, _)| r);
     let task = tokio::spawn(async move {
-        conn::serve(listener, app, Some(grpc), tls, read_timeout, async move {
+        conn::serve(listener, app, Some(grpc), Some(requests), tls, read_timeout, async move {
             let _ = stop_rx.await;
         })
         .await;

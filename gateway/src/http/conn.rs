@@ -22,7 +22,11 @@
 //!   pings that close it when the peer stops answering.
 //! * **Bodies.** The route layer of `front` reads a request's whole body before the
 //!   route's handler runs, within the same bound; a body that does not arrive in time is answered `408` (a problem,
-//!   with `Connection: close`). A request without a body (a long poll such as
+//!   with `Connection: close`). The bytes of bodies being read are bounded per connection and
+//!   in total when `serve` is given budgets ([`super::budget`]: the dispatcher's
+//!   `--max-request-bytes-per-connection` and `--max-request-bytes`): a body that finds no room
+//!   is not read further (HTTP/2 flow control stops its sender) and is refused at the read
+//!   timeout (`503`). A request without a body (a long poll such as
 //!   `GET /v1/cluster?wait=30s`) has nothing to wait for and is not bounded by it.
 //! * **gRPC.** A request with `content-type: application/grpc...` goes to the server's
 //!   [`GrpcService`] when it has one (the dispatcher's `tensorflow.data.DispatcherService`),
@@ -56,6 +60,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tower::ServiceExt as _;
+
+use super::budget::{ReplyBudgets, RequestBudget};
 
 /// The default of `--read-timeout`.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -121,11 +127,14 @@ impl GrpcService for Router {
 /// Serves `app` on `listener` until `shutdown` resolves, then stops gracefully: no new
 /// connections, in-flight requests finish, idle connections are closed. Each connection's
 /// headers must arrive within `read_timeout`. gRPC requests go to `grpc` when given. With
-/// `tls`, every connection is TLS (its handshake within `read_timeout` too).
+/// `tls`, every connection is TLS (its handshake within `read_timeout` too). With `requests`,
+/// each connection gets its budget of request bodies from it, on each of its requests as a
+/// [`RequestBudget`] extension (which the body readers take their bytes from).
 pub(crate) async fn serve<G: GrpcService>(
     listener: tokio::net::TcpListener,
     app: Router,
     grpc: Option<G>,
+    requests: Option<ReplyBudgets>,
     tls: Option<Arc<rustls::ServerConfig>>,
     read_timeout: Duration,
     shutdown: impl Future<Output = ()>,
@@ -170,11 +179,17 @@ pub(crate) async fn serve<G: GrpcService>(
         // ~40 ms).
         let _ = tcp.set_nodelay(true);
         let (app, grpc) = (app.clone(), grpc.as_ref().map(GrpcService::for_connection));
-        let service = tower::service_fn(move |mut req: Request<Incoming>| match &grpc {
-            Some(grpc) if is_grpc(&req) => Either::Left(grpc.serve(req, peer).map(Ok)),
-            _ => {
-                req.extensions_mut().insert(ConnectInfo(peer));
-                Either::Right(app.clone().oneshot(req.map(Body::new)))
+        let budget = requests.as_ref().map(|b| RequestBudget(b.connection()));
+        let service = tower::service_fn(move |mut req: Request<Incoming>| {
+            if let Some(budget) = &budget {
+                req.extensions_mut().insert(budget.clone());
+            }
+            match &grpc {
+                Some(grpc) if is_grpc(&req) => Either::Left(grpc.serve(req, peer).map(Ok)),
+                _ => {
+                    req.extensions_mut().insert(ConnectInfo(peer));
+                    Either::Right(app.clone().oneshot(req.map(Body::new)))
+                }
             }
         });
         let service = TowerToHyperService::new(service);
@@ -542,9 +557,17 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let app = Router::new().route("/who", get(|| async { "rest" }));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(serve(listener, app, grpc, None, Duration::from_millis(300), async move {
-            let _ = rx.await;
-        }));
+        tokio::spawn(serve(
+            listener,
+            app,
+            grpc,
+            None,
+            None,
+            Duration::from_millis(300),
+            async move {
+                let _ = rx.await;
+            },
+        ));
         (addr, tx)
     }
 
@@ -653,6 +676,7 @@ mod tests {
             app,
             None::<Router>,
             None,
+            None,
             Duration::from_secs(5),
             async move {
                 let _ = rx.await;
@@ -694,6 +718,7 @@ mod tests {
             listener,
             app,
             None::<Router>,
+            None,
             None,
             Duration::from_secs(5),
             async move {

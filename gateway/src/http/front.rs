@@ -34,6 +34,7 @@ use futures::FutureExt as _;
 use tower::{Layer, Service};
 use tracing::Instrument as _;
 
+use super::budget::{Growing, RequestBudget, Short, Waiting};
 use super::problem::{Code, Problem, code_of_status};
 use super::{auth, limit, metrics};
 
@@ -341,10 +342,15 @@ where
         let mut inner = self.inner.clone();
         Box::pin(async move {
             let res = match read_body(&shared, req).await {
-                Ok(req) => match inner.call(req).await {
-                    Ok(res) => res,
-                    Err(never) => match never {},
-                },
+                Ok((req, held)) => {
+                    // The body's bytes stay reserved until the handler is done with them.
+                    let res = match inner.call(req).await {
+                        Ok(res) => res,
+                        Err(never) => match never {},
+                    };
+                    drop(held);
+                    res
+                }
                 Err(refused) => refused,
             };
             record(&shared, &method, route.as_ref(), res.status(), started);
@@ -368,14 +374,25 @@ fn record(
 /// Reads the whole request body within the read timeout before the handler runs: `408` when
 /// it does not arrive in time, `413` when it is larger than the limit (a chunked body, whose
 /// length was not declared). Requests without a body pass untouched; a body that is already
-/// here (it came with the headers) arms no timer.
-async fn read_body(shared: &RouteShared, req: Request) -> Result<Request, Response> {
+/// here (it came with the headers) arms no timer. The body's bytes are reserved as they arrive
+/// from its connection's budget when it has one ([`RequestBudget`]); the reservation is
+/// returned, to hold until the request is done. A body still waiting for room at the read
+/// timeout is `503`, naming the budget's flag.
+async fn read_body(
+    shared: &RouteShared,
+    req: Request,
+) -> Result<(Request, Option<Growing>), Response> {
     if req.body().is_end_stream() {
-        return Ok(req);
+        return Ok((req, None));
     }
+    let budget = req.extensions().get::<RequestBudget>().map(|b| b.0.clone());
+    let mut held = budget.as_ref().map(|b| b.growing());
+    let waiting = Waiting::default();
     let (parts, body) = req.into_parts();
     let max = shared.max_body_bytes;
-    let read = async {
+    let held_ref = &mut held;
+    let waiting_ref = &waiting;
+    let read = async move {
         let mut body = std::pin::pin!(body);
         // One chunk (the usual case) is kept as it is; more are copied into one buffer.
         let mut first: Option<Bytes> = None;
@@ -396,6 +413,9 @@ async fn read_body(shared: &RouteShared, req: Request) -> Result<Request, Respon
                 return Err(p);
             }
             len += chunk.len();
+            if let Some(held) = held_ref.as_mut() {
+                held.cover(len, waiting_ref).await;
+            }
             match &first {
                 None => first = Some(chunk),
                 Some(f) => {
@@ -410,8 +430,21 @@ async fn read_body(shared: &RouteShared, req: Request) -> Result<Request, Respon
     };
     let timeout = shared.read_timeout;
     match within(read, || Instant::now() + timeout).await {
-        Some(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
+        Some(Ok(bytes)) => Ok((Request::from_parts(parts, Body::from(bytes)), held)),
         Some(Err(p)) => Err(closing(p.into_response())),
+        None if waiting.short().is_some() => {
+            let flag = request_budget_flag(waiting.short());
+            let p = Problem::new(
+                Code::ResourceExhausted,
+                format!(
+                    "the server holds as many request bytes as it may ({flag}); the body found \
+                     no room within {} ms (--read-timeout); retry later",
+                    timeout.as_millis()
+                ),
+            )
+            .with_status(503, "Service unavailable");
+            Err(closing(p.into_response()))
+        }
         None => {
             let mut p = Problem::new(
                 Code::Unavailable,
@@ -424,6 +457,14 @@ async fn read_body(shared: &RouteShared, req: Request) -> Result<Request, Respon
             p.title = "Request timeout".into();
             Err(closing(p.into_response()))
         }
+    }
+}
+
+/// The flag of the request budget that had no room.
+pub(crate) fn request_budget_flag(short: Option<Short>) -> &'static str {
+    match short {
+        Some(Short::Total) => "--max-request-bytes",
+        _ => "--max-request-bytes-per-connection",
     }
 }
 

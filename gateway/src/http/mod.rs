@@ -3,13 +3,14 @@
 //! ([`conn`]), bearer tokens ([`auth`]), request limits ([`limit`]), Prometheus metrics
 //! ([`metrics`]), the strict JSON body extractor and path ids ([`body`]), the served OpenAPI
 //! document ([`docs`]), the REST client of the worker runtime and the Rust client
-//! ([`client`]), durations, and a running server's handle ([`Running`]).
+//! ([`client`]), the budgets of bytes held per connection ([`budget`]), durations, and a running server's handle ([`Running`]).
 //!
 //! It depends on nothing else in the gateway (only on `shardwise-core`): the dispatcher, the
 //! worker and the client are built on it.
 
 pub mod auth;
 pub mod body;
+pub mod budget;
 pub mod client;
 pub mod conn;
 pub mod docs;

@@ -611,8 +611,16 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
         let stop = async move {
             let _ = stop_rx.await;
         };
-        crate::http::conn::serve(listener, app, None::<axum::Router>, tls, read_timeout, stop)
-            .await;
+        crate::http::conn::serve(
+            listener,
+            app,
+            None::<axum::Router>,
+            None,
+            tls,
+            read_timeout,
+            stop,
+        )
+        .await;
         let _ = loops_tx.send(true);
         server_shared.stop_all();
         0

@@ -13,11 +13,11 @@
 //! and in-flight count, of the same sizes as REST's), the request message read whole within
 //! `--read-timeout` (else `DEADLINE_EXCEEDED`, and the stream is reset) and checked as exactly
 //! one length-prefixed message of at most `--max-body-bytes` (else `INVALID_ARGUMENT` or
-//! `RESOURCE_EXHAUSTED`), a 30 s bound per call, caught panics, and the bytes of large replies
-//! held unwritten bounded per connection and in total ([`budget`]). Every refusal is a gRPC
+//! `RESOURCE_EXHAUSTED`), the bytes of request messages being read and of large replies held
+//! unwritten bounded per connection and in total ([`budget`]), a 30 s bound per call, caught
+//! panics. Every refusal is a gRPC
 //! status.
 
-pub mod budget;
 pub mod convert;
 pub mod push;
 pub mod service;
@@ -36,9 +36,12 @@ use hyper::body::Incoming;
 use tonic::Status;
 use tower::Service;
 
-use self::budget::{ConnectionBudget, HeldReply, Metered, ReplyBudgets};
+use self::budget::{
+    ConnectionBudget, Growing, HeldReply, Metered, ReplyBudgets, RequestBudget, Waiting,
+};
 pub use self::service::{DispatcherGrpc, TF_DATA_SERVICE_VERSION};
 use crate::http::auth::{Access, Tokens, check};
+pub use crate::http::budget;
 use crate::http::conn::GrpcService;
 use crate::http::front::{REQUEST_TIMEOUT, within};
 use crate::http::limit::{LimitConfig, Limits};
@@ -153,8 +156,8 @@ impl GrpcService for GrpcFront {
                 Ok(admitted) => admitted,
                 Err(refused) => return refused,
             };
-            let mut req = match read_message(&gate, req, method).await {
-                Ok(req) => req,
+            let (mut req, held) = match read_message(&gate, req, method).await {
+                Ok(read) => read,
                 Err(refused) => return answer(refused),
             };
             req.extensions_mut().insert(budget);
@@ -176,6 +179,8 @@ impl GrpcService for GrpcFront {
                     REQUEST_TIMEOUT.as_secs()
                 ))),
             };
+            // The request's bytes were reserved until the call is done.
+            drop(held);
             drop(permit);
             metered(res)
         }
@@ -226,13 +231,19 @@ const FRAME_HEADER: usize = 5;
 /// Reads the request's whole body within the read timeout (every RPC of the service is unary:
 /// one message) and checks that it is exactly one length-prefixed message of at most the
 /// limit: the request to hand to tonic, or the status refusing it. A body that does not arrive
-/// in time is `DEADLINE_EXCEEDED` (its stream is then reset: the body is dropped unread).
+/// in time is `DEADLINE_EXCEEDED` (its stream is then reset: the body is dropped unread). Its
+/// bytes are reserved as they arrive from the connection's budget of request bytes when it has
+/// one (returned, to hold until the call is done); a body still waiting for room at the read
+/// timeout is `RESOURCE_EXHAUSTED`, naming the budget's flag.
 async fn read_message(
     gate: &Gate,
     req: http::Request<Incoming>,
     method: &str,
-) -> Result<http::Request<Body>, Status> {
+) -> Result<(http::Request<Body>, Option<Growing>), Status> {
     use hyper::body::Body as _;
+    let mut held = req.extensions().get::<RequestBudget>().map(|b| b.0.growing());
+    let waiting = Waiting::default();
+    let (held_ref, waiting_ref) = (&mut held, &waiting);
     let (parts, body) = req.into_parts();
     let max = gate.max_message;
     let too_large = || {
@@ -240,7 +251,7 @@ async fn read_message(
             "the request message of {method} is larger than --max-body-bytes allows ({max} bytes)"
         ))
     };
-    let read = async {
+    let read = async move {
         let mut body = std::pin::pin!(body);
         let mut bytes = Vec::new();
         while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
@@ -251,6 +262,9 @@ async fn read_message(
             if bytes.len() + chunk.len() > max.saturating_add(FRAME_HEADER) {
                 return Err(too_large());
             }
+            if let Some(held) = held_ref.as_mut() {
+                held.cover(bytes.len() + chunk.len(), waiting_ref).await;
+            }
             bytes.extend_from_slice(&chunk);
         }
         Ok(Bytes::from(bytes))
@@ -258,6 +272,14 @@ async fn read_message(
     let timeout = gate.read_timeout;
     let bytes = match within(read, || Instant::now() + timeout).await {
         Some(read) => read?,
+        None if waiting.short().is_some() => {
+            return Err(Status::resource_exhausted(format!(
+                "the dispatcher holds as many request bytes as it may ({}); the message of \
+                 {method} found no room within {} ms (--read-timeout); retry later",
+                crate::http::front::request_budget_flag(waiting.short()),
+                timeout.as_millis()
+            )));
+        }
         None => {
             return Err(Status::deadline_exceeded(format!(
                 "the request message of {method} did not arrive within {} ms (--read-timeout)",
@@ -271,7 +293,7 @@ async fn read_message(
             "the request of {method} is not one gRPC message: {why}"
         )),
     })?;
-    Ok(http::Request::from_parts(parts, Body::from(bytes)))
+    Ok((http::Request::from_parts(parts, Body::from(bytes)), held))
 }
 
 /// Why a unary call's body is not exactly one message.
