@@ -525,6 +525,12 @@ impl DriverHandle {
         }
     }
 
+    /// Whether a leased term is on but its lease lapsed (e.g. the process was paused past
+    /// it): the replica is stepping down.
+    pub fn lease_lapsed(&self) -> bool {
+        self.current().is_some_and(|t| !t.broken.load(Ordering::SeqCst) && !t.holds())
+    }
+
     /// Whether a term is being served (replay finished, the journal writable).
     pub fn is_ready(&self) -> bool {
         self.current().is_some_and(|t| !t.broken.load(Ordering::SeqCst) && t.holds())

@@ -313,7 +313,7 @@ async fn to_leader(
     if !path.starts_with("/v1/") || path == "/v1/leader" || path == "/v1/status" {
         return next.run(request).await;
     }
-    match status.redirect() {
+    match status.redirect().await {
         None => next.run(request).await,
         Some(None) => Problem::new(
             Code::Unavailable,
