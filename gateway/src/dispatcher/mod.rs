@@ -315,12 +315,7 @@ async fn to_leader(
     }
     match status.redirect().await {
         None => next.run(request).await,
-        Some(None) => Problem::new(
-            Code::Unavailable,
-            "No dispatcher replica leads now (an election is under way, or etcd is unreachable); \
-             retry shortly.",
-        )
-        .into_response(),
+        Some(None) => Problem::new(Code::Unavailable, status.no_leader_reason()).into_response(),
         Some(Some(leader)) => {
             let target = format!(
                 "{leader}{}",

@@ -200,6 +200,20 @@ impl ReplicaStatus {
         }
     }
 
+    /// Why no replica is known to lead, for a 503 and `/readyz` (e.g. an election, or etcd at
+    /// its space quota and what to do about it).
+    pub fn no_leader_reason(&self) -> String {
+        match self.driver.get() {
+            Some(driver) if driver.lease_lapsed() => "This dispatcher replica could not renew its \
+                leadership in time and no other replica is known to lead yet; retry shortly."
+                .to_owned(),
+            Some(driver) if !driver.is_ready() => driver.unready_reason(),
+            _ => "No dispatcher replica leads now (an election is under way, or etcd is \
+                  unreachable); retry shortly."
+                .to_owned(),
+        }
+    }
+
     /// The replica that leads in place of this one, as etcd says now (remembered once known;
     /// `None` if no other replica leads or etcd does not answer within a second).
     async fn successor(&self) -> Option<LeaderRef> {
@@ -329,6 +343,19 @@ async fn supervise(ctx: Arc<Ctx>) {
         match outcome {
             Ok(Stopped::Yes) => return,
             Ok(Stopped::No) => pause = Duration::from_millis(100),
+            Err(ReplicaError::Etcd(e)) if e.is_space_exceeded() => {
+                // No restart helps: etcd refuses writes (a campaign too) until disarmed.
+                tracing::error!(error = %e, "replica starts over: {}", etcd::SPACE_EXCEEDED_REMEDY);
+                ctx.driver.set_idle_reason(format!(
+                    "No dispatcher replica can lead now: {}.",
+                    etcd::SPACE_EXCEEDED_REMEDY
+                ));
+                tokio::select! {
+                    () = ctx.stopped() => return,
+                    () = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "replica starts over");
                 tokio::select! {

@@ -38,7 +38,7 @@ pub(super) async fn readyz(State(s): State<AppState>) -> ApiResult {
         // A single dispatcher or the leader: replaying, or its journal could not be written.
         None => s.driver.unready_reason(),
         Some(Some(leader)) => format!("this replica follows; the leader is {leader}"),
-        Some(None) => "this replica does not lead, and no replica leads now".to_owned(),
+        Some(None) => s.replica.no_leader_reason(),
     };
     Err(Problem::new(Code::Unavailable, detail))
 }
