@@ -406,6 +406,42 @@ fn a_paused_leader_is_fenced_off_and_steps_down() {
     assert!(journal.iter().any(|l| l["term"] == old_term), "the old term's entries are there");
 }
 
+/// Issue 22: a leader paused past its lease and continued redirects while it steps down.
+/// Another replica leads by the time it is continued, so etcd names its successor: every
+/// write it answers from the first is a 307 to the new leader (never a 503 that it could not
+/// renew its leadership), until it reports itself a follower of that leader.
+#[test]
+fn a_paused_leader_continued_redirects_to_its_successor_while_it_steps_down() {
+    let mut r = Replicas::start(2, "pause-redirect");
+    let (old, old_term) = r.leader(Duration::from_secs(20));
+    let old_url = r.urls[old].clone();
+    r.signal(old, "STOP");
+    let (new, new_term) = r.leader(Duration::from_secs(20));
+    assert_ne!(new, old);
+    assert!(new_term > old_term);
+    let new_url = r.urls[new].clone();
+    let body = json!({"dataset": {"source": {"range": {"stop": 3}}}, "dataset_id": "stepping"});
+    r.signal(old, "CONT");
+    let check = |resp: &shardwise_tests::HttpResponse, what: &str| {
+        assert_eq!(resp.status, 307, "{what} of the continued leader: {}", resp.body);
+        assert_eq!(resp.header("location"), Some(format!("{new_url}/v1/datasets").as_str()));
+        assert_eq!(resp.json()["leader"], new_url.as_str(), "{}", resp.body);
+    };
+    let mut answers = 0;
+    poll_until("the old leader follows its successor", Duration::from_secs(20), || {
+        let resp = http("POST", &old_url, "/v1/datasets", Some(&body)).expect("an answer");
+        answers += 1;
+        check(&resp, &format!("answer {answers}"));
+        let rep = r.report(old).ok_or("no report")?;
+        if rep["role"] == "follower" && rep["leader"]["url"] == new_url.as_str() {
+            Ok(())
+        } else {
+            Err("still stepping down")
+        }
+    });
+    println!("{answers} writes answered 307 while the old leader stepped down");
+}
+
 /// Issue 14, point 6: with two of three etcd members down, the leader acknowledges no state
 /// change (503); with them back, service resumes and nothing acknowledged is lost.
 #[test]

@@ -510,6 +510,9 @@ impl DriverHandle {
         let failure =
             inner.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         match failure {
+            Some(cause) if cause.contains(crate::etcd::SPACE_EXCEEDED_REMEDY) => {
+                format!("the journal could not be written ({cause})")
+            }
             Some(cause) => format!(
                 "the journal could not be written ({cause}); the dispatcher stopped accepting \
                  changes and acknowledges nothing more until it is restarted (free the disk, \
@@ -525,6 +528,12 @@ impl DriverHandle {
         }
     }
 
+    /// Whether a leased term is on but its lease lapsed (e.g. the process was paused past
+    /// it): the replica is stepping down.
+    pub fn lease_lapsed(&self) -> bool {
+        self.current().is_some_and(|t| !t.broken.load(Ordering::SeqCst) && !t.holds())
+    }
+
     /// Whether a term is being served (replay finished, the journal writable).
     pub fn is_ready(&self) -> bool {
         self.current().is_some_and(|t| !t.broken.load(Ordering::SeqCst) && t.holds())
@@ -538,7 +547,7 @@ impl DriverHandle {
             return Err(Problem::new(Code::Unavailable, why.as_str()));
         };
         if inner.broken.load(Ordering::SeqCst) {
-            return Err(journal_broken());
+            return Err(inner.broken_problem());
         }
         if !inner.holds() {
             return Err(Problem::new(
@@ -572,7 +581,7 @@ impl DriverHandle {
         inner.stats.requests.fetch_add(1, Ordering::Relaxed);
         let reply = match submitted {
             Ok(reply) => reply,
-            Err(rx) => rx.await.map_err(|_| journal_broken())?,
+            Err(rx) => rx.await.map_err(|_| inner.broken_problem())?,
         };
         C::output(reply).map_err(|e| Problem::from(&e))
     }
@@ -595,6 +604,21 @@ fn write<T>(m: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Inner {
+    /// Why a term that ended refuses calls: etcd at its space quota says so and its remedy
+    /// (no restart is needed), anything else that the journal could not be written.
+    fn broken_problem(&self) -> Problem {
+        let failure = self.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match failure.as_deref() {
+            Some(cause) if cause.contains(crate::etcd::SPACE_EXCEEDED_REMEDY) => Problem::new(
+                Code::Unavailable,
+                format!("The journal could not be written ({cause})."),
+            ),
+            _ => journal_broken(),
+        }
+    }
 }
 
 fn journal_broken() -> Problem {
@@ -810,6 +834,49 @@ mod tests {
         fn finish_compaction(&mut self, _: StagedSnapshot) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// A journal in an etcd at its space quota: every commit is refused, as the replica's
+    /// journal words it.
+    struct QuotaFull;
+
+    impl JournalWriter for QuotaFull {
+        fn append(&mut self, _: &[Update]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn commit(&mut self) -> std::io::Result<()> {
+            Err(std::io::Error::other(format!(
+                "etcd: etcd refused the request (ResourceExhausted): etcdserver: mvcc: database \
+                 space exceeded; {}",
+                crate::etcd::SPACE_EXCEEDED_REMEDY
+            )))
+        }
+        fn segment_bytes(&self) -> u64 {
+            0
+        }
+        fn begin_compaction(&mut self) -> std::io::Result<Box<dyn SnapshotWriter>> {
+            Err(std::io::Error::other("never compacts"))
+        }
+        fn finish_compaction(&mut self, _: StagedSnapshot) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Issue 22: a journal write refused at etcd's space quota tells callers and `/readyz` the
+    /// cause and the remedy (compact, defragment, `etcdctl alarm disarm`), not to restart.
+    #[tokio::test]
+    async fn etcd_at_its_quota_names_the_remedy_not_a_restart() {
+        let actor = started(Some(Box::new(QuotaFull))).await;
+        for _ in 0..2 {
+            let p = actor.call(heartbeat("w1:1")).await.expect_err("not acknowledged");
+            assert_eq!(p.code, "UNAVAILABLE");
+            assert!(p.detail.contains("database space exceeded"), "{}", p.detail);
+            assert!(p.detail.contains("etcdctl alarm disarm"), "{}", p.detail);
+            assert!(!p.detail.contains("until it is restarted"), "{}", p.detail);
+        }
+        let why = actor.unready_reason();
+        assert!(why.contains("etcdctl alarm disarm"), "{why}");
+        assert!(!why.contains("then restart"), "{why}");
     }
 
     fn heartbeat(address: &str) -> WorkerHeartbeat {

@@ -347,14 +347,9 @@ async fn to_leader(
     if !path.starts_with("/v1/") || path == "/v1/leader" || path == "/v1/status" {
         return next.run(request).await;
     }
-    match status.redirect() {
+    match status.redirect().await {
         None => next.run(request).await,
-        Some(None) => Problem::new(
-            Code::Unavailable,
-            "No dispatcher replica leads now (an election is under way, or etcd is unreachable); \
-             retry shortly.",
-        )
-        .into_response(),
+        Some(None) => Problem::new(Code::Unavailable, status.no_leader_reason()).into_response(),
         Some(Some(leader)) => {
             let target = format!(
                 "{leader}{}",

@@ -102,7 +102,25 @@ pub enum Error {
     },
 }
 
+/// What to do when etcd is at its space quota (`--quota-backend-bytes`): etcd raised its
+/// NOSPACE alarm and refuses every write until the alarm is disarmed; no restart helps.
+pub const SPACE_EXCEEDED_REMEDY: &str = "etcd is at its space quota (etcdserver: mvcc: \
+     database space exceeded) and refuses every write: compact and defragment etcd (etcdctl \
+     compact REVISION; etcdctl defrag), then run `etcdctl alarm disarm`; the dispatcher \
+     resumes by itself, no restart is needed";
+
 impl Error {
+    /// Whether etcd refused a write because it is at its space quota (its NOSPACE alarm):
+    /// see [`SPACE_EXCEEDED_REMEDY`].
+    pub fn is_space_exceeded(&self) -> bool {
+        let text = match self {
+            Error::Rejected { message, .. } => message,
+            Error::Unavailable { detail } => detail,
+            _ => return false,
+        };
+        text.contains("database space exceeded")
+    }
+
     /// A malformed answer: the member answered, but not something this client can use.
     fn malformed(url: &str, what: &str, detail: impl std::fmt::Display) -> Error {
         Error::Unavailable {

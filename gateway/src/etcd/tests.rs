@@ -391,3 +391,20 @@ async fn a_member_that_never_answers_costs_one_request_timeout() {
     assert!(started.elapsed() < Duration::from_millis(300), "{:?}", started.elapsed());
     held.abort();
 }
+
+/// Issue 22: etcd at its space quota answers RESOURCE_EXHAUSTED "etcdserver: mvcc: database
+/// space exceeded": an answer (not another member's business), recognised as the quota, whose
+/// remedy is compaction, defragmentation and `etcdctl alarm disarm`, not a restart.
+#[test]
+fn the_space_quota_is_recognised_and_its_remedy_named() {
+    let status = tonic::Status::resource_exhausted("etcdserver: mvcc: database space exceeded");
+    let e = super::client::classify(&status).expect_err("an answer, not a retry elsewhere");
+    assert!(e.is_space_exceeded(), "{e}");
+    assert!(e.to_string().contains("database space exceeded"), "{e}");
+    let other = tonic::Status::invalid_argument("etcdserver: request is too large");
+    assert!(!super::client::classify(&other).expect_err("refused").is_space_exceeded());
+    assert!(!super::Error::LeaseGone.is_space_exceeded());
+    for needed in ["compact", "defrag", "etcdctl alarm disarm", "no restart"] {
+        assert!(super::SPACE_EXCEEDED_REMEDY.contains(needed), "{needed}");
+    }
+}

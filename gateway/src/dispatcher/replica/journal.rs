@@ -84,6 +84,13 @@ impl Fence {
                 self.term,
                 String::from_utf8_lossy(&self.layout.leader())
             )))),
+            Err(e) if e.is_space_exceeded() => {
+                tracing::error!(error = %e, "{}", etcd::SPACE_EXCEEDED_REMEDY);
+                Err(Retry::Never(io::Error::other(format!(
+                    "etcd: {e}; {}",
+                    etcd::SPACE_EXCEEDED_REMEDY
+                ))))
+            }
             Err(e @ etcd::Error::Unavailable { .. }) => {
                 Err(Retry::Later(io::Error::other(format!("etcd: {e}"))))
             }

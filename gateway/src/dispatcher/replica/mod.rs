@@ -114,6 +114,10 @@ pub struct ReplicaStatus {
     now: RwLock<(Role, Option<LeaderRef>)>,
     /// Told why calls are refused while this replica does not lead.
     driver: std::sync::OnceLock<DriverHandle>,
+    /// Where the leader's key is read while this replica steps down (its lease lapsed).
+    lookup: std::sync::OnceLock<(etcd::Client, Layout, String)>,
+    /// The replica that leads after this one, once known while it steps down.
+    successor: RwLock<Option<LeaderRef>>,
 }
 
 impl ReplicaStatus {
@@ -125,6 +129,8 @@ impl ReplicaStatus {
             this,
             now: RwLock::new((Role::Leader, Some(leader))),
             driver: std::sync::OnceLock::new(),
+            lookup: std::sync::OnceLock::new(),
+            successor: RwLock::new(None),
         }
     }
 
@@ -135,10 +141,15 @@ impl ReplicaStatus {
             this,
             now: RwLock::new((Role::Candidate, None)),
             driver: std::sync::OnceLock::new(),
+            lookup: std::sync::OnceLock::new(),
+            successor: RwLock::new(None),
         }
     }
 
     fn set(&self, role: Role, leader: Option<LeaderRef>) {
+        if role == Role::Leader {
+            *self.successor.write().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        }
         let mut now = self.now.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         if now.0 != role || now.1 != leader {
             tracing::info!(?role, leader = ?leader, "replica role");
@@ -172,16 +183,64 @@ impl ReplicaStatus {
     }
 
     /// Where a REST call to this replica belongs: `None` to serve it here (the leader, or a
-    /// single dispatcher), else the leader's URL if known (`Some(None)`: no leader now).
-    pub fn redirect(&self) -> Option<Option<String>> {
+    /// single dispatcher), else the leader's URL if known (`Some(None)`: no leader known now).
+    /// A leader whose lease lapsed (e.g. a process paused past it) steps down: it reads who
+    /// leads now from etcd and redirects there, as a follower does.
+    pub async fn redirect(&self) -> Option<Option<String>> {
         if !self.replicated {
             return None;
         }
-        let now = self.now.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match &*now {
+        let now = self.now.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        match now {
+            (Role::Leader, _) if self.driver.get().is_some_and(DriverHandle::lease_lapsed) => {
+                Some(self.successor().await.map(|l| l.url))
+            }
             (Role::Leader, _) => None,
-            (_, leader) => Some(leader.as_ref().map(|l| l.url.clone()).filter(|u| *u != self.this)),
+            (_, leader) => Some(leader.map(|l| l.url).filter(|u| *u != self.this)),
         }
+    }
+
+    /// Why no replica is known to lead, for a 503 and `/readyz` (e.g. an election, or etcd at
+    /// its space quota and what to do about it).
+    pub fn no_leader_reason(&self) -> String {
+        match self.driver.get() {
+            Some(driver) if driver.lease_lapsed() => "This dispatcher replica could not renew its \
+                leadership in time and no other replica is known to lead yet; retry shortly."
+                .to_owned(),
+            Some(driver) if !driver.is_ready() => driver.unready_reason(),
+            _ => "No dispatcher replica leads now (an election is under way, or etcd is \
+                  unreachable); retry shortly."
+                .to_owned(),
+        }
+    }
+
+    /// The replica that leads in place of this one, as etcd says now (remembered once known;
+    /// `None` if no other replica leads or etcd does not answer within a second).
+    async fn successor(&self) -> Option<LeaderRef> {
+        if let Some(known) =
+            self.successor.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        {
+            return Some(known);
+        }
+        let (client, layout, id) = self.lookup.get()?;
+        let read = client.range(layout.leader(), Vec::new(), etcd::RangeOptions::default());
+        let reply = tokio::time::timeout(Duration::from_secs(1), read).await.ok()?.ok()?;
+        let kv = reply.kvs.first()?;
+        let holder: LeaderValue = serde_json::from_slice(&kv.value).ok()?;
+        if holder.id == *id || holder.url == self.this {
+            return None;
+        }
+        let leader =
+            LeaderRef { url: holder.url, term: u64::try_from(kv.create_revision).unwrap_or(0) };
+        *self.successor.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(leader.clone());
+        Some(leader)
+    }
+
+    /// After a term: a candidate again, still pointing at its successor if it learnt it.
+    async fn stepped_down(&self) {
+        let successor = self.successor().await;
+        self.set(if successor.is_some() { Role::Follower } else { Role::Candidate }, successor);
     }
 }
 
@@ -215,9 +274,11 @@ impl Replica {
     ) -> Replica {
         let stop = Arc::new(tokio::sync::watch::Sender::new(false));
         let _ = status.driver.set(driver.clone());
+        let id = format!("{}-{}", options.advertise_url, crate::http::incarnation());
+        let _ = status.lookup.set((client.clone(), Layout::new(&options.prefix), id.clone()));
         let ctx = Ctx {
             layout: Layout::new(&options.prefix),
-            id: format!("{}-{}", options.advertise_url, crate::http::incarnation()),
+            id,
             client,
             driver,
             status,
@@ -269,13 +330,32 @@ async fn supervise(ctx: Arc<Ctx>) {
             () = ctx.stopped() => return,
         };
         let outcome = match won {
-            Ok(won) => lead(&ctx, won).await,
-            Err(e) => Err(e),
+            Ok(won) => {
+                let outcome = lead(&ctx, won).await;
+                ctx.status.stepped_down().await;
+                outcome
+            }
+            Err(e) => {
+                ctx.status.set(Role::Candidate, None);
+                Err(e)
+            }
         };
-        ctx.status.set(Role::Candidate, None);
         match outcome {
             Ok(Stopped::Yes) => return,
             Ok(Stopped::No) => pause = Duration::from_millis(100),
+            Err(ReplicaError::Etcd(e)) if e.is_space_exceeded() => {
+                // No restart helps: etcd refuses writes (a campaign too) until disarmed.
+                tracing::error!(error = %e, "replica starts over: {}", etcd::SPACE_EXCEEDED_REMEDY);
+                ctx.driver.set_idle_reason(format!(
+                    "No dispatcher replica can lead now: {}.",
+                    etcd::SPACE_EXCEEDED_REMEDY
+                ));
+                tokio::select! {
+                    () = ctx.stopped() => return,
+                    () = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "replica starts over");
                 tokio::select! {
@@ -576,7 +656,8 @@ async fn lead(ctx: &Ctx, won: Won) -> Result<Stopped, ReplicaError> {
         e = keep_alive(ctx, lease, &clock) => { tracing::warn!(term, error = %e, "term ended: the lease"); Stopped::No }
         () = ctx.stopped() => Stopped::Yes,
     };
-    ctx.status.set(Role::Candidate, None);
+    // Stepping down: redirect to the successor if etcd names one, else a candidate.
+    ctx.status.stepped_down().await;
     resign().await;
     Ok(stopped)
 }
@@ -664,4 +745,41 @@ pub async fn dump(
         eprintln!("the log ends in a torn batch from entry {first} (never acknowledged)");
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 22: a leader whose lease lapsed (a paused process, continued) no longer serves
+    /// calls (they would answer 503): it redirects to its successor once known, else says
+    /// no replica is known to lead; once stepped down it follows that successor.
+    #[tokio::test]
+    async fn a_leader_whose_lease_lapsed_redirects_to_its_successor() {
+        let status = ReplicaStatus::replica("http://127.0.0.1:1".into());
+        let driver = DriverHandle::idle(u64::MAX);
+        let _ = status.driver.set(driver.clone());
+        let d =
+            Dispatcher::new(DispatcherConfig::default(), "test".into(), now()).expect("dispatcher");
+        let clock = LeaseClock::until(Instant::now() + Duration::from_secs(3600));
+        drop(driver.begin_leased_term(d, None, Some(clock)));
+        let me = LeaderRef { url: "http://127.0.0.1:1".into(), term: 5 };
+        status.set(Role::Leader, Some(me));
+        assert_eq!(status.redirect().await, None, "a leader holding its lease serves");
+
+        // The lease lapses (the process was paused past it).
+        let d =
+            Dispatcher::new(DispatcherConfig::default(), "test".into(), now()).expect("dispatcher");
+        drop(driver.begin_leased_term(d, None, Some(LeaseClock::until(Instant::now()))));
+        assert!(driver.lease_lapsed());
+        assert_eq!(status.redirect().await, Some(None), "no successor known: 503, not served");
+
+        let next = LeaderRef { url: "http://127.0.0.1:2".into(), term: 9 };
+        *status.successor.write().expect("lock") = Some(next.clone());
+        assert_eq!(status.redirect().await, Some(Some(next.url.clone())));
+        status.stepped_down().await;
+        let report = status.report();
+        assert_eq!((report.role, report.leader), (Role::Follower, Some(next.clone())));
+        assert_eq!(status.redirect().await, Some(Some(next.url)));
+    }
 }

@@ -34,11 +34,11 @@ pub(super) async fn readyz(State(s): State<AppState>) -> ApiResult {
     if s.driver.is_ready() {
         return ok(&Health { status: "ready".into() });
     }
-    let detail = match s.replica.redirect() {
+    let detail = match s.replica.redirect().await {
         // A single dispatcher or the leader: replaying, or its journal could not be written.
         None => s.driver.unready_reason(),
         Some(Some(leader)) => format!("this replica follows; the leader is {leader}"),
-        Some(None) => "this replica does not lead, and no replica leads now".to_owned(),
+        Some(None) => s.replica.no_leader_reason(),
     };
     Err(Problem::new(Code::Unavailable, detail))
 }
