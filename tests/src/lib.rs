@@ -55,7 +55,11 @@ pub fn poll_until<T, S: std::fmt::Display>(
 /// Cargo builds a package's binaries whenever that package's integration tests are built
 /// (`shardwise-gateway` has some), so under `cargo test --workspace` and
 /// `cargo nextest run --workspace` it sits next to the test executables. When this crate's tests
-/// are run alone, the binary is built first with the same cargo.
+/// are run alone, the binary is built first with the same cargo; under nextest (which holds no
+/// cargo lock while tests run) also when a source it is built from is newer than it, so that
+/// `cargo nextest run -p shardwise-tests` after an edit never tests a stale binary. Under
+/// `cargo test` the binary was just built by the same command (and cargo holds its lock: a
+/// nested build would wait for ever).
 pub fn shardwise_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -63,7 +67,15 @@ pub fn shardwise_bin() -> PathBuf {
         // target/<profile>/deps/<test> -> target/<profile>/shardwise
         let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target profile dir");
         let bin = profile_dir.join(format!("shardwise{}", std::env::consts::EXE_SUFFIX));
-        if !bin.exists() {
+        let stale = || {
+            let Ok(built) = std::fs::metadata(&bin).and_then(|m| m.modified()) else {
+                return true;
+            };
+            let root = repo_root();
+            let inputs = ["core", "gateway", "openapi", "Cargo.lock", "Cargo.toml"];
+            inputs.iter().any(|p| newer_than(&root.join(p), built, 6))
+        };
+        if !bin.exists() || (std::env::var_os("NEXTEST").is_some() && stale()) {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let status = Command::new(cargo)
                 .args(["build", "-p", "shardwise-gateway", "--bin", "shardwise"])
@@ -75,6 +87,20 @@ pub fn shardwise_bin() -> PathBuf {
         bin
     })
     .clone()
+}
+
+/// Whether `path` or a file below it (at most `depth` levels, `target` directories aside) was
+/// modified after `when`.
+fn newer_than(path: &std::path::Path, when: std::time::SystemTime, depth: usize) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return false };
+    if meta.is_file() {
+        return meta.modified().is_ok_and(|m| m > when);
+    }
+    if !meta.is_dir() || depth == 0 || path.file_name().is_some_and(|n| n == "target") {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else { return false };
+    entries.flatten().any(|e| newer_than(&e.path(), when, depth - 1))
 }
 
 /// The result of one `shardwise` run.

@@ -67,8 +67,10 @@ pub(super) async fn get_dataset(State(s): State<AppState>, Path(id): Path<String
     params(("dataset_id" = String, Path, description = "The dataset id.", pattern = "^[A-Za-z0-9_.=/-]{1,256}$")),
     responses(
         (status = 200, description = "Deleted.", body = DatasetDeleted),
-        (status = 404, description = "No such dataset."),
-        (status = 409, description = "A job with iterations uses it."),
+        (status = 404, description = "No such dataset (`NOT_FOUND`).", body = Problem,
+         content_type = "application/problem+json"),
+        (status = 409, description = "A job with iterations uses it (`FAILED_PRECONDITION`).",
+         body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub(super) async fn delete_dataset(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
