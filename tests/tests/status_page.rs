@@ -266,6 +266,14 @@ fn a_workers_status_page_shows_its_task() {
         }
     });
     assert_eq!(browser.text("#title").as_deref(), Some("Shardwise worker"));
+    // The tasks table fits its card in the 1400-pixel window: nothing to scroll sideways.
+    let fit = browser.execute(
+        "const s = document.getElementById('tasks'); \
+         return [s.scrollWidth, s.clientWidth, window.innerWidth];",
+        json!([]),
+    );
+    let (scroll, client) = (fit[0].as_i64().unwrap_or(-1), fit[1].as_i64().unwrap_or(0));
+    assert!(scroll <= client, "the tasks table overflows its card: {fit}");
     let errors = severe(&browser);
     assert!(errors.is_empty(), "console errors: {errors:?}");
 }

@@ -360,10 +360,11 @@
     ];
     const main = $("main");
     main.replaceChildren(
-      card("tasks", "Tasks", fmtNum(s.tasks.length),
+      // Nine columns: the whole row, so the table fits at common widths without scrolling.
+      wide(card("tasks", "Tasks", fmtNum(s.tasks.length),
         table([{ label: "id", num: true }, { label: "iteration", num: true }, "dataset", "sharding", "state",
           { label: "produced", num: true }, { label: "served", num: true }, "buffer", { label: "splits held", num: true }],
-        rows, "No task.")),
+        rows, "No task."))),
       card("rate", "Elements", "per second", legend(series.map((x) => x.label)), plot("rate-svg", series, "/s")));
     colorLegend(main);
   }
