@@ -15,6 +15,10 @@ with a worker:
     shardwise dispatcher &
     shardwise worker --dispatcher http://127.0.0.1:5050 &
     python3 examples/python/seed_sdk.py --dispatcher http://127.0.0.1:5050
+
+Workers are reached with the dispatcher URL's scheme (a TLS cluster is TLS throughout; give
+`--ca-file` for a private CA). A worker or dispatcher that cannot be reached is named in the
+error, with the address it was reached at.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import urllib.parse
 
 import httpx
 from shardwise_client import Client, errors
@@ -47,6 +52,10 @@ TIMEOUT_S = 60.0  # for the whole epoch
 
 class ProblemError(Exception):
     """A problem+json reply (or an undocumented status) from a generated API function."""
+
+
+class UnreachableError(Exception):
+    """A dispatcher or worker that did not answer: which one, at which URL, and why."""
 
 
 def ok(response):
@@ -75,9 +84,20 @@ def read_task(worker: Client, task_id: str, deadline: float) -> list:
     raise TimeoutError(f"task {task_id} did not end in {TIMEOUT_S} s")
 
 
-def seed(dispatcher_url: str) -> list:
+def seed(dispatcher_url: str, ca_file: str | None = None) -> list:
+    try:
+        return _seed(dispatcher_url, ca_file)
+    except httpx.TransportError as e:
+        raise UnreachableError(f"dispatcher {dispatcher_url}: {e or type(e).__name__}") from e
+
+
+def _seed(dispatcher_url: str, ca_file: str | None) -> list:
     deadline = time.monotonic() + TIMEOUT_S
-    with Client(base_url=dispatcher_url, raise_on_unexpected_status=True) as dispatcher:
+    scheme = urllib.parse.urlsplit(dispatcher_url).scheme or "http"
+    verify = ca_file if ca_file else True
+    with Client(
+        base_url=dispatcher_url, raise_on_unexpected_status=True, verify_ssl=verify
+    ) as dispatcher:
         # `{"source": {"range": {"stop": 20}}, "transforms": [{"take": 10}]}`, typed: each source
         # and transform is its own model (`range_`: the generator's name for the key `range`).
         dataset = DatasetDef(
@@ -104,9 +124,18 @@ def seed(dispatcher_url: str) -> list:
                 for task in hb.tasks:
                     if task.task_id in done or task.worker_lost:
                         continue
-                    url = f"http://{task.worker_address}"  # elements come from the worker
-                    with Client(base_url=url, raise_on_unexpected_status=True) as worker:
-                        elements.extend(read_task(worker, task.task_id, deadline))
+                    # Elements come from the worker, over the dispatcher's scheme.
+                    url = f"{scheme}://{task.worker_address}"
+                    try:
+                        with Client(
+                            base_url=url, raise_on_unexpected_status=True, verify_ssl=verify
+                        ) as worker:
+                            elements.extend(read_task(worker, task.task_id, deadline))
+                    except httpx.TransportError as e:
+                        raise UnreachableError(
+                            f"worker {task.worker_address} (task {task.task_id}) at {url}: "
+                            f"{e or type(e).__name__}"
+                        ) from e
                     done.add(task.task_id)
                 if hb.iteration_finished and all(
                     t.task_id in done or t.worker_lost for t in hb.tasks
@@ -122,10 +151,17 @@ def seed(dispatcher_url: str) -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dispatcher", default="http://127.0.0.1:5050")
+    parser.add_argument("--ca-file", help="PEM CA certificates to trust for https:// URLs")
     args = parser.parse_args()
     try:
-        print(seed(args.dispatcher))
-    except (ProblemError, TimeoutError, errors.UnexpectedStatus, httpx.HTTPError) as e:
+        print(seed(args.dispatcher, args.ca_file))
+    except (
+        ProblemError,
+        UnreachableError,
+        TimeoutError,
+        errors.UnexpectedStatus,
+        httpx.HTTPError,
+    ) as e:
         print(f"seed_sdk: {e}", file=sys.stderr)
         return 1
     return 0

@@ -332,6 +332,24 @@ fn seed_flow_through_the_generated_sdk_prints_the_range() {
     assert_eq!(job["iterations"][0]["num_clients"], 0, "{job}");
 }
 
+/// A worker that cannot be reached (its advertised host does not resolve) is named in the
+/// script's error, with the URL it was reached at, instead of a bare resolver message.
+#[test]
+fn seed_sdk_names_a_worker_it_cannot_reach() {
+    py_env();
+    let d = Dispatcher::start(&[]);
+    let _w = Worker::start(&d.url, &["--worker-address", "no-such-worker.invalid:%port%"]);
+    let run =
+        run_bounded(&mut python("seed_sdk.py", &["--dispatcher", &d.url]), Duration::from_secs(90));
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("seed_sdk: worker no-such-worker.invalid:")
+            && run.stderr.contains("at http://no-such-worker.invalid:"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// Registers `ds`, a `distributed_epoch` job over it and an iteration of that job.
 fn distributed_epoch_iteration(d: &Dispatcher, ds: serde_json::Value) {
     let dataset = ok("register", &d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))));
