@@ -1,4 +1,4 @@
-//! HTTP load generator for `shardwise dispatcher` (issue 4's benchmark).
+//! HTTP load generator for `shardwise dispatcher`: the dispatcher benchmark.
 //!
 //! ```sh
 //! cargo run --release -p shardwise-examples --example load -- [--seconds 3] [--workers 100]
@@ -22,10 +22,9 @@
 //! assumed to be 100 Hz, the Linux `USER_HZ`), the part of it spent on the journal thread
 //! (`/proc/<pid>/task/*/stat`, thread `shardwise-journal`: the writes and fsyncs), and this process's own
 //! CPU per call (it shares the machine's cores). Output: a Markdown table per mode and the
-//! issue's goals against TensorFlow's figures in `shared/reference/peer_results.md`.
+//! goals against TensorFlow 2.21's dispatcher, measured with the same workloads.
 //!
-//! `--compare` measures the REST front's cost per call against yardsticks, in one run (issue
-//! 12): a bare axum server ([`shardwise_examples::bare`], started as `load --bare-server`: one
+//! `--compare` measures the REST front's cost per call against yardsticks, in one run: a bare axum server ([`shardwise_examples::bare`], started as `load --bare-server`: one
 //! JSON route with trivial work), `/healthz` and the JSON workloads on this build's dispatcher,
 //! in memory and fault-tolerant, and the same on a `--baseline PATH` binary (e.g. main's
 //! release build) when given. Targets are interleaved and each is run `--repeat` times (default
@@ -33,7 +32,7 @@
 //! call of each and the ratios (this build against the bare server, the baseline against this
 //! build, TensorFlow's midpoint against this build).
 //!
-//! `--fleet` runs the fleet instead (issue 6): `--fleet-workers` simulated workers (default
+//! `--fleet` runs the fleet instead: `--fleet-workers` simulated workers (default
 //! 10,000) and `--fleet-clients` clients (default 1,000, leased on one `distributed_epoch`
 //! iteration) each heartbeating at `--rate` Hz (default 1), spread evenly over the second and
 //! multiplexed over `--fleet-conns` keep-alive connections, open loop, for `--duration`
@@ -42,13 +41,12 @@
 //! time, the dispatcher's CPU (% of one core) and RSS (every `--report-every` seconds), and
 //! this generator's own CPU. See [`shardwise_examples::fleet`].
 //!
-//! `--modes etcd` (or any list with `etcd`) adds a dispatcher whose journal is in etcd (issue
-//! 14): a 3-member etcd cluster on loopback ports started for each run
+//! `--modes etcd` (or any list with `etcd`) adds a dispatcher whose journal is in etcd: a 3-member etcd cluster on loopback ports started for each run
 //! ([`shardwise_tests::etcd::EtcdCluster`], the tests' helper; Debian's `etcd` on the PATH),
 //! the measured dispatcher its leader (`--etcd URLS`: every group commit is one fenced etcd
 //! transaction), and `--etcd-standbys` more replicas (default 2) following it as hot standbys.
 //! Its table adds the CPU per call of the three etcd members (summed) and of the standbys
-//! (summed). `--etcd` is the issue's benchmark: durable get-split at 64 connections with the
+//! (summed). `--etcd` is the etcd journal's benchmark: durable get-split at 64 connections with the
 //! journal in etcd against the work-dir journal (`--work-dir --fault-tolerant`), the two
 //! interleaved `--repeat` times (default 3, 5 s each, fresh servers each run), then a summary
 //! of medians and the ratio etcd ÷ work-dir of each round.
@@ -200,7 +198,7 @@ usage: load [OPTIONS]
                          defaults: --concurrency 1,8 --seconds 5 --repeat 3
   --baseline PATH        with --compare: also measure this shardwise binary (e.g. main's)
   --repeat N             with --compare: runs of each measurement, medians reported
-  --etcd                 the etcd journal against the work-dir journal (issue 14): modes ft,etcd,
+  --etcd                 the etcd journal against the work-dir journal: modes ft,etcd,
                          interleaved --repeat times; defaults: --workloads get_split
                          --concurrency 64 --seconds 5 --repeat 3
   --etcd-standbys N      replicas following the etcd mode's leader as hot standbys (default 2)
@@ -1470,7 +1468,7 @@ fn busy_note(r: &RunResult) -> String {
 }
 
 fn print_goals(all: &HashMap<&'static str, Vec<RunResult>>, opts: &Options) {
-    println!("\n## Goals (issue 4) against TensorFlow 2.21 (peer_results.md)\n");
+    println!("\n## Goals against TensorFlow 2.21 (peer_results.md)\n");
     println!(
         "1. Dispatcher CPU per call at most a fifth of TensorFlow's (midpoint of the matching \
          row's range; TensorFlow measured at 1 and 8 client threads, its fault-tolerant journal \
@@ -1880,7 +1878,7 @@ fn print_compare(samples: &Samples, opts: &Options) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------
-// --etcd: the journal in etcd against the work-dir journal (issue 14).
+// --etcd: the journal in etcd against the work-dir journal.
 
 /// Every run of `--etcd`, by (mode, workload, conns): (round, result).
 type EtcdSamples = HashMap<(Mode, Workload, usize), Vec<(usize, RunResult)>>;

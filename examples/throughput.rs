@@ -1,4 +1,4 @@
-//! Elements per second read by one client (issue 5's benchmark), all in this process:
+//! Elements per second read by one client (the data plane's benchmark), all in this process:
 //!
 //! ```sh
 //! cargo run --release -p shardwise-examples --example throughput -- [ELEMENTS [ROUNDS]]

@@ -1,4 +1,4 @@
-//! The load generator's etcd mode (`load --etcd`, issue 14's benchmark) at a tiny scale, so
+//! The load generator's etcd mode (`load --etcd`, the etcd journal's benchmark) at a tiny scale, so
 //! that it cannot rot: one round of get-split against a dispatcher whose journal is in a real
 //! 3-member etcd cluster (its leader, and one standby following it) and against the work-dir
 //! journal; every call is answered, and every figure of the etcd run is measured.

@@ -42,7 +42,7 @@ pub struct DispatcherConfig {
 /// values: measured as the dispatcher's RSS growth per encoded byte, about 36 for one-digit
 /// numbers (`[0,0,...]`, every element a 72-byte JSON value), 9 for 7-digit numbers, under 2
 /// for long strings. So the default holds at most about 1.2 GB, and about 300 MB of a list of
-/// numbers like the 12 MB one; raise it where datasets are big on purpose.
+/// numbers like a 12 MB one seen in a trial; raise it where datasets are big on purpose.
 pub const DEFAULT_MAX_DATASET_BYTES: u64 = 32 << 20;
 
 fn default_max_dataset_bytes() -> u64 {

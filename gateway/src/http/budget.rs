@@ -1,4 +1,4 @@
-//! Bytes held in memory per connection and in total (issue 22): the bytes of gRPC replies not
+//! Bytes held in memory per connection and in total: the bytes of gRPC replies not
 //! yet written, and the bytes of request bodies being read.
 //!
 //! **Replies.**

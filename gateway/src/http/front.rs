@@ -1,5 +1,5 @@
 //! The per-request work every Shardwise server does around its handlers, in two hand-written
-//! tower services instead of a stack of layers (issue 12, point 7: each `from_fn` layer boxed
+//! tower services instead of a stack of layers (each `from_fn` layer boxed
 //! a future and cloned a boxed service per request, and every layer armed its own timer).
 //!
 //! * [`FrontLayer`], around the whole router (every route, the fallback, wrong methods):
