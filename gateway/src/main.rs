@@ -66,32 +66,66 @@ fn main() {
             0
         }
         Command::Journal(JournalCommand::Dump { dir: None, etcd, etcd_prefix }) => {
-            let stdout = std::io::stdout();
+            let mut out = Stdout::new();
             let dumped = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(|e| e.to_string())
                 .and_then(|rt| {
-                    rt.block_on(dispatcher::replica::dump(&etcd, &etcd_prefix, &mut stdout.lock()))
+                    rt.block_on(dispatcher::replica::dump(&etcd, &etcd_prefix, &mut out))
                 });
-            match dumped {
-                Ok(_) => 0,
-                Err(e) => {
-                    eprintln!("shardwise journal dump: {e}");
-                    1
-                }
-            }
+            dump_exit(dumped, &out)
         }
         Command::Journal(JournalCommand::Dump { dir: Some(dir), .. }) => {
-            let stdout = std::io::stdout();
-            match shardwise_gateway::journal::dump(&dir, &mut stdout.lock()) {
-                Ok(_) => 0,
-                Err(e) => {
-                    eprintln!("shardwise journal dump: {e}");
-                    1
-                }
-            }
+            let mut out = Stdout::new();
+            let dumped = shardwise_gateway::journal::dump(&dir, &mut out);
+            dump_exit(dumped, &out)
         }
     };
     std::process::exit(code);
+}
+
+/// Standard output that remembers when its reader went away (`shardwise journal dump | head`):
+/// the dump then stops, and the command exits 0 without an error, as `cat` would.
+struct Stdout {
+    inner: std::io::StdoutLock<'static>,
+    reader_gone: bool,
+}
+
+impl Stdout {
+    fn new() -> Stdout {
+        Stdout { inner: std::io::stdout().lock(), reader_gone: false }
+    }
+
+    fn note<T>(&mut self, result: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &result {
+            self.reader_gone |= e.kind() == std::io::ErrorKind::BrokenPipe;
+        }
+        result
+    }
+}
+
+impl std::io::Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let result = self.inner.write(buf);
+        self.note(result)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let result = self.inner.flush();
+        self.note(result)
+    }
+}
+
+/// The exit status of a dump: 0 when it ended or its reader stopped reading, else 1 with the
+/// error on stderr.
+fn dump_exit<E: std::fmt::Display>(dumped: Result<usize, E>, out: &Stdout) -> i32 {
+    match dumped {
+        Ok(_) => 0,
+        Err(_) if out.reader_gone => 0,
+        Err(e) => {
+            eprintln!("shardwise journal dump: {e}");
+            1
+        }
+    }
 }

@@ -218,6 +218,43 @@ fn a_second_dispatcher_on_a_work_dir_is_refused_naming_the_holder() {
     assert_has(&again, &b, 8);
 }
 
+/// `shardwise journal dump DIR | head`: the reader closes the pipe after its first bytes; the
+/// dump stops there and exits 0 without printing an error (it used to print
+/// `Broken pipe (os error 32)` and exit 1).
+#[test]
+fn a_journal_dump_into_a_closed_pipe_ends_quietly() {
+    use std::io::Read as _;
+    use std::process::Stdio;
+
+    let dir = TempDir::new("dump-pipe");
+    let d = Dispatcher::start(&["--work-dir", dir.path(), "--fault-tolerant"]);
+    // About 250 KB of records, several times what a pipe holds.
+    for i in 0..8u64 {
+        let list: Vec<u64> = (0..4_000).map(|n| n * 1_000 + i).collect();
+        let r = d.call(
+            "POST",
+            "/v1/datasets",
+            Some(json!({"dataset": {"source": {"list": {"elements": list}}}})),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let mut dump = Command::new(shardwise_bin())
+        .args(["journal", "dump", dir.path()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 100];
+    dump.stdout.take().unwrap().read_exact(&mut head).unwrap();
+    // The read end is closed here (dropped), as `head` closes it.
+    let status = poll_until("the dump exits", Duration::from_secs(30), || {
+        dump.try_wait().unwrap().ok_or("still running")
+    });
+    let mut stderr = String::new();
+    dump.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!((status.code(), stderr.as_str()), (Some(0), ""), "the dump's exit and stderr");
+}
+
 /// SIGTERM, and wait for a clean exit.
 fn stop(mut d: Dispatcher) {
     let pid = d.child.id().to_string();
