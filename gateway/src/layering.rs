@@ -1,5 +1,6 @@
 //! The gateway's modules by role use each other in one direction only (see the crate docs):
-//! checked from the sources, so a new `crate::` path that closes a cycle fails here.
+//! checked from the sources, so a new `crate::` path that closes a cycle fails here. What is a
+//! crate of its own (the journal, `shardwise-journal`) Cargo keeps apart without this test.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -51,11 +52,10 @@ fn modules_have_no_import_cycle() {
     // The documented direction, exactly: a new edge is a decision to write down here.
     let allowed: &[(&str, &[&str])] = &[
         ("http", &[]),
-        ("journal", &[]),
         ("tf", &[]),
         ("etcd", &[]),
         ("kubernetes", &["http"]),
-        ("dispatcher", &["http", "journal", "kubernetes", "tf", "etcd"]),
+        ("dispatcher", &["http", "kubernetes", "tf", "etcd"]),
         ("worker", &["http"]),
         ("client", &["http"]),
         ("openapi", &["http", "dispatcher", "worker"]),

@@ -84,7 +84,7 @@ fn main() {
         }
         Command::Journal(JournalCommand::Dump { dir: Some(dir), .. }) => {
             let stdout = std::io::stdout();
-            match shardwise_gateway::journal::dump(&dir, &mut stdout.lock()) {
+            match shardwise_journal::dump(&dir, &mut stdout.lock()) {
                 Ok(_) => 0,
                 Err(e) => {
                     eprintln!("shardwise journal dump: {e}");

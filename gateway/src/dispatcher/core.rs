@@ -39,10 +39,10 @@ use shardwise_core::dispatch::{
     Call, Dispatcher, Driver, Durability, Event, JOURNAL_BROKEN, JournalSink, Millis, Reply, Seq,
     Submitted, Ticket, Update,
 };
+use shardwise_journal::{Compaction, Journal, Staged, Storage};
 use tokio::sync::{Notify, oneshot};
 
 use crate::http::{Code, Problem};
-use crate::journal::{Compaction, Journal, Staged, Storage};
 
 /// A compaction's written snapshot, as the journal that wrote it knows it (a work-dir
 /// journal's staged segment, or the etcd journal's written chunks): [`SnapshotWriter::write`]
@@ -84,7 +84,7 @@ pub type Startup =
 pub enum StartupError {
     /// The journal cannot be replayed.
     #[error(transparent)]
-    Journal(#[from] crate::journal::OpenError),
+    Journal(#[from] shardwise_journal::OpenError),
     /// The state machine refused its configuration or the replayed records.
     #[error(transparent)]
     Dispatch(#[from] shardwise_core::DispatchError),
