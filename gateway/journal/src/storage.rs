@@ -4,7 +4,7 @@
 
 use std::io;
 
-/// Where segments live. [`DirStorage`] is the real one.
+/// Where segments live. [`DirStorage`](crate::DirStorage) is the real one.
 pub trait Storage: Send {
     /// Segment numbers present, in any order.
     fn list(&self) -> io::Result<Vec<u64>>;
