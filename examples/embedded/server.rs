@@ -35,7 +35,7 @@ use shardwise_core::dispatch::{
     GetMetrics, GetVersion, JournalSink, ListWorkers, Millis, ReleaseClient, Request, Seq,
     Submitted, SyncSink, Update,
 };
-use shardwise_gateway::journal::{DirStorage, Journal};
+use shardwise_journal::{DirStorage, Journal};
 
 /// The sink: append, then fsync, then report the batch durable.
 #[derive(Debug)]
@@ -67,10 +67,10 @@ fn lock(d: &Shared) -> MutexGuard<'_, Driver<FileSink>> {
 pub enum StartError {
     /// The work dir cannot be owned.
     #[error(transparent)]
-    WorkDir(#[from] shardwise_gateway::journal::WorkDirError),
+    WorkDir(#[from] shardwise_journal::WorkDirError),
     /// The journal cannot be replayed.
     #[error(transparent)]
-    Journal(#[from] shardwise_gateway::journal::OpenError),
+    Journal(#[from] shardwise_journal::OpenError),
     /// The state machine refused the replayed records.
     #[error(transparent)]
     Dispatch(#[from] shardwise_core::DispatchError),

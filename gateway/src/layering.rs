@@ -1,5 +1,6 @@
 //! The gateway's modules by role use each other in one direction only (see the crate docs):
-//! checked from the sources, so a new `crate::` path that closes a cycle fails here.
+//! checked from the sources, so a new `crate::` path that closes a cycle fails here. What is a
+//! crate of its own (the journal, `shardwise-journal`) Cargo keeps apart without this test.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -51,11 +52,10 @@ fn modules_have_no_import_cycle() {
     // The documented direction, exactly: a new edge is a decision to write down here.
     let allowed: &[(&str, &[&str])] = &[
         ("http", &[]),
-        ("journal", &[]),
         ("tf", &[]),
         ("etcd", &[]),
         ("kubernetes", &["http"]),
-        ("dispatcher", &["http", "journal", "kubernetes", "tf", "etcd"]),
+        ("dispatcher", &["http", "kubernetes", "tf", "etcd"]),
         ("worker", &["http"]),
         ("client", &["http"]),
         ("openapi", &["http", "dispatcher", "worker"]),
@@ -75,4 +75,28 @@ fn modules_have_no_import_cycle() {
             assert!(at < i, "{u} must come before its users");
         }
     }
+}
+
+/// The journal crate stays off the IO frameworks: its manifest names the core and plain
+/// libraries only, so no tokio, HTTP or gateway code can reach it.
+#[test]
+fn the_journal_crate_depends_on_the_core_only() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("journal").join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).expect("the journal's manifest");
+    let mut deps = BTreeSet::new();
+    let mut section = "";
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
+        } else if section == "[dependencies]" && !line.is_empty() && !line.starts_with('#') {
+            let name = line.split(['=', '.']).next().unwrap_or_default().trim();
+            deps.insert(name.to_owned());
+        }
+    }
+    let allowed = ["shardwise-core", "thiserror", "serde_json"];
+    assert!(deps.contains("shardwise-core"), "{deps:?}");
+    for d in &deps {
+        assert!(allowed.contains(&d.as_str()), "shardwise-journal depends on {d}");
+    }
+    assert!(!text.contains("[target"), "no platform-specific dependencies either");
 }

@@ -6,18 +6,25 @@
 //! ([`http::tls`]). One crypto stack: rustls on ring, which kube brings already (reqwest gets
 //! a preconfigured rustls config, no provider of its own), so one tokio, one hyper, one rustls.
 //!
+//! # Crates of the IO side
+//!
+//! The durable journal of the dispatcher is a crate of its own, `shardwise-journal`
+//! (`gateway/journal/`): the work dir's segments, its lock, replay, compaction and
+//! `journal dump`, on the standard library and `shardwise-core` only (no tokio, no HTTP), so
+//! Cargo keeps it from using anything here. This crate depends on it; nothing here is part of
+//! it.
+//!
 //! # Modules by role, and which may use which
 //!
 //! * [`http`]: the HTTP kit every server and client shares (problem+json, the front services,
 //!   the accept loop, auth, limits, metrics, the strict body extractor, the served OpenAPI
 //!   document, the REST client). Uses nothing else in this crate.
-//! * [`journal`]: the durable journal of the dispatcher. Uses nothing else in this crate.
 //! * [`kubernetes`]: the Kubernetes API client, the live cluster of `--cluster-config` and the
 //!   `shardwise resolve` plumbing. Uses [`http`] (problems).
 //! * [`dispatcher`]: the dispatcher process: its arguments, start and run, the driver handle
 //!   around the core, the REST front (each resource's routes in one file, merged once) and
-//!   TensorFlow's `DispatcherService` over gRPC on the same port. Uses [`http`], [`journal`],
-//!   [`kubernetes`], [`tf`].
+//!   TensorFlow's `DispatcherService` over gRPC on the same port. Uses [`http`],
+//!   [`kubernetes`], [`tf`], [`etcd`], and the work-dir journal ([`shardwise_journal`]).
 //! * [`worker`]: the worker process and its data plane. Uses [`http`].
 //! * [`client`]: the Rust client ([`client::distribute`]). Uses [`http`].
 //! * [`openapi`]: the one document, assembled from the routes [`dispatcher`] and [`worker`]
@@ -25,7 +32,7 @@
 //!   servers serve the checked-in copy, which a test keeps equal to it).
 //!
 //! The direction is one way (a test, `modules_have_no_import_cycle`, checks it from the
-//! sources): `http`, `journal` <- `kubernetes` <- `dispatcher`; `tf` <- `dispatcher`; `http`
+//! sources): `http` <- `kubernetes` <- `dispatcher`; `tf`, `etcd` <- `dispatcher`; `http`
 //! <- `worker`, `client`; `dispatcher`, `worker` <- `openapi`.
 //!
 //! * [`tf`]: TensorFlow's tf.data service protocol (generated types of the project's own
@@ -49,7 +56,6 @@ pub mod client;
 pub mod dispatcher;
 pub mod etcd;
 pub mod http;
-pub mod journal;
 pub mod kubernetes;
 pub mod openapi;
 pub mod tf;

@@ -78,7 +78,7 @@ fn main() {
         }
         Command::Journal(JournalCommand::Dump { dir: Some(dir), .. }) => {
             let mut out = Stdout::new();
-            let dumped = shardwise_gateway::journal::dump(&dir, &mut out);
+            let dumped = shardwise_journal::dump(&dir, &mut out);
             dump_exit(dumped, &out)
         }
     };

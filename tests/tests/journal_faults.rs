@@ -1,7 +1,7 @@
 //! Damage to a fault-tolerant dispatcher's work dir, done to the real files: each kind gives
 //! its documented outcome (docs/reliability.md) and never silently drops an acknowledged
-//! record. Crash points inside the journal are enumerated exhaustively by the gateway's
-//! `journal::crash_points` unit test; these tests check the same outcomes end to end.
+//! record. Crash points inside the journal are enumerated exhaustively by the
+//! `shardwise_journal::crash_points` unit test; these tests check the same outcomes end to end.
 
 use std::path::PathBuf;
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 use axum::Router;
 use shardwise_core::dispatch::address::AddressError;
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, Millis};
+use shardwise_journal::{DirStorage, Journal};
 
 pub use self::core::DriverHandle;
 use self::core::{JournalWriter, Startup, StartupError, now};
@@ -22,7 +23,6 @@ use crate::http::{
     Code, DurationError, Problem, Running, auth, common_layers, conn, docs, front, incarnation,
     init_logging, limit, metrics, parse_duration, shutdown_signal,
 };
-use crate::journal::{DirStorage, Journal};
 
 fn millis(d: Duration) -> Millis {
     Millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -389,7 +389,7 @@ pub enum StartError {
     ClusterConfig(#[from] crate::kubernetes::live::ClusterConfigError),
     /// The work dir cannot be owned (another dispatcher holds it, or it cannot be created).
     #[error("refusing to start: {0}")]
-    WorkDir(#[from] crate::journal::WorkDirError),
+    WorkDir(#[from] shardwise_journal::WorkDirError),
     /// `--host` and `--port` cannot be listened on.
     #[error(transparent)]
     Listen(#[from] crate::http::ListenError),

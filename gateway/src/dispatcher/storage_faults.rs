@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use shardwise_core::dispatch::wire::WorkerHeartbeat;
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig, ListWorkers};
 
+use shardwise_journal::{DirStorage, Journal, Stager, Storage};
+
 use super::core::{DriverHandle, JournalWriter, now};
-use crate::journal::{DirStorage, Journal, Stager, Storage};
 
 /// A real directory whose disk can fill up and whose fsync can fail.
 struct Faulty {
