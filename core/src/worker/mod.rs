@@ -75,7 +75,7 @@
 //!     // The driver performs what the task asks for.
 //!     while let Some(action) = task.poll_action() {
 //!         match action {
-//!             Action::Produce => task.produce(),
+//!             Action::Produce => _ = task.produce(),
 //!             Action::FetchSplits(fetch) => {
 //!                 // POST /v1/iterations/{id}/splits with `fetch.request(address, uid)`.
 //!                 let (splits, split_ids) = match fake_dispatcher.next() {
@@ -137,7 +137,7 @@ pub const MAX_CONSUMERS: u64 = 10_000;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// Run the pipeline for one chunk: call [`Task::produce`] (on the driver's time, not a
-    /// reader's).
+    /// reader's), and poll again.
     Produce,
     /// Ask the dispatcher for splits (`POST /v1/iterations/{iteration_id}/splits`, the body
     /// [`FetchSplits::request`]) and hand the reply to [`Task::handle_splits`], or its failure
@@ -149,6 +149,16 @@ pub enum Action {
         /// One of the source's paths, as the dataset names it.
         path: String,
     },
+}
+
+/// What one [`Task::produce`] call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Produced {
+    /// Elements it put in the buffer.
+    pub elements: usize,
+    /// The pipeline went through a long stretch without an element (a large `skip`, say)
+    /// and paused: the driver should let others run before it produces again.
+    pub yielded: bool,
 }
 
 /// A get-split the task wants sent.

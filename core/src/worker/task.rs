@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{Action, Event, FetchSplits, Gone, Read, ReadReply, RunState, SplitFailure, TaskError};
-use super::{MAX_CONSUMERS, MAX_SPLITS, PRODUCE_CHUNK, TaskView};
+use super::{MAX_CONSUMERS, MAX_SPLITS, PRODUCE_CHUNK, Produced, TaskView};
 use crate::code::Code;
 use crate::dataset::{Limits, Pipeline, Sharding, SourceDef, Step, approx_bytes};
 use crate::dispatch::wire::{SPLIT_RETRY_AFTER_MS, SplitId, SplitsReply, TaskDef};
@@ -249,15 +249,16 @@ impl Task {
     /// Runs the pipeline for one chunk ([`PRODUCE_CHUNK`] elements at most, fewer when the
     /// buffer's room ends first or the pipeline asks for something, ends, fails or yields).
     /// Does nothing unless [`Action::Produce`] is due.
-    pub fn produce(&mut self) {
+    pub fn produce(&mut self) -> Produced {
+        let mut produced = Produced { elements: 0, yielded: false };
         if !self.started || self.stopped || self.ended || self.failure.is_some() {
-            return;
+            return produced;
         }
         if self.need != Need::Nothing {
-            return;
+            return produced;
         }
-        let Some((room, room_bytes)) = self.room() else { return };
-        let Some(pipeline) = self.pipeline.as_mut() else { return };
+        let Some((room, room_bytes)) = self.room() else { return produced };
+        let Some(pipeline) = self.pipeline.as_mut() else { return produced };
         // Up to `room` elements, stopping once they weigh `room_bytes` (at least one).
         let (mut elements, mut weight, mut stop) = (Vec::new(), 0u64, None);
         while elements.len() < room.min(PRODUCE_CHUNK) && weight < room_bytes {
@@ -280,15 +281,16 @@ impl Task {
             // Elements of a split without positions (an older dispatcher): no origins.
             self.tracked = covered == Some(elements.len() as u64);
         }
+        produced.elements = elements.len();
         if !elements.is_empty() {
             let runs = if self.tracked { runs } else { None };
             self.push(elements, weight, runs);
         }
         let id = self.def.task_id;
         match stop {
-            // A full chunk, or a long stretch without an element (a large skip): the driver
-            // lets others run, then asks again.
-            None | Some(Step::Element(_) | Step::Yield) => self.emit(Event::Runnable),
+            None | Some(Step::Element(_)) => {}
+            // A long stretch without an element (a large skip): the driver lets others run.
+            Some(Step::Yield) => produced.yielded = true,
             Some(Step::End) => {
                 self.ended = true;
                 self.emit(Event::Readable);
@@ -297,15 +299,12 @@ impl Task {
                 }
             }
             Some(Step::Error(e)) => self.fail(TaskError::failed(id, e.code(), e.message())),
-            Some(Step::NeedFile { path }) => {
-                self.need = Need::File { path, asked: false };
-                self.emit(Event::Runnable);
-            }
+            Some(Step::NeedFile { path }) => self.need = Need::File { path, asked: false },
             Some(Step::NeedSplit { repetition }) => {
                 self.need = Need::Splits { repetition, asked: false };
-                self.emit(Event::Runnable);
             }
         }
+        produced
     }
 
     /// The answer to [`Action::FetchSplits`]: the splits it named are acknowledged, and the

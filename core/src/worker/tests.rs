@@ -33,7 +33,7 @@ fn range(n: u64) -> Value {
 fn pump(task: &mut Task) -> Option<Action> {
     loop {
         match task.poll_action()? {
-            Action::Produce => task.produce(),
+            Action::Produce => _ = task.produce(),
             other => return Some(other),
         }
     }
@@ -114,7 +114,7 @@ fn backpressure_holds_production_at_capacity() {
     // Taking elements wakes the driver, which fills the room again.
     assert!(events(&mut task).contains(&Event::Runnable));
     assert_eq!(task.poll_action(), Some(Action::Produce));
-    task.produce();
+    assert_eq!(task.produce(), Produced { elements: 3, yielded: false });
     assert_eq!(task.view().buffered_elements, 4);
     assert_eq!(task.view().elements_produced, 7);
     assert_eq!(elements(&mut task, 100), [3, 4, 5, 6]);

@@ -275,13 +275,11 @@ impl Task {
             let woken = self.runnable.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let (action, timeout) = {
+            let (action, timeout, yielded) = {
                 let mut m = self.lock();
                 m.handle_timeout(self.now());
                 let action = m.poll_action();
-                if action == Some(Action::Produce) {
-                    m.produce();
-                }
+                let yielded = action == Some(Action::Produce) && m.produce().yielded;
                 self.dispatch_events(&mut m, &shared);
                 if action.is_none() && m.is_finished() {
                     if let Some(e) = m.failure() {
@@ -289,11 +287,14 @@ impl Task {
                     }
                     return;
                 }
-                (action, m.poll_timeout())
+                (action, m.poll_timeout(), yielded)
             };
             match action {
-                // One chunk per turn: let the runtime serve others (and a stop end the task).
-                Some(Action::Produce) => tokio::task::yield_now().await,
+                // A long stretch without an element (a large skip): let the runtime serve
+                // others, and let a stop end the task here. Readers take the lock between
+                // chunks either way.
+                Some(Action::Produce) if yielded => tokio::task::yield_now().await,
+                Some(Action::Produce) => {}
                 Some(Action::FetchSplits(fetch)) => {
                     let req = fetch.request(&shared.address, Some(&shared.uid));
                     let reply = shared.dispatcher.post::<_, SplitsReply>(&path, &req).await;
