@@ -321,10 +321,7 @@ impl Shared {
                     t.gone_order.retain(|x| *x != id);
                 }
                 tracing::info!(task_id = %id, iteration_id = %def.iteration_id, mode = def.processing_mode.as_str(), "task started");
-                t.live.insert(
-                    id,
-                    Arc::new(Task::new(def, self.buffer, self.limits.max_buffered_bytes)),
-                );
+                t.live.insert(id, Arc::new(Task::new(def, self.buffer, self.limits)));
             }
             lost
         };
