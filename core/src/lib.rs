@@ -1,8 +1,9 @@
 //! # shardwise-core
 //!
 //! The sans-IO heart of Shardwise: cluster resolution ([`cluster`]), the declarative datasets
-//! ([`dataset`]), the tf.data service dispatcher ([`dispatch`]) and a worker's task ([`worker`])
-//! as pure functions and state machines. Nothing in this crate spawns a task, sleeps, reads a clock, opens a file or a
+//! ([`dataset`]), the tf.data service dispatcher ([`dispatch`]), a worker's task ([`worker`])
+//! and the client's reader of a job ([`client`]) as pure functions and state machines. Nothing
+//! in this crate spawns a task, sleeps, reads a clock, opens a file or a
 //! socket, or reads the process environment: every input (a TF_CONFIG string, the `SLURM_*`
 //! variables, the pods a Kubernetes API returned, the current time) is passed in as a value, and
 //! every output (a [`cluster::ClusterSpec`], a reply, an error) comes back as a value. The
@@ -48,6 +49,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod cluster;
 pub mod code;
 pub mod dataset;

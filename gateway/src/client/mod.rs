@@ -1,0 +1,540 @@
+//! The Rust client: [`distribute`] reads a dataset through a dispatcher and its workers as a
+//! [`Stream`] of JSON elements.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), shardwise_gateway::client::ClientError> {
+//! use futures::StreamExt;
+//! use shardwise_gateway::client::{DistributeOptions, distribute};
+//!
+//! let dataset = r#"{"source": {"range": {"stop": 10}}}"#.parse().unwrap();
+//! let mut stream = distribute("http://127.0.0.1:5050", dataset, DistributeOptions::default());
+//! while let Some(element) = stream.next().await {
+//!     println!("{}", element?);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! **Several dispatchers.** The dispatcher argument is one URL or the replicas of one
+//! dispatcher ([`Dispatchers`]: a comma-separated `&str` as `shardwise worker --dispatcher`
+//! takes, or an array, slice or `Vec` of URLs):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), shardwise_gateway::client::ClientError> {
+//! # use futures::TryStreamExt;
+//! # use shardwise_gateway::client::{DistributeOptions, distribute};
+//! # let dataset = r#"{"source": {"range": {"stop": 10}}}"#.parse().unwrap();
+//! let replicas = ["http://10.0.0.1:5050", "http://10.0.0.2:5050", "http://10.0.0.3:5050"];
+//! let all: Vec<serde_json::Value> =
+//!     distribute(replicas, dataset, DistributeOptions::default()).try_collect().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every dispatcher call goes to the replica that answered last; on a transport failure, an
+//! `UNAVAILABLE` answer or a follower's redirect it moves on to the next, following a redirect
+//! only to a URL of the list (the token never goes to another address): see
+//! [`crate::http::client::Failover`]. Reads from workers are unchanged.
+//!
+//! What it does, in TensorFlow's terms: registers the dataset (its id is a fingerprint of
+//! the definition unless [`DistributeOptions::dataset_id`] is given, so clients that share a
+//! job by name register the same dataset), gets or creates the job and the iteration
+//! (repetition [`DistributeOptions::repetition`]), heartbeats every
+//! [`DistributeOptions::heartbeat_interval`] in a task of its own, and reads every task the
+//! heartbeats list, at most [`DistributeOptions::max_outstanding_requests`] requests at a time,
+//! until the dispatcher says `iteration_finished` and every task it read answered end of
+//! sequence (when `target_workers` made it skip tasks, the end of the tasks it reads is
+//! enough). Tasks on a worker the dispatcher declared lost are skipped. Coordinated reads
+//! (`num_consumers`) visit the tasks in order, one element per task per round, one request at
+//! a time, and honour the dispatcher's round blocks when tasks join. Dropping the stream
+//! stops the reads and releases the client lease (`DELETE /v1/clients/{id}`).
+//!
+//! Retries: `UNAVAILABLE` answers and transport failures (a refused or
+//! reset connection is `UNAVAILABLE` in gRPC terms) are retried with capped exponential
+//! backoff for at most [`DistributeOptions::unavailable_timeout`]; a worker's `NOT_FOUND` for a
+//! task the dispatcher listed is retried for at most
+//! [`DistributeOptions::unknown_task_timeout`]. Everything else ends the stream with a
+//! [`ClientError`].
+//!
+//! **Read positions.** A `distributed_epoch` read of a dataset without transforms (but
+//! `shard_hint`) can be saved and resumed: [`ElementStream::position`] says what the caller
+//! was handed so far, as a [`ReadPosition`] (plain JSON); a later stream with
+//! [`DistributeOptions::resume_from`] set to it, on a job over the same dataset with any
+//! number of workers, reads only what the position has not consumed.
+//!
+//! **How it runs.** The reader's logic (task lists, round robin, rounds and blocks, retries,
+//! lost workers, the end of the read) is [`shardwise_core::client::Reader`], a sans-IO state
+//! machine; this module drives it on tokio: it makes the calls the machine asks for, feeds
+//! their outcomes and the time back, and hands the elements to the stream.
+//!
+//! The stream reads inside a tokio runtime (it spawns its reader there): created outside one,
+//! its only item is [`ClientError::NoRuntime`].
+
+mod driver;
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::Stream;
+use serde_json::Value;
+use shardwise_core::client::{Batch, Positions};
+use shardwise_core::dataset::DatasetDef;
+use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
+use shardwise_core::dispatch::{ShardingPolicy, TargetWorkers};
+use shardwise_core::position::ReadPosition;
+use tokio::sync::mpsc;
+
+use crate::http::client::{CallError, DispatcherUrls, UrlListError};
+use crate::http::elements::MAX_ELEMENTS;
+use crate::http::{Code, Problem};
+
+/// How [`distribute`] reads.
+#[derive(Debug, Clone)]
+pub struct DistributeOptions {
+    /// How the data is divided between workers (default `parallel_epochs`).
+    pub processing_mode: ProcessingMode,
+    /// Share the job (and its iterations) with other clients of the same name.
+    pub job_name: Option<String>,
+    /// Coordinated reads: how many consumers read in lockstep (needs `job_name` and
+    /// `consumer_index`).
+    pub num_consumers: Option<u64>,
+    /// Coordinated reads: this consumer's index.
+    pub consumer_index: Option<u64>,
+    /// Which workers to read: `AUTO` (skip workers tagged `COLOCATED`), `ANY`, or `LOCAL`
+    /// (only the workers in `local_workers`).
+    pub target_workers: TargetWorkers,
+    /// With `LOCAL`: the addresses of the workers in this process.
+    pub local_workers: Vec<String>,
+    /// The most element requests in flight at once (default 16).
+    pub max_outstanding_requests: usize,
+    /// The most elements asked for per request (default 1,024; at most 10,000).
+    pub elements_per_request: u32,
+    /// Elements per DYNAMIC split of a range or list (default: the dispatcher's, 1,024).
+    pub split_size: Option<u64>,
+    /// Which iteration of the job (default 0).
+    pub repetition: u64,
+    /// The dataset id to register under (default: a fingerprint of the definition).
+    pub dataset_id: Option<String>,
+    /// Bearer token for the dispatcher and the workers (client role).
+    pub token: Option<String>,
+    /// How often to heartbeat, which is also how often new tasks are noticed (default 1 s,
+    /// TensorFlow's task refresh interval).
+    pub heartbeat_interval: Duration,
+    /// How long a worker may answer `NOT_FOUND` for a task the dispatcher listed (default 60 s).
+    pub unknown_task_timeout: Duration,
+    /// How long `UNAVAILABLE` answers and transport failures are retried (default 1 h).
+    pub unavailable_timeout: Duration,
+    /// A PEM file of CA certificates trusted for `https://` dispatchers and workers, besides
+    /// the system's roots (default: the system's roots only).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Resume a `distributed_epoch` read where [`ElementStream::position`] was taken: the
+    /// iteration (of the position's repetition, whatever `repetition` says) hands out only
+    /// what the position has not consumed, and this stream's positions go on from it.
+    pub resume_from: Option<ReadPosition>,
+}
+
+impl Default for DistributeOptions {
+    fn default() -> Self {
+        DistributeOptions {
+            processing_mode: ProcessingMode::Named(NamedMode::ParallelEpochs),
+            job_name: None,
+            num_consumers: None,
+            consumer_index: None,
+            target_workers: TargetWorkers::Auto,
+            local_workers: Vec::new(),
+            max_outstanding_requests: 16,
+            elements_per_request: 1024,
+            split_size: None,
+            repetition: 0,
+            dataset_id: None,
+            token: None,
+            heartbeat_interval: Duration::from_secs(1),
+            unknown_task_timeout: Duration::from_secs(60),
+            unavailable_timeout: Duration::from_secs(3600),
+            ca_file: None,
+            resume_from: None,
+        }
+    }
+}
+
+/// Why a [`distribute`] stream ended with an error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The options are inconsistent (nothing was sent).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The dispatcher or a worker refused a request with a problem that is not retried.
+    #[error("{context}: {} ({}): {}", problem.code, problem.status, problem.detail)]
+    Problem {
+        /// Which call.
+        context: String,
+        /// The problem it answered (boxed: it is large and errors are rare).
+        problem: Box<Problem>,
+    },
+    /// Retries of an `UNAVAILABLE` answer or a transport failure ran out.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The dispatcher restarted without its state (a new incarnation): the iteration is gone.
+    #[error(
+        "the dispatcher restarted without its state (incarnation {was} -> {now}); the \
+         iteration was lost: start it again"
+    )]
+    DispatcherRestarted {
+        /// The incarnation the iteration was created in.
+        was: String,
+        /// The dispatcher's incarnation now.
+        now: String,
+    },
+    /// The TLS handshake with an `https://` dispatcher or worker failed: its certificate is not
+    /// trusted (neither the system's roots nor [`DistributeOptions::ca_file`] sign it) or not
+    /// for its host, or it does not speak TLS. Not retried.
+    #[error("{context}: TLS handshake failed: {detail}")]
+    Tls {
+        /// Which call.
+        context: String,
+        /// rustls' reason (e.g. `invalid peer certificate: UnknownIssuer`).
+        detail: String,
+    },
+    /// What was asked cannot be done in the stream's state (e.g. [`ElementStream::position`]
+    /// of a read whose positions are not exact).
+    #[error("failed precondition: {0}")]
+    FailedPrecondition(String),
+    /// [`distribute`] was called outside a tokio runtime, where it cannot spawn its reader
+    /// (nothing was sent).
+    #[error(
+        "distribute needs a tokio runtime to read in: call it from within one (e.g. in \
+         #[tokio::main] or Runtime::block_on)"
+    )]
+    NoRuntime,
+    /// A 2xx answer that is not what the API documents.
+    #[error("{context}: unexpected answer: {detail}")]
+    Protocol {
+        /// Which call.
+        context: String,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+impl ClientError {
+    /// The status class: the problem's `code`, `UNAVAILABLE`, `FAILED_PRECONDITION` for a
+    /// restarted dispatcher or a missing runtime, `INVALID_ARGUMENT` for bad options, `INTERNAL` for bad answers.
+    pub fn code(&self) -> Code {
+        match self {
+            ClientError::InvalidArgument(_) => Code::InvalidArgument,
+            ClientError::Problem { problem, .. } => problem.code,
+            ClientError::Unavailable(_) | ClientError::Tls { .. } => Code::Unavailable,
+            ClientError::DispatcherRestarted { .. }
+            | ClientError::FailedPrecondition(_)
+            | ClientError::NoRuntime => Code::FailedPrecondition,
+            ClientError::Protocol { .. } => Code::Internal,
+        }
+    }
+
+    fn of_call(context: impl Into<String>, e: CallError) -> ClientError {
+        let context = context.into();
+        match e {
+            CallError::Problem(problem) => {
+                ClientError::Problem { context, problem: Box::new(problem) }
+            }
+            CallError::Transport(t) => ClientError::Unavailable(format!("{context}: {t}")),
+            e @ CallError::Redirect { .. } => ClientError::Unavailable(format!("{context}: {e}")),
+            CallError::Decode(detail) => ClientError::Protocol { context, detail },
+            CallError::Tls(detail) => ClientError::Tls { context, detail },
+        }
+    }
+}
+
+/// The elements of a [`distribute`] call. Dropping it stops the reads and releases the
+/// client lease.
+/// The elements of a [`distribute`] call. Dropping it stops the reads and releases the
+/// client lease.
+#[derive(Debug)]
+pub struct ElementStream {
+    rx: mpsc::Receiver<Result<Batch, ClientError>>,
+    pending: VecDeque<Value>,
+    done: bool,
+    positions: Positions,
+}
+
+impl ElementStream {
+    /// Where the caller is in the read: every element this stream handed out (and, when it
+    /// resumed, everything its [`DistributeOptions::resume_from`] covered), not those still
+    /// buffered in the client. Save it with a model checkpoint; resume with
+    /// [`DistributeOptions::resume_from`].
+    ///
+    /// `FAILED_PRECONDITION` ([`ClientError::FailedPrecondition`]) when the read has no exact
+    /// positions: it is not a `distributed_epoch` read, it is a coordinated read, the dataset
+    /// has a transform that buffers or counts across splits (the error says which), or an
+    /// element came without origin.
+    pub fn position(&self) -> Result<ReadPosition, ClientError> {
+        self.positions.position(self.pending.len()).map_err(|why| {
+            ClientError::FailedPrecondition(format!("this stream has no read position: {why}"))
+        })
+    }
+}
+
+impl Stream for ElementStream {
+    type Item = Result<Value, ClientError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(v) = self.pending.pop_front() {
+                return Poll::Ready(Some(Ok(v)));
+            }
+            if self.done {
+                return Poll::Ready(None);
+            }
+            match self.rx.poll_recv(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(batch))) => {
+                    self.positions.arrived(&batch);
+                    self.pending = batch.elements.into();
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    self.done = true;
+                    return Poll::Ready(None);
+                }
+            }
+        }
+    }
+}
+
+/// What [`distribute`] takes as its dispatcher: one URL (`http://host:port` or `host:port`), or
+/// the URLs of its replicas. A `&str` or `String` is a comma-separated list (as `shardwise
+/// worker --dispatcher` takes); an array, slice or `Vec` holds one URL per item.
+pub trait Dispatchers {
+    /// The validated list.
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError>;
+}
+
+impl Dispatchers for DispatcherUrls {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        Ok(self)
+    }
+}
+
+impl Dispatchers for &str {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::parse(self)
+    }
+}
+
+impl Dispatchers for String {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::parse(&self)
+    }
+}
+
+impl Dispatchers for &String {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::parse(self)
+    }
+}
+
+impl<S: AsRef<str>, const N: usize> Dispatchers for [S; N] {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::new(self)
+    }
+}
+
+impl<S: AsRef<str>> Dispatchers for &[S] {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::new(self)
+    }
+}
+
+impl<S: AsRef<str>> Dispatchers for Vec<S> {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::new(self)
+    }
+}
+
+impl<S: AsRef<str>> Dispatchers for &Vec<S> {
+    fn into_urls(self) -> Result<DispatcherUrls, UrlListError> {
+        DispatcherUrls::new(self)
+    }
+}
+
+/// Reads `dataset` through the dispatcher at `dispatchers` (`http://host:port`, or several
+/// replicas: see [`Dispatchers`] and the module docs). Errors, including bad options and bad
+/// URLs, arrive as the stream's last item.
+pub fn distribute(
+    dispatchers: impl Dispatchers,
+    dataset: DatasetDef,
+    options: DistributeOptions,
+) -> ElementStream {
+    let (tx, rx) = mpsc::channel(options.max_outstanding_requests.clamp(2, 1024));
+    let positions = Positions::new(
+        &dataset,
+        options.dataset_id.clone().unwrap_or_else(|| fingerprint(&dataset)),
+        options.processing_mode.policy(),
+        options.num_consumers.is_some(),
+        options.repetition,
+        options.resume_from.as_ref(),
+    );
+    let stream = ElementStream { rx, pending: VecDeque::new(), done: false, positions };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let urls = dispatchers.into_urls();
+            runtime.spawn(driver::read(urls, dataset, options, tx));
+        }
+        // The channel holds at least two items: this one fits.
+        Err(_) => drop(tx.try_send(Err(ClientError::NoRuntime))),
+    }
+    stream
+}
+
+/// A stable id for a dataset definition: FNV-1a over its canonical JSON, twice (128 bits).
+pub fn fingerprint(dataset: &DatasetDef) -> String {
+    let text = dataset.to_json().to_string();
+    let fnv = |basis: u64| {
+        text.bytes().fold(basis, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+    };
+    format!("fp-{:016x}{:016x}", fnv(0xcbf2_9ce4_8422_2325), fnv(0x6c62_272e_07bb_0142))
+}
+
+fn validate(options: &DistributeOptions) -> Result<(), ClientError> {
+    let invalid = |m: &str| Err(ClientError::InvalidArgument(m.to_owned()));
+    match (options.num_consumers, options.consumer_index) {
+        (Some(0), _) => return invalid("num_consumers must be at least 1"),
+        (Some(n), Some(i)) if i >= n => {
+            return Err(ClientError::InvalidArgument(format!(
+                "consumer_index {i} is out of range for {n} consumers"
+            )));
+        }
+        (Some(_), None) => return invalid("coordinated reads (num_consumers) need consumer_index"),
+        (None, Some(_)) => return invalid("consumer_index needs num_consumers"),
+        _ => {}
+    }
+    if options.num_consumers.is_some() && options.job_name.is_none() {
+        return invalid("coordinated reads (num_consumers) require a job_name");
+    }
+    if options.max_outstanding_requests == 0 {
+        return invalid("max_outstanding_requests must be positive");
+    }
+    if options.elements_per_request == 0 || options.elements_per_request > MAX_ELEMENTS {
+        return Err(ClientError::InvalidArgument(format!(
+            "elements_per_request must be in 1..={}",
+            MAX_ELEMENTS
+        )));
+    }
+    if options.heartbeat_interval.is_zero() {
+        return invalid("heartbeat_interval must be positive");
+    }
+    if options.resume_from.is_some() && options.processing_mode.policy() != ShardingPolicy::Dynamic
+    {
+        return invalid("resume_from needs processing_mode distributed_epoch (DYNAMIC)");
+    }
+    if options.target_workers == TargetWorkers::Local {
+        if options.num_consumers.is_some() {
+            return invalid(
+                "Coordinated reads require non-local workers, but `target_workers` is \"LOCAL\".",
+            );
+        }
+        if options.local_workers.is_empty() {
+            return invalid(
+                "Local reads require local tf.data workers, but no local worker is found. You \
+                 need to run local tf.data service workers in your training workers.",
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_are_stable_and_distinct() {
+        let a: DatasetDef = r#"{"source": {"range": {"stop": 10}}}"#.parse().unwrap();
+        let b: DatasetDef = r#"{"source": {"range": {"stop": 10, "step": 1}}}"#.parse().unwrap();
+        let c: DatasetDef = r#"{"source": {"range": {"stop": 11}}}"#.parse().unwrap();
+        assert_eq!(fingerprint(&a), fingerprint(&b), "canonical form");
+        assert_ne!(fingerprint(&a), fingerprint(&c));
+        assert_eq!(fingerprint(&a).len(), 35);
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let ok = DistributeOptions::default();
+        assert!(validate(&ok).is_ok());
+        let bad = [
+            DistributeOptions { num_consumers: Some(2), ..ok.clone() },
+            DistributeOptions {
+                num_consumers: Some(2),
+                consumer_index: Some(2),
+                job_name: Some("j".into()),
+                ..ok.clone()
+            },
+            DistributeOptions { num_consumers: Some(2), consumer_index: Some(0), ..ok.clone() },
+            DistributeOptions { consumer_index: Some(0), ..ok.clone() },
+            DistributeOptions { max_outstanding_requests: 0, ..ok.clone() },
+            DistributeOptions { elements_per_request: 0, ..ok.clone() },
+            DistributeOptions { target_workers: TargetWorkers::Local, ..ok.clone() },
+        ];
+        for o in bad {
+            assert_eq!(validate(&o).unwrap_err().code(), "INVALID_ARGUMENT", "{o:?}");
+        }
+    }
+
+    #[test]
+    fn positions_say_why_a_read_has_none() {
+        let dataset: DatasetDef = r#"{"source": {"range": {"stop": 100}}}"#.parse().unwrap();
+        let stream = |options: &DistributeOptions| ElementStream {
+            rx: mpsc::channel(2).1,
+            pending: VecDeque::new(),
+            done: false,
+            positions: Positions::new(
+                &dataset,
+                "ds".into(),
+                options.processing_mode.policy(),
+                options.num_consumers.is_some(),
+                options.repetition,
+                options.resume_from.as_ref(),
+            ),
+        };
+        let dynamic = DistributeOptions {
+            processing_mode: ProcessingMode::Named(NamedMode::DistributedEpoch),
+            ..DistributeOptions::default()
+        };
+        assert_eq!(stream(&dynamic).position().unwrap().dataset_id, "ds");
+        let err = stream(&DistributeOptions::default()).position().unwrap_err();
+        assert_eq!(err.code(), Code::FailedPrecondition);
+        let why = "failed precondition: this stream has no read position: read positions need";
+        assert!(err.to_string().starts_with(why), "{err}");
+        let from = ReadPosition { dataset_id: "ds".into(), ..ReadPosition::default() };
+        assert_eq!(
+            validate(&DistributeOptions {
+                resume_from: Some(from),
+                ..DistributeOptions::default()
+            })
+            .unwrap_err()
+            .code(),
+            Code::InvalidArgument
+        );
+    }
+
+    /// Outside a tokio runtime there is nothing to spawn the reader on: the stream says so as
+    /// its only item instead of panicking.
+    #[test]
+    fn outside_a_runtime_the_stream_says_so() {
+        use futures::StreamExt;
+        let dataset: DatasetDef = r#"{"source": {"range": {"stop": 10}}}"#.parse().unwrap();
+        assert!(tokio::runtime::Handle::try_current().is_err());
+        let mut stream = distribute("127.0.0.1:1", dataset, DistributeOptions::default());
+        let first = futures::executor::block_on(stream.next());
+        let Some(Err(e)) = first else { panic!("{first:?}") };
+        assert_eq!(e, ClientError::NoRuntime);
+        assert_eq!(e.code(), Code::FailedPrecondition);
+        assert!(e.to_string().contains("tokio runtime"), "{e}");
+        assert!(futures::executor::block_on(stream.next()).is_none());
+        assert!(stream.position().is_err(), "a parallel_epochs read has no position");
+    }
+}
