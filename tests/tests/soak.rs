@@ -306,16 +306,20 @@ fn thousands_of_job_lifecycles_leave_memory_journal_and_latency_flat() {
 }
 
 /// Issue 22: releasing a burst of clients keeps the dispatcher responsive. Thousands of
-/// clients hold leases on one iteration of one job (two workers heartbeat, so it has tasks);
-/// they are released at once from several connections while another connection polls
-/// `/healthz`. Every release is answered 200 within a second and `/healthz` within 500 ms
-/// throughout (the longest of each is printed: `--no-capture`).
+/// clients each hold the lease of their own job's iteration (two workers heartbeat, so each
+/// iteration has a task on each: thousands of tasks a worker); they are released at once from
+/// several connections while another connection polls `/healthz`, and one second later
+/// (`--job-gc-timeout 1s`, checked every second) their iterations are collected, during the
+/// burst and after it. Every release is answered 200 within a second and `/healthz` within
+/// 500 ms throughout, collection included (the longest of each is printed: `--no-capture`).
+/// Collecting an iteration used to rebuild its workers' whole task lists, so collecting
+/// thousands at once held the dispatcher for seconds.
 #[test]
 fn releasing_a_burst_of_clients_keeps_healthz_and_every_release_fast() {
     let clients: usize =
         std::env::var("SHARDWISE_BURST_CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
     const CONNECTIONS: usize = 8;
-    let process = Dispatcher::start(&[]);
+    let process = Dispatcher::start(&["--job-gc-timeout", "1s", "--job-gc-check-interval", "1s"]);
     let d = process.url.as_str();
     for worker in ["127.0.0.1:1", "127.0.0.1:2"] {
         let (status, v, _) =
@@ -326,32 +330,29 @@ fn releasing_a_burst_of_clients_keeps_healthz_and_every_release_fast() {
     let (status, v, _) = call(d, "POST", "/v1/datasets", Some(body));
     assert_eq!(status, 200, "{v}");
     let dataset = id(&v, "dataset_id");
-    let job = json!({"dataset_id": dataset, "processing_mode": "distributed_epoch"});
-    let (status, v, _) = call(d, "POST", "/v1/jobs", Some(job));
-    assert_eq!(status, 200, "{v}");
-    let job_id = id(&v, "job_id");
     let leases: Vec<Vec<String>> = std::thread::scope(|s| {
         let lease = |_| {
-            let path = format!("/v1/jobs/{job_id}/iterations");
+            let job = json!({"dataset_id": dataset, "processing_mode": "parallel_epochs"});
+            let (status, v, _) = call(d, "POST", "/v1/jobs", Some(job));
+            assert_eq!(status, 200, "{v}");
+            let path = format!("/v1/jobs/{}/iterations", id(&v, "job_id"));
             let (status, v, _) = call(d, "POST", &path, Some(json!({})));
             assert_eq!(status, 200, "{v}");
             id(&v, "client_id")
         };
         let threads: Vec<_> = (0..CONNECTIONS)
             .map(|c| {
-                s.spawn(move || {
-                    (0..clients / CONNECTIONS + usize::from(c < clients % CONNECTIONS))
-                        .map(lease)
-                        .collect()
-                })
+                let mine = clients / CONNECTIONS + usize::from(c < clients % CONNECTIONS);
+                s.spawn(move || (0..mine).map(lease).collect())
             })
             .collect();
         threads.into_iter().map(|t| t.join().expect("leasing thread")).collect()
     });
     let held = totals(d);
     println!("leases taken: {held}");
+    assert_eq!(held["iterations_open"], clients, "{held}");
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let (healthz, releases) = std::thread::scope(|s| {
+    let (healthz, releases, collected) = std::thread::scope(|s| {
         let poller = s.spawn(|| {
             let mut lat = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -361,6 +362,7 @@ fn releasing_a_burst_of_clients_keeps_healthz_and_every_release_fast() {
             }
             lat
         });
+        let started = Instant::now();
         let releasers: Vec<_> = leases
             .iter()
             .map(|mine| {
@@ -378,16 +380,23 @@ fn releasing_a_burst_of_clients_keeps_healthz_and_every_release_fast() {
             .collect();
         let mut releases: Vec<Duration> =
             releasers.into_iter().flat_map(|t| t.join().expect("releasing thread")).collect();
+        // `/healthz` is polled on until every iteration is collected.
+        poll_until("every iteration collected", Duration::from_secs(30), || {
+            let open = totals(d)["iterations_open"].clone();
+            if open == 0 { Ok(()) } else { Err(open) }
+        });
+        let collected = started.elapsed();
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let mut healthz = poller.join().expect("healthz thread");
         healthz.sort_unstable();
         releases.sort_unstable();
-        (healthz, releases)
+        (healthz, releases, collected)
     });
     let (h_max, r_max) = (healthz[healthz.len() - 1], releases[releases.len() - 1]);
     println!(
-        "{} releases over {CONNECTIONS} connections: p50 {:?}, p99 {:?}, max {r_max:?}; \
-         {} /healthz meanwhile: p50 {:?}, max {h_max:?}",
+        "{} releases over {CONNECTIONS} connections: p50 {:?}, p99 {:?}, max {r_max:?}; every \
+         iteration collected {collected:?} after the first; {} /healthz meanwhile: p50 {:?}, \
+         max {h_max:?}",
         releases.len(),
         releases[releases.len() / 2],
         releases[releases.len() * 99 / 100],
