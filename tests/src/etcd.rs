@@ -43,6 +43,8 @@ pub struct EtcdCluster {
     members: Vec<Member>,
     initial_cluster: String,
     token: String,
+    /// More flags of every member (e.g. `--quota-backend-bytes`).
+    extra: Vec<String>,
     dir: TempDir,
 }
 
@@ -61,6 +63,12 @@ fn free_ports(n: usize) -> Vec<u16> {
 impl EtcdCluster {
     /// Starts `n` members (without waiting: see [`EtcdCluster::ready`]).
     pub fn start(n: usize) -> EtcdCluster {
+        EtcdCluster::start_with(n, &[])
+    }
+
+    /// Like [`EtcdCluster::start`], every member given the flags `extra` as well (e.g. a tiny
+    /// `--quota-backend-bytes`).
+    pub fn start_with(n: usize, extra: &[&str]) -> EtcdCluster {
         assert!(n > 0, "an etcd cluster needs a member");
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let k = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -84,7 +92,8 @@ impl EtcdCluster {
             .join(",");
         // Unique per cluster, so members of two test clusters can never join each other.
         let token = format!("shardwise-test-{}-{k}", std::process::id());
-        let mut cluster = EtcdCluster { members, initial_cluster, token, dir };
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut cluster = EtcdCluster { members, initial_cluster, token, extra, dir };
         for i in 0..n {
             cluster.spawn(i);
         }
@@ -107,7 +116,8 @@ impl EtcdCluster {
             .args(["--initial-cluster-state", "new"])
             .args(["--initial-cluster-token", &self.token])
             // Faster elections than the defaults (100 ms, 1 s) keep failover tests short.
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"]);
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(&self.extra);
         // The host's etcd settings (ETCD_*) must not leak into a test cluster.
         for (k, _) in std::env::vars_os() {
             if k.to_str().is_some_and(|k| k.starts_with("ETCD_")) {

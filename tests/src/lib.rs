@@ -60,9 +60,18 @@ pub fn poll_until<T, S: std::fmt::Display>(
 /// `cargo nextest run -p shardwise-tests` after an edit never tests a stale binary. Under
 /// `cargo test` the binary was just built by the same command (and cargo holds its lock: a
 /// nested build would wait for ever).
+///
+/// `SHARDWISE_BIN=/path/to/shardwise` runs the tests against that binary instead, as it is
+/// (nothing is built): e.g. an older build, to see a regression test fail on the code before
+/// its fix.
 pub fn shardwise_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("SHARDWISE_BIN").filter(|b| !b.is_empty()) {
+            let bin = PathBuf::from(bin);
+            assert!(bin.is_file(), "SHARDWISE_BIN={}: no such file", bin.display());
+            return bin;
+        }
         let exe = std::env::current_exe().expect("test executable path");
         // target/<profile>/deps/<test> -> target/<profile>/shardwise
         let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target profile dir");
@@ -175,7 +184,18 @@ pub fn http(
     path: &str,
     body: Option<&serde_json::Value>,
 ) -> std::io::Result<HttpResponse> {
-    use std::io::Read;
+    http_answer(http_send(method, base, path, body)?)
+}
+
+/// The first half of [`http`]: connects and writes the whole request, without waiting for
+/// the answer (e.g. to a paused process, whose kernel still accepts the connection and the
+/// bytes). [`http_answer`] reads the answer.
+pub fn http_send(
+    method: &str,
+    base: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> std::io::Result<std::net::TcpStream> {
     let hostport = base.trim_start_matches("http://").trim_end_matches('/');
     let mut stream = std::net::TcpStream::connect(hostport)?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
@@ -186,6 +206,13 @@ pub fn http(
     }
     req.push_str(&format!("Content-Length: {}\r\n\r\n{payload}", payload.len()));
     stream.write_all(req.as_bytes())?;
+    Ok(stream)
+}
+
+/// The second half of [`http`]: reads the answer to the request [`http_send`] wrote (at most
+/// 30 s without a byte).
+pub fn http_answer(mut stream: std::net::TcpStream) -> std::io::Result<HttpResponse> {
+    use std::io::Read;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
     let text = String::from_utf8_lossy(&raw).into_owned();
@@ -296,14 +323,25 @@ struct Spawned {
 
 /// Starts `shardwise SUBCOMMAND --port PORT ARGS` and waits for the line `shardwise SUBCOMMAND
 /// listening on URL`; afterwards its stdout and stderr are collected in the background.
+/// `wrap` is a command line that runs it (`WRAP... shardwise SUBCOMMAND ...`; it must `exec`
+/// shardwise, so the child is shardwise itself), or empty.
 fn spawn_server(
+    wrap: &[&str],
     subcommand: &str,
     port: &str,
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Result<Spawned, String> {
     use std::io::BufRead;
-    let mut child = Command::new(shardwise_bin())
+    let mut cmd = match wrap.split_first() {
+        Some((first, rest)) => {
+            let mut cmd = Command::new(first);
+            cmd.args(rest).arg(shardwise_bin());
+            cmd
+        }
+        None => Command::new(shardwise_bin()),
+    };
+    let mut child = cmd
         .arg(subcommand)
         .args(["--port", port])
         .args(args)
@@ -388,7 +426,27 @@ impl Dispatcher {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Result<Dispatcher, String> {
-        let Spawned { child, url, startup, output } = spawn_server("dispatcher", port, args, env)?;
+        Self::try_start_wrapped(&[], port, args, env)
+    }
+
+    /// Like [`Dispatcher::try_start`], the process limited to files of at most `bytes`
+    /// (`RLIMIT_FSIZE`, with `SIGXFSZ` ignored): a write past it fails with `EFBIG`, as a
+    /// write to a full disk fails with `ENOSPC`, without a small filesystem to mount.
+    pub fn try_start_file_size_limited(args: &[&str], bytes: u64) -> Result<Dispatcher, String> {
+        let fsize = format!("--fsize={bytes}:{bytes}");
+        // `trap '' XFSZ` ignores the signal, and an ignored signal stays ignored across exec.
+        let wrap = ["sh", "-c", "trap '' XFSZ; exec prlimit \"$0\" -- \"$@\"", &fsize];
+        Self::try_start_wrapped(&wrap, "0", args, &[])
+    }
+
+    fn try_start_wrapped(
+        wrap: &[&str],
+        port: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Dispatcher, String> {
+        let Spawned { child, url, startup, output } =
+            spawn_server(wrap, "dispatcher", port, args, env)?;
         let mut d = Dispatcher { child, url, startup, output };
         // Ready when replay finished: poll /readyz, bounded (10 s); stop if it exits.
         let ready = try_poll_until(std::time::Duration::from_secs(10), || {
@@ -421,8 +479,9 @@ impl Dispatcher {
 
     /// Like [`Dispatcher::start_replica`] on a given port (e.g. the port of one that was killed).
     pub fn start_replica_on(port: &str, args: &[&str]) -> Dispatcher {
-        let Spawned { child, url, startup, output } = spawn_server("dispatcher", port, args, &[])
-            .unwrap_or_else(|e| panic!("replica did not start: {e}"));
+        let Spawned { child, url, startup, output } =
+            spawn_server(&[], "dispatcher", port, args, &[])
+                .unwrap_or_else(|e| panic!("replica did not start: {e}"));
         Dispatcher { child, url, startup, output }
     }
 
@@ -471,7 +530,7 @@ impl Worker {
     pub fn try_start(dispatcher: &str, args: &[&str]) -> Result<Worker, String> {
         let mut all = vec!["--dispatcher", dispatcher];
         all.extend_from_slice(args);
-        let Spawned { child, url, output, .. } = spawn_server("worker", "0", &all, &[])?;
+        let Spawned { child, url, output, .. } = spawn_server(&[], "worker", "0", &all, &[])?;
         Ok(Worker { child, url, output })
     }
 

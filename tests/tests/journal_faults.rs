@@ -139,3 +139,56 @@ fn a_flipped_byte_in_an_acknowledged_record_refuses_with_file_and_offset() {
     }
     assert!(refused > 0);
 }
+
+/// Issue 22: the journal's file cannot grow (the process limited to 64 KiB files, so a write
+/// past it fails with `EFBIG`, as one to a full disk fails with `ENOSPC`). The write that fails
+/// and every later change answer 503; `/readyz` names the real cause and that the dispatcher
+/// stopped accepting changes (it used to say it was "replaying its journal"). Restarted
+/// without the limit (space back), it has every acknowledged change and accepts more.
+#[test]
+fn a_journal_that_cannot_grow_is_named_by_readyz_and_a_restart_keeps_every_acknowledged_change() {
+    let dir = TempDir::new("file-size-limit");
+    let args = ["--work-dir", dir.path(), "--fault-tolerant"];
+    let d = Dispatcher::try_start_file_size_limited(&args, 64 << 10).expect("a limited start");
+    // About 2 KiB a record: the 64 KiB limit is reached within a few dozen.
+    let padding = "x".repeat(2048);
+    let mut acked = Vec::new();
+    let refused = (0..1000)
+        .find_map(|i| {
+            let id = format!("ds-{i}");
+            let def = json!({"source": {"list": {"elements": [{"i": i, "pad": padding}]}}});
+            let r = d.call("POST", "/v1/datasets", Some(json!({"dataset": def, "dataset_id": id})));
+            if r.status == 200 {
+                acked.push(id);
+                None
+            } else {
+                Some(r)
+            }
+        })
+        .expect("a registration refused within 1000 (2 MiB) against a 64 KiB limit");
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert!(acked.len() >= 10, "only {} registrations acknowledged", acked.len());
+    // Nothing more is acknowledged.
+    let r = d.call(
+        "POST",
+        "/v1/datasets",
+        Some(json!({"dataset": {"source": {"range": {"stop": 1}}}})),
+    );
+    assert_eq!(r.status, 503, "{}", r.body);
+    let ready = d.call("GET", "/readyz", None);
+    println!("/readyz: {} {}", ready.status, ready.body);
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    for names in ["the journal could not be written", "File too large", "stopped accepting changes"]
+    {
+        assert!(ready.body.contains(names), "/readyz does not say {names:?}: {}", ready.body);
+    }
+    assert!(!ready.body.contains("replaying its journal"), "{}", ready.body);
+    drop(d);
+    // Space back: every acknowledged change is there, and changes are accepted again.
+    let d = start(&dir).unwrap_or_else(|e| panic!("restart after the failed write: {e}"));
+    for id in &acked {
+        let r = d.call("GET", &format!("/v1/datasets/{id}"), None);
+        assert_eq!(r.status, 200, "acknowledged dataset {id} lost: {}", r.body);
+    }
+    register(&d, 7);
+}

@@ -26,8 +26,8 @@ use shardwise_gateway::etcd;
 use shardwise_tests::crash::{answered, check_acked, churn};
 use shardwise_tests::etcd::EtcdCluster;
 use shardwise_tests::{
-    Dispatcher, Worker, counts, http, ints, ok, poll_until, run_bounded, run_shardwise, runtime,
-    try_poll_until,
+    Dispatcher, Worker, counts, http, http_answer, http_send, ints, ok, poll_until, run_bounded,
+    run_shardwise, runtime, try_poll_until,
 };
 
 /// The leader's lease in these tests (`--leader-lease`): etcd's shortest is 2 s.
@@ -410,36 +410,62 @@ fn a_paused_leader_is_fenced_off_and_steps_down() {
 /// Another replica leads by the time it is continued, so etcd names its successor: every
 /// write it answers from the first is a 307 to the new leader (never a 503 that it could not
 /// renew its leadership), until it reports itself a follower of that leader.
+///
+/// The window is the moment it is continued, before it notices its lease lapsed: calls are
+/// written to it while it is paused (its kernel accepts the connections and holds the bytes),
+/// so it reads them at once when continued, along with more sent right after. Three rounds,
+/// the leader of each paused in turn.
 #[test]
 fn a_paused_leader_continued_redirects_to_its_successor_while_it_steps_down() {
+    const ROUNDS: usize = 3;
+    const QUEUED: usize = 16;
     let mut r = Replicas::start(2, "pause-redirect");
-    let (old, old_term) = r.leader(Duration::from_secs(20));
-    let old_url = r.urls[old].clone();
-    r.signal(old, "STOP");
-    let (new, new_term) = r.leader(Duration::from_secs(20));
-    assert_ne!(new, old);
-    assert!(new_term > old_term);
-    let new_url = r.urls[new].clone();
-    let body = json!({"dataset": {"source": {"range": {"stop": 3}}}, "dataset_id": "stepping"});
-    r.signal(old, "CONT");
-    let check = |resp: &shardwise_tests::HttpResponse, what: &str| {
-        assert_eq!(resp.status, 307, "{what} of the continued leader: {}", resp.body);
-        assert_eq!(resp.header("location"), Some(format!("{new_url}/v1/datasets").as_str()));
-        assert_eq!(resp.json()["leader"], new_url.as_str(), "{}", resp.body);
-    };
+    let (mut old, mut old_term) = r.leader(Duration::from_secs(20));
     let mut answers = 0;
-    poll_until("the old leader follows its successor", Duration::from_secs(20), || {
-        let resp = http("POST", &old_url, "/v1/datasets", Some(&body)).expect("an answer");
-        answers += 1;
-        check(&resp, &format!("answer {answers}"));
-        let rep = r.report(old).ok_or("no report")?;
-        if rep["role"] == "follower" && rep["leader"]["url"] == new_url.as_str() {
-            Ok(())
-        } else {
-            Err("still stepping down")
+    for round in 0..ROUNDS {
+        let old_url = r.urls[old].clone();
+        r.signal(old, "STOP");
+        let (new, new_term) = r.leader(Duration::from_secs(20));
+        assert_ne!(new, old);
+        assert!(new_term > old_term);
+        let new_url = r.urls[new].clone();
+        let id = format!("stepping-{round}");
+        let body = json!({"dataset": {"source": {"range": {"stop": 3}}}, "dataset_id": id});
+        let queued: Vec<_> = (0..QUEUED)
+            .map(|_| http_send("POST", &old_url, "/v1/datasets", Some(&body)).expect("queued"))
+            .collect();
+        r.signal(old, "CONT");
+        let check = |resp: &shardwise_tests::HttpResponse, what: &str| {
+            assert_eq!(
+                resp.status, 307,
+                "round {round}, {what} of the continued leader (etcd names {new_url}): {}",
+                resp.body
+            );
+            assert_eq!(resp.header("location"), Some(format!("{new_url}/v1/datasets").as_str()));
+            assert_eq!(resp.json()["leader"], new_url.as_str(), "{}", resp.body);
+        };
+        for (i, stream) in queued.into_iter().enumerate() {
+            let resp = http_answer(stream).expect("an answer");
+            check(&resp, &format!("queued call {i}"));
+            answers += 1;
         }
-    });
-    println!("{answers} writes answered 307 while the old leader stepped down");
+        poll_until("the old leader follows its successor", Duration::from_secs(20), || {
+            let resp = http("POST", &old_url, "/v1/datasets", Some(&body)).expect("an answer");
+            answers += 1;
+            check(&resp, &format!("answer {answers}"));
+            let rep = r.report(old).ok_or("no report")?;
+            if rep["role"] == "follower" && rep["leader"]["url"] == new_url.as_str() {
+                Ok(())
+            } else {
+                Err("still stepping down")
+            }
+        });
+        // Nothing it was sent meanwhile was acknowledged.
+        let resp = http("GET", &new_url, &format!("/v1/datasets/{id}"), None).expect("answer");
+        assert_eq!(resp.status, 404, "{id}: {}", resp.body);
+        (old, old_term) = (new, new_term);
+    }
+    println!("{answers} writes answered 307 while a continued leader stepped down");
 }
 
 /// Issue 14, point 6: with two of three etcd members down, the leader acknowledges no state
@@ -658,4 +684,123 @@ fn records_larger_than_an_etcd_request_span_entries_and_snapshot_chunks() {
     assert_eq!(fresh, leader);
     let got = ok(&http("GET", &r.urls[fresh], "/v1/datasets/large", None).expect("answer"));
     assert_eq!(got, want);
+}
+
+/// `etcdctl --endpoints URL ARGS`, bounded; panics with its output unless it succeeded.
+fn etcdctl(url: &str, args: &[&str]) -> String {
+    let run = run_bounded(
+        Command::new("etcdctl").arg("--endpoints").arg(url).args(args),
+        Duration::from_secs(30),
+    );
+    shardwise_tests::assert_ran(&format!("etcdctl {args:?}"), &run);
+    run.stdout
+}
+
+/// Issue 22: etcd at its space quota (a real etcd with a 1 MiB `--quota-backend-bytes`, filled
+/// through the dispatcher until etcd raises its NOSPACE alarm). The refused calls, the log and
+/// `/readyz` name the cause and the remedy (compact and defragment etcd, then `etcdctl alarm
+/// disarm`), never a restart (which cannot help: etcd refuses every write until disarmed).
+/// Done so, the same process serves again by itself, with every acknowledged change.
+#[test]
+fn etcd_at_its_space_quota_names_the_remedy_and_service_resumes_without_a_restart() {
+    let mut etcd = EtcdCluster::start_with(1, &["--quota-backend-bytes", "1048576"]);
+    etcd.ready();
+    let url = etcd.client_url(0);
+    let args = ["--etcd", &url, "--etcd-prefix", "/shardwise-test/quota", "--leader-lease", "2s"];
+    let args = [&args[..], &["--compact-at-bytes", "16384"]].concat();
+    let mut d = Dispatcher::start_replica(&args);
+    let ready = |d: &Dispatcher| {
+        try_poll_until(Duration::from_secs(30), || {
+            let r = http("GET", &d.url, "/readyz", None).map_err(|e| e.to_string())?;
+            if r.status == 200 { Ok(()) } else { Err(format!("{} {}", r.status, r.body)) }
+        })
+    };
+    ready(&d).unwrap_or_else(|last| panic!("never ready: {last}\n{}", d.output()));
+    let pid = d.child.id();
+    // Two datasets of 64 KiB, then small changes (a job each): with `--compact-at-bytes 16384`
+    // each few changes write a snapshot of the 128 KiB state, and etcd keeps the old ones in
+    // its history until it is compacted. So its 1 MiB fills up with history, not live data,
+    // as it does over months when etcd is not compacted (what the remedy then frees).
+    let padding = "x".repeat(64 << 10);
+    let mut acked = Vec::new();
+    for i in 0..2 {
+        let id = format!("ds-{i}");
+        let def = json!({"source": {"list": {"elements": [{"i": i, "pad": padding}]}}});
+        let body = json!({"dataset": def, "dataset_id": id});
+        let r = http("POST", &d.url, "/v1/datasets", Some(&body)).expect("an answer");
+        assert_eq!(ok(&r)["dataset_id"], id.as_str());
+        acked.push(id);
+    }
+    let mut jobs = 0;
+    let refused = (0..5000)
+        .find_map(|i| {
+            let job = json!({"dataset_id": "ds-0", "processing_mode": "parallel_epochs",
+                             "job_name": format!("job-{i}")});
+            let r = http("POST", &d.url, "/v1/jobs", Some(&job)).expect("an answer");
+            if r.status == 200 {
+                jobs += 1;
+                None
+            } else {
+                Some(r)
+            }
+        })
+        .unwrap_or_else(|| panic!("etcd never refused a write\n{}", etcd.outputs()));
+    println!("{jobs} jobs acknowledged; refused: {} {}", refused.status, refused.body);
+    let alarms = etcdctl(&url, &["alarm", "list"]);
+    assert!(alarms.contains("NOSPACE"), "etcd raised no NOSPACE alarm: {alarms}");
+    let says_remedy = |what: &str, text: &str| {
+        assert!(text.contains("database space exceeded"), "{what} names no cause: {text}");
+        assert!(text.contains("etcdctl alarm disarm"), "{what} names no remedy: {text}");
+        assert!(text.contains("defrag"), "{what} does not say to defragment: {text}");
+        assert!(!text.contains("until it is restarted"), "{what} tells to restart: {text}");
+        assert!(!text.contains("then restart"), "{what} tells to restart: {text}");
+    };
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    says_remedy("the refused write", &refused.json()["detail"].to_string());
+    // Every later change is refused; once the replica has tried to lead again (its campaign
+    // is refused the same way), the refusals and /readyz say why. (Just after the first
+    // refusal, while the term ends, a call may be told that an election is under way.)
+    let body = json!({"dataset": {"source": {"range": {"stop": 1}}}});
+    let mut generic = 0;
+    let r = poll_until("a later write names the remedy", Duration::from_secs(10), || {
+        let r = http("POST", &d.url, "/v1/datasets", Some(&body)).expect("an answer");
+        assert_eq!(r.status, 503, "a write acknowledged at the quota: {}", r.body);
+        if r.body.contains("etcdctl alarm disarm") {
+            Ok(r)
+        } else {
+            generic += 1;
+            Err(r.body)
+        }
+    });
+    println!("{generic} refusals before the remedy was known: {}", r.body);
+    says_remedy("a later write", &r.json()["detail"].to_string());
+    let r = http("GET", &d.url, "/readyz", None).expect("an answer");
+    println!("/readyz: {} {}", r.status, r.body);
+    assert_eq!(r.status, 503, "{}", r.body);
+    says_remedy("/readyz", &r.body);
+    let log = poll_until("the log names the remedy", Duration::from_secs(10), || {
+        let out = d.output();
+        if out.contains("etcdctl alarm disarm") { Ok(out) } else { Err("not yet") }
+    });
+    assert!(log.contains("database space exceeded"), "{log}");
+    // The remedy: compact etcd's history, defragment, disarm. No restart.
+    let status: Value =
+        serde_json::from_str(&etcdctl(&url, &["endpoint", "status", "-w", "json"])).expect("JSON");
+    let revision = status[0]["Status"]["header"]["revision"].as_u64().expect("a revision");
+    etcdctl(&url, &["compact", &revision.to_string()]);
+    etcdctl(&url, &["defrag"]);
+    etcdctl(&url, &["alarm", "disarm"]);
+    let took = Instant::now();
+    ready(&d).unwrap_or_else(|last| panic!("not ready again: {last}\n{}", d.output()));
+    println!("ready again {:?} after etcdctl alarm disarm", took.elapsed());
+    assert!(d.child.try_wait().expect("try_wait").is_none(), "the dispatcher exited");
+    assert_eq!(d.child.id(), pid);
+    for id in &acked {
+        let r = http("GET", &d.url, &format!("/v1/datasets/{id}"), None).expect("an answer");
+        assert_eq!(r.status, 200, "acknowledged dataset {id} lost: {}", r.body);
+    }
+    let body = json!({"dataset": {"source": {"range": {"stop": 2}}}, "dataset_id": "after"});
+    let r = http("POST", &d.url, "/v1/datasets", Some(&body)).expect("an answer");
+    assert_eq!(ok(&r)["dataset_id"], "after");
+    d.kill();
 }

@@ -304,3 +304,106 @@ fn thousands_of_job_lifecycles_leave_memory_journal_and_latency_flat() {
     assert_eq!(t["jobs"], json!(0), "{t}");
     assert_eq!(t["iterations"], json!(0), "{t}");
 }
+
+/// Issue 22: releasing a burst of clients keeps the dispatcher responsive. Thousands of
+/// clients each hold the lease of their own job's iteration (two workers heartbeat, so each
+/// iteration has a task on each: thousands of tasks a worker); they are released at once from
+/// several connections while another connection polls `/healthz`, and one second later
+/// (`--job-gc-timeout 1s`, checked every second) their iterations are collected, during the
+/// burst and after it. Every release is answered 200 within a second and `/healthz` within
+/// 500 ms throughout, collection included (the longest of each is printed: `--no-capture`).
+/// Collecting an iteration used to rebuild its workers' whole task lists, so collecting
+/// thousands at once held the dispatcher for seconds.
+#[test]
+fn releasing_a_burst_of_clients_keeps_healthz_and_every_release_fast() {
+    let clients: usize =
+        std::env::var("SHARDWISE_BURST_CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    const CONNECTIONS: usize = 8;
+    let process = Dispatcher::start(&["--job-gc-timeout", "1s", "--job-gc-check-interval", "1s"]);
+    let d = process.url.as_str();
+    for worker in ["127.0.0.1:1", "127.0.0.1:2"] {
+        let (status, v, _) =
+            call(d, "POST", "/v1/workers/heartbeat", Some(json!({"worker_address": worker})));
+        assert_eq!(status, 200, "{v}");
+    }
+    let body = json!({"dataset": {"source": {"range": {"stop": 1000}}}});
+    let (status, v, _) = call(d, "POST", "/v1/datasets", Some(body));
+    assert_eq!(status, 200, "{v}");
+    let dataset = id(&v, "dataset_id");
+    let leases: Vec<Vec<String>> = std::thread::scope(|s| {
+        let lease = |_| {
+            let job = json!({"dataset_id": dataset, "processing_mode": "parallel_epochs"});
+            let (status, v, _) = call(d, "POST", "/v1/jobs", Some(job));
+            assert_eq!(status, 200, "{v}");
+            let path = format!("/v1/jobs/{}/iterations", id(&v, "job_id"));
+            let (status, v, _) = call(d, "POST", &path, Some(json!({})));
+            assert_eq!(status, 200, "{v}");
+            id(&v, "client_id")
+        };
+        let threads: Vec<_> = (0..CONNECTIONS)
+            .map(|c| {
+                let mine = clients / CONNECTIONS + usize::from(c < clients % CONNECTIONS);
+                s.spawn(move || (0..mine).map(lease).collect())
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().expect("leasing thread")).collect()
+    });
+    let held = totals(d);
+    println!("leases taken: {held}");
+    assert_eq!(held["iterations_open"], clients, "{held}");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (healthz, releases, collected) = std::thread::scope(|s| {
+        let poller = s.spawn(|| {
+            let mut lat = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let (status, v, took) = call(d, "GET", "/healthz", None);
+                assert_eq!(status, 200, "{v}");
+                lat.push(took);
+            }
+            lat
+        });
+        let started = Instant::now();
+        let releasers: Vec<_> = leases
+            .iter()
+            .map(|mine| {
+                s.spawn(move || {
+                    let mut lat = Vec::new();
+                    for client in mine {
+                        let (status, v, took) =
+                            call(d, "DELETE", &format!("/v1/clients/{client}"), None);
+                        assert_eq!(status, 200, "DELETE /v1/clients/{client}: {v}");
+                        lat.push(took);
+                    }
+                    lat
+                })
+            })
+            .collect();
+        let mut releases: Vec<Duration> =
+            releasers.into_iter().flat_map(|t| t.join().expect("releasing thread")).collect();
+        // `/healthz` is polled on until every iteration is collected.
+        poll_until("every iteration collected", Duration::from_secs(30), || {
+            let open = totals(d)["iterations_open"].clone();
+            if open == 0 { Ok(()) } else { Err(open) }
+        });
+        let collected = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut healthz = poller.join().expect("healthz thread");
+        healthz.sort_unstable();
+        releases.sort_unstable();
+        (healthz, releases, collected)
+    });
+    let (h_max, r_max) = (healthz[healthz.len() - 1], releases[releases.len() - 1]);
+    println!(
+        "{} releases over {CONNECTIONS} connections: p50 {:?}, p99 {:?}, max {r_max:?}; every \
+         iteration collected {collected:?} after the first; {} /healthz meanwhile: p50 {:?}, \
+         max {h_max:?}",
+        releases.len(),
+        releases[releases.len() / 2],
+        releases[releases.len() * 99 / 100],
+        healthz.len(),
+        healthz[healthz.len() / 2],
+    );
+    assert_eq!(releases.len(), clients);
+    assert!(h_max < Duration::from_millis(500), "/healthz took {h_max:?} during the burst");
+    assert!(r_max < Duration::from_secs(1), "a release took {r_max:?}");
+}

@@ -170,6 +170,18 @@ fn unusable_tls_files_are_usage_errors_naming_the_file() {
     assert!(e.contains(&format!("--ca-file {key}: no certificate in it")), "{e}");
 }
 
+/// Runs `shardwise ARGS` expecting it to refuse to start: bounded in time (killed after 10 s)
+/// and in memory (1 GiB of address space), so that a file read until out of memory or a start
+/// that blocks for ever fails this test instead of stalling it or the machine.
+fn refused_start(args: &[&str]) -> shardwise_tests::Run {
+    let bin = shardwise_tests::shardwise_bin();
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.arg(format!("--as={}", 1u64 << 30)).arg("--").arg(bin).args(args);
+    shardwise_tests::Process::spawn(&mut cmd)
+        .finish(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("shardwise {args:?} did not exit: {e}"))
+}
+
 /// A certificate or key "file" that never ends (`/dev/zero`), blocks (a FIFO no one writes)
 /// or is far larger than any PEM file is refused at once, naming the file: exit 2, as for any
 /// other unusable file (it used to be read until out of memory, or to block the start forever).
@@ -200,8 +212,9 @@ fn endless_blocking_or_huge_tls_files_are_usage_errors_naming_the_file() {
             ["--tls-cert", cert.as_str(), "--tls-key", file]
         };
         let started = Instant::now();
-        let e = Dispatcher::try_start(&args).unwrap_err();
-        assert!(e.starts_with("exited with Some(2)"), "{flag} {file}: {e}");
+        let run = refused_start(&[&["dispatcher", "--port", "0"], &args[..]].concat());
+        let e = format!("{}{}", run.stdout, run.stderr);
+        assert_eq!(run.code, 2, "{flag} {file}: {e}");
         assert!(e.contains(&format!("{flag} {file}: {why}")), "{flag} {file}: {e}");
         assert!(
             started.elapsed() < Duration::from_secs(10),
@@ -211,8 +224,10 @@ fn endless_blocking_or_huge_tls_files_are_usage_errors_naming_the_file() {
     }
     // The worker's CA file goes through the same checks.
     let d = Dispatcher::start(&[]);
-    let e = Worker::try_start(&d.url, &["--ca-file", "/dev/zero"]).unwrap_err();
-    assert!(e.starts_with("exited with Some(2)"), "{e}");
+    let run =
+        refused_start(&["worker", "--port", "0", "--dispatcher", &d.url, "--ca-file", "/dev/zero"]);
+    let e = format!("{}{}", run.stdout, run.stderr);
+    assert_eq!(run.code, 2, "{e}");
     assert!(e.contains("--ca-file /dev/zero: not a regular file"), "{e}");
 }
 
