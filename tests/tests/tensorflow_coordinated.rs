@@ -8,7 +8,7 @@
 //! Every process's output is printed only when a test fails; every wait is bounded.
 
 use serde_json::Value;
-use shardwise_tests::tf::{Cluster, Config, Kind};
+use shardwise_tests::tf::{CLIENT_DEADLINE, Cluster, Config, Kind};
 
 /// The integers of a result's `key`; panics with the result when it holds an error.
 fn ints(result: &Value, key: &str) -> Vec<i64> {
@@ -139,6 +139,50 @@ fn worker_tags(kind: Kind) {
     }
 }
 
+/// `target_workers="LOCAL"` with coordinated reads (TensorFlow's local-workers test): refused
+/// by the client with `InvalidArgumentError`, coordinated reads need non-local workers; the
+/// client has a local worker (else the refusal is that there is none).
+fn local_target_refused(kind: Kind) {
+    let mut cluster = Cluster::start(kind, Config::default());
+    cluster.expected_workers = 1;
+    let args = [
+        "--num-consumers",
+        "3",
+        "--take",
+        "10",
+        "--local-workers",
+        "1",
+        "--target-workers",
+        "LOCAL",
+        "--job-name",
+        "local",
+    ];
+    let i = cluster.spawn_script_client("coordinated.py", "groups", &args);
+    let result = cluster.finish(i);
+    assert_eq!(result["code"], "InvalidArgumentError", "{result}");
+    let error = result["error"].as_str().unwrap_or_default();
+    assert!(error.contains("Coordinated reads require non-local workers"), "{error}");
+}
+
+/// Workers join mid-read (TensorFlow's `testAddWorkers`, with worker tags): 7 consumers read
+/// 25 elements over 3 workers, then one worker tagged `COLOCATED` and one untagged join; the
+/// read goes on until the first element of each of the 5 workers arrived (each new worker's
+/// task starts in a round all consumers agreed on), and 25 more: every round from one worker.
+fn workers_join_mid_read(kind: Kind) {
+    let mut cluster = Cluster::start(kind, Config::default());
+    let args = ["--num-consumers", "7", "--take", "25", "--total-workers", "5"];
+    let i = cluster
+        .add_workers(&[None; 3], |c| c.spawn_script_client("coordinated.py", "add-workers", &args));
+    let paused = cluster.clients[i].1.wait_for_line(|l| l == "PAUSED", CLIENT_DEADLINE);
+    assert!(paused.is_some(), "the client never read 25 elements");
+    cluster.add_workers_with(&[None], &["--tags", "COLOCATED"], |c| c.add_workers(&[None], |_| ()));
+    cluster.clients[i].1.send_line("go").expect("the client's stdin");
+    let got = ints(&cluster.finish(i), "elements");
+    assert!(got.len() >= 50, "{got:?}");
+    assert_eq!(got.iter().filter(|&&x| x == 0).count(), 5, "one start per worker: {got:?}");
+    assert_groups(&got, 7, "7 consumers");
+}
+
 /// TensorFlow's `testBasic` in graph mode: 2 and 5 consumers (two jobs) over 3 workers, read
 /// in a v1 graph (one-shot iterator); every round's elements from one worker. (Eagerly:
 /// `coordinated_read_groups` in `tensorflow_e2e.rs`.)
@@ -185,6 +229,16 @@ fn tensorflow_dispatcher_read_groups_graph() {
     read_groups_graph(Kind::TensorFlow);
 }
 
+#[test]
+fn tensorflow_dispatcher_local_target_refused() {
+    local_target_refused(Kind::TensorFlow);
+}
+
+#[test]
+fn tensorflow_dispatcher_workers_join_mid_read() {
+    workers_join_mid_read(Kind::TensorFlow);
+}
+
 // ---- against `shardwise dispatcher` ----
 
 #[test]
@@ -205,4 +259,14 @@ fn shardwise_dispatcher_worker_tags() {
 #[test]
 fn shardwise_dispatcher_read_groups_graph() {
     read_groups_graph(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_local_target_refused() {
+    local_target_refused(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_workers_join_mid_read() {
+    workers_join_mid_read(Kind::Shardwise);
 }

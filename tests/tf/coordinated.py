@@ -14,6 +14,10 @@ Scenarios:
                (size 10, boundaries 30 and 60) of a shuffled, repeated `range(100)`, grouped
                so that each window of 15 batches has one bucket; prints the first
                `--rounds` rounds' batches: `{"batches": [[...], ...]}`.
+  add-workers  `--num-consumers N --take K --total-workers T`: reads K elements eagerly,
+               prints `PAUSED` and waits for a line on stdin (more workers start meanwhile),
+               reads until the first element (0) of each of T workers arrived, then K more;
+               prints `{"elements": [...]}`.
   restart      `--num-consumers N --take K`: reads K elements with N consumers, then builds
                the same consumers again (same job name) and reads again: prints
                `{"first": [...], "second": [...]}`, `second` replaced by `"error"`/`"code"`
@@ -225,6 +229,30 @@ def restart(target, opts):
     print(json.dumps({"first": first, "second": second}), flush=True)
 
 
+def add_workers(target, opts):
+    """Workers join mid-read: reads `--take` elements, prints `PAUSED` and waits for a line on
+    stdin (the test starts more workers meanwhile), then reads until it has seen the first
+    element (0) of every one of `--total-workers` workers, then `--take` more."""
+    if opts.wait_workers:
+        wait_for_workers(target, opts.wait_workers)
+    n = opts.num_consumers
+    it = iter(coordinated_dataset(target, n, opts.job_name, opts.target_workers))
+    elements = []
+    try:
+        for _ in range(opts.take):
+            elements.append(int(next(it)))
+        print("PAUSED", flush=True)
+        sys.stdin.readline()
+        while elements.count(0) < opts.total_workers:
+            elements.append(int(next(it)))
+        for _ in range(opts.take):
+            elements.append(int(next(it)))
+    except tf.errors.OpError as e:
+        fail(e, elements=elements)
+        return
+    print(json.dumps({"elements": elements}), flush=True)
+
+
 def main():
     scenario, target, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     parser = argparse.ArgumentParser(prog="coordinated.py " + scenario)
@@ -237,8 +265,15 @@ def main():
     parser.add_argument("--local-workers", type=int, default=0)
     parser.add_argument("--tags")
     parser.add_argument("--target-workers", default="AUTO")
+    parser.add_argument("--total-workers", type=int, default=0)
     opts = parser.parse_args(args)
-    {"groups": groups, "bucketizing": bucketizing, "restart": restart}[scenario](target, opts)
+    scenarios = {
+        "groups": groups,
+        "bucketizing": bucketizing,
+        "restart": restart,
+        "add-workers": add_workers,
+    }
+    scenarios[scenario](target, opts)
 
 
 if __name__ == "__main__":
