@@ -16,7 +16,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::{Process, Run, assert_ran, repo_root, run_bounded, target_dir};
+use serde_json::Value;
+
+use crate::{Dispatcher, Process, Run, Worker, assert_ran, repo_root, run_bounded, target_dir};
 
 /// The TensorFlow venv.
 #[derive(Debug)]
@@ -208,4 +210,284 @@ pub fn client(service: &str, args: &[&str]) -> Process {
 /// ...}`), `None` when it printed none.
 pub fn client_result(stdout: &str) -> Option<serde_json::Value> {
     stdout.lines().rev().find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok())
+}
+
+/// How long a client may take to import TensorFlow, read and print (a busy 2-core machine).
+pub const CLIENT_DEADLINE: Duration = Duration::from_secs(180);
+
+/// Which dispatcher a scenario runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// TensorFlow's `DispatchServer`, in its own Python process.
+    TensorFlow,
+    /// `shardwise dispatcher`.
+    Shardwise,
+}
+
+/// How a dispatcher is started.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    /// The port (`None`: an ephemeral one).
+    pub port: Option<u16>,
+    /// `--work-dir`.
+    pub work_dir: Option<String>,
+    /// `--fault-tolerant`.
+    pub fault_tolerant: bool,
+    /// The static worker list (`HOST:PORT`s).
+    pub worker_addresses: Vec<String>,
+}
+
+/// A running dispatcher of either kind.
+#[derive(Debug)]
+pub enum Running {
+    /// TensorFlow's `DispatchServer`.
+    TensorFlow(TfServer),
+    /// `shardwise dispatcher`.
+    Shardwise(Dispatcher),
+}
+
+/// A dispatcher, its TensorFlow workers and clients. When a test fails (panics) while it is
+/// alive, it prints what every process printed.
+#[derive(Debug)]
+pub struct Cluster {
+    /// Which dispatcher.
+    pub kind: Kind,
+    /// How it is started (again, after a kill).
+    pub config: Config,
+    /// The dispatcher (`None` while killed).
+    pub dispatcher: Option<Running>,
+    /// Its port.
+    pub port: u16,
+    /// TensorFlow workers, each in its own process.
+    pub workers: Vec<TfServer>,
+    /// How many workers a client waits for (GetWorkers) before it starts its iteration.
+    pub expected_workers: usize,
+    /// Client processes, by label.
+    pub clients: Vec<(String, Process)>,
+    /// `shardwise worker`s (a mixed fleet).
+    pub shardwise_workers: Vec<Worker>,
+    /// Output of processes that are gone (a killed dispatcher, finished clients).
+    pub gone: Vec<String>,
+}
+
+impl Cluster {
+    /// Starts the dispatcher (no workers yet).
+    pub fn start(kind: Kind, config: Config) -> Cluster {
+        let mut cluster = Cluster {
+            kind,
+            config,
+            dispatcher: None,
+            port: 0,
+            workers: Vec::new(),
+            expected_workers: 0,
+            clients: Vec::new(),
+            shardwise_workers: Vec::new(),
+            gone: Vec::new(),
+        };
+        cluster.start_dispatcher();
+        cluster
+    }
+
+    /// Starts the dispatcher as its configuration says.
+    pub fn start_dispatcher(&mut self) {
+        let c = &self.config;
+        let port = c.port.unwrap_or(0).to_string();
+        let addresses = c.worker_addresses.join(",");
+        let mut args: Vec<&str> = Vec::new();
+        if let Some(dir) = &c.work_dir {
+            args.extend(["--work-dir", dir]);
+        }
+        if c.fault_tolerant {
+            args.push("--fault-tolerant");
+        }
+        if !addresses.is_empty() {
+            args.extend(["--worker-addresses", &addresses]);
+        }
+        let running = match self.kind {
+            Kind::TensorFlow => {
+                args.extend(["--port", &port]);
+                Running::TensorFlow(TfServer::start("dispatcher", &args))
+            }
+            Kind::Shardwise => {
+                // TensorFlow's test-speed garbage collection, as service.py sets it.
+                args.extend(["--job-gc-check-interval", "200ms"]);
+                let d = Dispatcher::try_start_on(&port, &args)
+                    .unwrap_or_else(|e| panic!("shardwise dispatcher did not start: {e}"));
+                Running::Shardwise(d)
+            }
+        };
+        self.port = match &running {
+            Running::TensorFlow(s) => s.port,
+            Running::Shardwise(d) => {
+                d.url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port in the URL")
+            }
+        };
+        self.dispatcher = Some(running);
+    }
+
+    /// `127.0.0.1:PORT`, as workers are given it.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `grpc://127.0.0.1:PORT`, as clients are given it.
+    pub fn service(&self) -> String {
+        format!("grpc://{}", self.address())
+    }
+
+    /// The Shardwise dispatcher; panics for another kind or while it is killed.
+    pub fn shardwise(&self) -> &Dispatcher {
+        match &self.dispatcher {
+            Some(Running::Shardwise(d)) => d,
+            _ => panic!("not a running shardwise dispatcher"),
+        }
+    }
+
+    /// Starts TensorFlow workers, one per entry (`Some(port)`: on that port), all importing
+    /// TensorFlow at once; waits for them after `meanwhile` (e.g. starting the clients, which
+    /// wait for every worker to register before they start their iteration).
+    pub fn add_workers<T>(
+        &mut self,
+        ports: &[Option<u16>],
+        meanwhile: impl FnOnce(&mut Self) -> T,
+    ) -> T {
+        self.add_workers_with(ports, &[], meanwhile)
+    }
+
+    /// [`Cluster::add_workers`] with more `service.py worker` arguments (e.g. `--tags A,B`).
+    pub fn add_workers_with<T>(
+        &mut self,
+        ports: &[Option<u16>],
+        args: &[&str],
+        meanwhile: impl FnOnce(&mut Self) -> T,
+    ) -> T {
+        let dispatcher = self.address();
+        self.expected_workers += ports.len();
+        let spawned: Vec<Process> = ports
+            .iter()
+            .map(|port| {
+                let port = port.unwrap_or(0).to_string();
+                let mut all = vec![dispatcher.as_str(), "--port", &port];
+                all.extend_from_slice(args);
+                TfServer::spawn("worker", &all)
+            })
+            .collect();
+        let out = meanwhile(self);
+        for process in spawned {
+            self.workers.push(TfServer::ready("worker", process));
+        }
+        out
+    }
+
+    /// Starts `e2e.py read SERVICE ARGS`; [`Cluster::finish`] takes its result.
+    pub fn spawn_client(&mut self, args: &[&str]) -> usize {
+        let label = format!("client {}", args.join(" "));
+        let wait = self.expected_workers.to_string();
+        let mut all = args.to_vec();
+        all.extend(["--wait-workers", &wait]);
+        self.clients.push((label, client(&self.service(), &all)));
+        self.clients.len() - 1
+    }
+
+    /// Starts `jobs.py SCENARIO SERVICE ARGS` (waiting for every worker first); [`Cluster::finish`]
+    /// takes its result.
+    pub fn spawn_jobs_client(&mut self, scenario: &str, args: &[&str]) -> usize {
+        self.spawn_script_client("jobs.py", scenario, args)
+    }
+
+    /// Starts `tests/tf/SCRIPT SCENARIO SERVICE ARGS --wait-workers N` (N: every worker started
+    /// so far); [`Cluster::finish`] takes its result.
+    pub fn spawn_script_client(
+        &mut self,
+        script_name: &str,
+        scenario: &str,
+        args: &[&str],
+    ) -> usize {
+        let label = format!("{script_name} {scenario} {}", args.join(" "));
+        let wait = self.expected_workers.to_string();
+        let service = self.service();
+        let mut all = vec![scenario, &service];
+        all.extend_from_slice(args);
+        all.extend(["--wait-workers", &wait]);
+        let process = Process::spawn_piped(&mut script(script_name, &all));
+        self.clients.push((label, process));
+        self.clients.len() - 1
+    }
+
+    /// Waits for client `i` to print its result and exit.
+    pub fn finish(&mut self, i: usize) -> Value {
+        let (label, process) = &mut self.clients[i];
+        let run = match process.finish(CLIENT_DEADLINE) {
+            Ok(run) => run,
+            Err(e) => panic!("{label}: {e}"),
+        };
+        let result = client_result(&run.stdout);
+        match result {
+            Some(v) if run.code == 0 => {
+                self.gone.push(format!("{label}:\n{}\n{}", run.stdout, run.stderr));
+                v
+            }
+            _ => panic!("{label} exited {}:\n{}\n{}", run.code, run.stdout, run.stderr),
+        }
+    }
+
+    /// Runs one client to its end.
+    pub fn read(&mut self, args: &[&str]) -> Value {
+        let i = self.spawn_client(args);
+        self.finish(i)
+    }
+
+    /// SIGKILL to the dispatcher (its output is kept for a failure report).
+    pub fn kill_dispatcher(&mut self) {
+        match self.dispatcher.take() {
+            Some(Running::TensorFlow(mut s)) => {
+                let _ = s.process.child.kill();
+                let _ = s.process.child.wait();
+                let (out, err) = s.output();
+                self.gone.push(format!("killed TensorFlow dispatcher:\n{out}\n{err}"));
+            }
+            Some(Running::Shardwise(mut d)) => {
+                d.kill();
+                self.gone.push(format!("killed shardwise dispatcher:\n{}", d.output()));
+            }
+            None => {}
+        }
+    }
+
+    /// Starts the dispatcher again on the port it had, with its configuration (and work dir).
+    pub fn restart_dispatcher(&mut self) {
+        self.config.port = Some(self.port);
+        self.start_dispatcher();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        eprintln!("==== {:?} cluster on port {}", self.kind, self.port);
+        for text in &self.gone {
+            eprintln!("==== {text}");
+        }
+        match &self.dispatcher {
+            Some(Running::TensorFlow(s)) => {
+                let (out, err) = s.output();
+                eprintln!("==== TensorFlow dispatcher:\n{out}\n{err}");
+            }
+            Some(Running::Shardwise(d)) => eprintln!("==== shardwise dispatcher:\n{}", d.output()),
+            None => {}
+        }
+        for w in &self.workers {
+            let (out, err) = w.output();
+            eprintln!("==== TensorFlow worker {}:\n{out}\n{err}", w.port);
+        }
+        for (label, p) in &self.clients {
+            let (out, err) = p.output();
+            eprintln!("==== {label}:\n{out}\n{err}");
+        }
+        for w in &self.shardwise_workers {
+            eprintln!("==== shardwise worker {}:\n{}", w.url, w.output());
+        }
+    }
 }

@@ -11,7 +11,8 @@ prints the elements it read as one JSON list. TensorFlow logs to stderr.
 
 Dispatcher options: `--port P` (0: pick one), `--work-dir DIR`, `--fault-tolerant`,
 `--worker-addresses A,B` (static sharding), and TensorFlow's test-speed timeouts are always set.
-Worker options: `--port P` (0: pick one), `--heartbeat-ms MS` (default 100, for tests).
+Worker options: `--port P` (0: pick one), `--heartbeat-ms MS` (default 100, for tests),
+`--tags A,B` (worker tags).
 """
 
 import argparse
@@ -48,17 +49,40 @@ def worker(dispatcher_address, *args):
     parser = argparse.ArgumentParser(prog="service.py worker")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--heartbeat-ms", type=int, default=100)
+    parser.add_argument("--tags", default="")
     opts = parser.parse_args(args)
-    config = service.WorkerConfig(
-        dispatcher_address=dispatcher_address,
-        port=opts.port,
-        # The address the dispatcher hands to clients: IPv4 loopback, not `localhost`.
-        worker_address="127.0.0.1:%port%",
-        heartbeat_interval_ms=opts.heartbeat_ms,
-    )
-    server = service.WorkerServer(config)
+    tags = [t for t in opts.tags.split(",") if t]
+    server = make_worker(dispatcher_address, opts.port, opts.heartbeat_ms, tags)
     print("PORT", server._server.bound_port(), flush=True)
     server.join()
+
+
+def make_worker(dispatcher_address, port=0, heartbeat_ms=100, tags=()):
+    """A started `WorkerServer`. With tags it is configured by its proto (the Python
+    `WorkerConfig` has no tags), as TensorFlow's own tests configure tagged workers."""
+    if not tags:
+        config = service.WorkerConfig(
+            dispatcher_address=dispatcher_address,
+            port=port,
+            # The address the dispatcher hands to clients: IPv4 loopback, not `localhost`.
+            worker_address="127.0.0.1:%port%",
+            heartbeat_interval_ms=heartbeat_ms,
+        )
+        return service.WorkerServer(config)
+    from tensorflow.core.protobuf import service_config_pb2
+
+    defaults = service.WorkerConfig(dispatcher_address=dispatcher_address)
+    config = service_config_pb2.WorkerConfig(
+        dispatcher_address=dispatcher_address,
+        worker_address="127.0.0.1:%port%",
+        port=port,
+        protocol=defaults.protocol,
+        worker_tags=tags,
+        heartbeat_interval_ms=heartbeat_ms,
+        dispatcher_timeout_ms=defaults.dispatcher_timeout_ms,
+        data_transfer_address=defaults.data_transfer_address,
+    )
+    return service.WorkerServer(config)
 
 
 def seed(target):
