@@ -157,8 +157,8 @@ pub const NOT_SHARDABLE: &[(&str, &str)] = &[
 ];
 
 /// What DYNAMIC sharding supports, for error messages.
-const SUPPORTED: &str = "Dataset.range, from_tensors, from_tensor_slices of constants or of \
-                         list_files, from_list, random, zip, concatenate, choose_from_datasets, sample_from_datasets, \
+const SUPPORTED: &str = "Dataset.range, from_tensors, from_tensor_slices of constants (sparse and \
+                         ragged too) or of list_files, from_list, random, zip, concatenate, choose_from_datasets, sample_from_datasets, \
                          interleave, flat_map, group_by_window, and one-input transformations \
                          such as map, batch, shuffle, repeat, take and skip";
 
@@ -498,6 +498,35 @@ impl<'g> Walk<'g> {
                     })?;
                     return i64::try_from(count)
                         .map_err(|_| unsupported(node, "it matches too many files".into()));
+                }
+                // `from_tensor_slices(SparseTensor)`: the slices are the rows of its dense
+                // shape's first dimension.
+                "SerializeManySparse" => {
+                    let dense_shape = self.input(node, 2)?;
+                    let dims = const_ints(const_tensor(node, dense_shape)?)
+                        .map_err(|e| unsupported(node, format!("its dense shape {e}")))?;
+                    return match dims.first() {
+                        Some(&rows) if rows >= 0 => Ok(rows),
+                        _ => Err(unsupported(node, "its dense shape has no rows".into())),
+                    };
+                }
+                // `from_tensor_slices(RaggedTensor)`: one slice per row, one row per pair of
+                // its outer row splits.
+                "RaggedTensorToVariant" => {
+                    let batched = matches!(
+                        node.attr.get("batched_input"),
+                        Some(AttrValue { value: Some(attr_value::Value::B(true)) })
+                    );
+                    if !batched {
+                        return Err(unsupported(node, "it is not `batched_input`".into()));
+                    }
+                    let splits = self.input(node, 0)?;
+                    let splits = const_ints(const_tensor(node, splits)?)
+                        .map_err(|e| unsupported(node, format!("its row splits {e}")))?;
+                    return match splits.len().checked_sub(1) {
+                        Some(rows) => Ok(rows as i64),
+                        None => Err(unsupported(node, "its row splits are empty".into())),
+                    };
                 }
                 _ => return slice_count(user, node),
             }
@@ -925,6 +954,52 @@ mod tests {
         nodes.push(node("second", "FixedLengthRecordDataset", &["f"]));
         nodes.push(node("zip", "ZipDataset", &["first", "second"]));
         assert_eq!(unsupported_op(&graph_of(nodes, "zip")), "TextLineDataset");
+    }
+
+    /// An int64 vector `Const`.
+    fn vector(name: &str, values: &[i64]) -> NodeDef {
+        with_tensor(
+            node(name, "Const", &[]),
+            TensorProto {
+                dtype: DataType::DtInt64 as i32,
+                tensor_shape: shape(&[values.len() as i64]),
+                int64_val: values.to_vec(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// `from_tensor_slices` of a sparse tensor of dense shape [3, 3] (`SerializeManySparse`
+    /// of its indices, values and dense shape) and of a ragged tensor of 3 rows
+    /// (`RaggedTensorToVariant` of its row splits and values): 3 splits each.
+    #[test]
+    fn sparse_and_ragged_slices_split_by_row() {
+        let mut nodes = vec![vector("indices", &[0, 0, 1, 1]), vector("values", &[1, 2])];
+        nodes.push(vector("dense_shape", &[3, 3]));
+        nodes.push(node("sparse", "SerializeManySparse", &["indices", "values", "dense_shape"]));
+        nodes.push(node("sparse_slices", "TensorSliceDataset", &["sparse"]));
+        let providers = split_providers_no_files(&graph(nodes.clone(), "sparse_slices"));
+        assert_eq!(providers.expect("sparse"), [SplitProvider::Index { len: 3 }]);
+
+        nodes.push(vector("splits", &[0, 1, 3, 6]));
+        let mut ragged = node("ragged", "RaggedTensorToVariant", &["splits", "values"]);
+        ragged
+            .attr
+            .insert("batched_input".into(), AttrValue { value: Some(attr_value::Value::B(true)) });
+        nodes.push(ragged.clone());
+        nodes.push(node("ragged_slices", "TensorSliceDataset", &["ragged"]));
+        let providers = split_providers_no_files(&graph(nodes.clone(), "ragged_slices"));
+        assert_eq!(providers.expect("ragged"), [SplitProvider::Index { len: 3 }]);
+
+        // Not batched, computed sizes, no rows: refused, naming the op.
+        let last = nodes.len() - 2;
+        ragged.attr.clear();
+        nodes[last] = ragged;
+        assert_eq!(unsupported_op(&graph(nodes.clone(), "ragged_slices")), "RaggedTensorToVariant");
+        nodes[2] = node("dense_shape", "Shape", &["values"]);
+        assert_eq!(unsupported_op(&graph(nodes.clone(), "sparse_slices")), "SerializeManySparse");
+        nodes[2] = vector("dense_shape", &[]);
+        assert_eq!(unsupported_op(&graph(nodes, "sparse_slices")), "SerializeManySparse");
     }
 
     /// `tf.data.experimental.from_list([(0, 0), (1, -1), (2, -2)])`: six tensors, two
