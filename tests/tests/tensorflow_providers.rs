@@ -1,18 +1,19 @@
 //! TensorFlow's DYNAMIC split providers on `shardwise dispatcher`, and graph walks that stay
 //! bounded whatever graph a client registers.
 //!
-//! With real TensorFlow: per dispatcher (TensorFlow's own `DispatchServer`, which proves the
-//! expectations, and `shardwise dispatcher`) and per fleet size (1 and 3 TensorFlow
-//! workers), one cluster and ONE client process (`tests/tf/providers.py`) that reads every
-//! dataset in turn (`distributed_epoch`), against what the same datasets give without the
-//! service (`providers.py local`).
+//! With real TensorFlow: one #[test] per dispatcher (TensorFlow's own `DispatchServer`, which
+//! proves the expectations, and `shardwise dispatcher`) and per fleet size (1 and 3
+//! TensorFlow workers), each with its own cluster and ONE client process
+//! (`tests/tf/providers.py`) that reads every dataset in turn, without the service and then
+//! through it (`distributed_epoch`), so that nextest runs them side by side. The same
+//! assertions hold on both dispatchers.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use shardwise_tests::Process;
-use shardwise_tests::tf::{TfServer, run_script, script};
+use shardwise_tests::tf::{TfServer, script};
 
 use shardwise_gateway::tf::proto::tensorflow::data as tf;
 use shardwise_gateway::tf::proto::tensorflow::{GraphDef, NodeDef};
@@ -130,11 +131,14 @@ fn results(stdout: &str) -> Results {
         .collect()
 }
 
-/// A dataset's elements, sorted (a multiset); panics when reading it failed.
-fn multiset(results: &Results, name: &str) -> Vec<String> {
+/// A dataset's elements (`field`: `elements` through the service, `local` without it),
+/// sorted (a multiset); panics when reading it failed.
+fn multiset(results: &Results, name: &str, field: &str) -> Vec<String> {
     let r = &results[name];
-    let Some(elements) = r["elements"].as_array() else { panic!("{name}: {r}") };
-    assert!(r.get("error").is_none(), "{name}: {r}");
+    let Some(elements) = r[field].as_array() else { panic!("{name} ({field}): {r}") };
+    if field == "elements" {
+        assert!(r.get("error").is_none(), "{name}: {r}");
+    }
     let mut all: Vec<String> = elements.iter().map(Value::to_string).collect();
     all.sort();
     all
@@ -171,7 +175,7 @@ fn read_through(kind: Kind, workers: usize, data: &str) -> Results {
     let n = workers.to_string();
     let mut client = Process::spawn(&mut script("providers.py", &["read", &target, data, &n]));
     let run = client
-        .finish(Duration::from_secs(420))
+        .finish(Duration::from_secs(600))
         .unwrap_or_else(|e| panic!("{kind:?} with {workers} workers: {e}"));
     assert_eq!(run.code, 0, "{kind:?} with {workers} workers:\n{}\n{}", run.stdout, run.stderr);
     results(&run.stdout)
@@ -187,102 +191,134 @@ const EXACTLY_ONCE: &[&str] = &[
     "flat_map",
     "flat_map_repeat",
     "group_by_window",
+    "bucket_by_sequence_length",
     "text_line_files",
     "list_files",
     "from_tensors",
+    "from_list",
+    "sparse_slices",
+    "ragged_slices",
+    "cache",
+    "scan",
+    "window",
+    "ignore_errors",
+    "rebatch",
 ];
 
-/// Issue 21, point 3: every split provider TensorFlow's dispatcher gives, with 1 and 3 real
-/// TensorFlow workers and a real TensorFlow client, on TensorFlow's dispatcher and on
-/// Shardwise's.
-#[test]
-fn every_dynamic_split_provider_reads_as_on_tensorflows_dispatcher() {
+/// The datasets TensorFlow's dispatcher cannot shard, the op Shardwise's refusal names, and
+/// what TensorFlow's own refusal (`UNIMPLEMENTED`) says.
+const REFUSED: &[(&str, &str, &str)] = &[
+    ("sql", "SqlDataset", "SqlDataset"),
+    ("snapshot", "SnapshotDatasetV2", "Splitting is not implemented for snapshot datasets"),
+    ("distribute_of_distribute", "DataServiceDatasetV4", "DataServiceDatasetV4"),
+];
+
+/// Issue 21, point 3: every split provider TensorFlow's dispatcher gives, read with `workers`
+/// real TensorFlow workers and a real TensorFlow client through `kind`'s dispatcher.
+fn every_dynamic_split_provider(kind: Kind, workers: usize) {
     let dir = TempDir::new("tf-providers");
-    let data = dir.path().to_owned();
-    run_script("providers.py", &["write", &data], Duration::from_secs(180));
-    let local =
-        results(&run_script("providers.py", &["local", &data], Duration::from_secs(180)).stdout);
-    let mut by_run = BTreeMap::new();
-    for kind in [Kind::TensorFlow, Kind::Shardwise] {
-        for workers in [1, 3] {
-            let started = Instant::now();
-            let r = read_through(kind, workers, &data);
-            eprintln!("{kind:?} with {workers} workers: {:?}", started.elapsed());
-            for line in r.values() {
-                eprintln!("  {line}");
-            }
-            by_run.insert((kind == Kind::Shardwise, workers), r);
+    let started = Instant::now();
+    let r = read_through(kind, workers, dir.path());
+    let at = format!("{kind:?} with {workers} workers");
+    eprintln!("{at}: {:?}", started.elapsed());
+    for line in r.values() {
+        eprintln!("  {line}");
+    }
+    for name in EXACTLY_ONCE {
+        assert_eq!(multiset(&r, name, "elements"), multiset(&r, name, "local"), "{name} on {at}");
+    }
+    // choose_from_datasets shards its selector too: one worker reads it all; with more,
+    // every element at most once, of the dataset's.
+    let chosen = multiset(&r, "choose_from_datasets", "elements");
+    let mut all = multiset(&r, "choose_from_datasets", "local");
+    if workers == 1 {
+        assert_eq!(chosen, all, "{at}");
+    } else {
+        for e in &chosen {
+            let i = all.iter().position(|x| x == e);
+            assert!(i.is_some(), "choose_from_datasets on {at}: {e} twice or not of it");
+            all.remove(i.expect("found"));
         }
     }
-    for ((shardwise, workers), r) in &by_run {
-        let at = format!(
-            "{} with {workers} workers",
-            if *shardwise { "Shardwise" } else { "TensorFlow" }
+    // enumerate: every element once; each worker counts its own from `start`.
+    let pairs: Vec<Vec<i64>> = r["enumerate"]["elements"]
+        .as_array()
+        .unwrap_or_else(|| panic!("enumerate on {at}: {}", r["enumerate"]))
+        .iter()
+        .map(|p| p.as_array().expect("a pair").iter().map(|v| v.as_i64().expect("int")).collect())
+        .collect();
+    let mut values: Vec<i64> = pairs.iter().map(|p| p[1]).collect();
+    values.sort_unstable();
+    assert_eq!(values, (5..15).collect::<Vec<_>>(), "enumerate on {at}");
+    assert!(pairs.iter().all(|p| (100..110).contains(&p[0])), "enumerate on {at}: {pairs:?}");
+    if workers == 1 {
+        assert_eq!(
+            multiset(&r, "enumerate", "elements"),
+            multiset(&r, "enumerate", "local"),
+            "{at}"
         );
-        for name in EXACTLY_ONCE {
-            assert_eq!(multiset(r, name), multiset(&local, name), "{name} on {at}");
+    }
+    // random ignores its splits: every worker reads take(4) of its own.
+    let random = r["random"]["elements"].as_array().map(Vec::len);
+    assert_eq!(random, Some(4 * workers), "random on {at}: {}", r["random"]);
+    // Files shuffled by a seeded shuffle, then interleaved: every worker reads every file
+    // (each record once per worker).
+    let records = multiset(&r, "tfrecord_files", "local");
+    let each: Vec<String> = records.iter().flat_map(|e| vec![e.clone(); workers]).collect();
+    assert_eq!(multiset(&r, "tfrecord_files", "elements"), each, "tfrecord_files on {at}");
+    // A cache in a file: one worker reads each element once. Several workers on one file
+    // system contend for the cache's lock file (TensorFlow's cache refuses a second writer,
+    // whatever the dispatcher); a worker that starts once another has written the whole
+    // cache reads all of it: each element 1 to `workers` times, or that refusal.
+    let dataset = multiset(&r, "cache_file", "local");
+    let cache = &r["cache_file"];
+    if workers == 1 {
+        assert_eq!(multiset(&r, "cache_file", "elements"), dataset, "cache_file on {at}");
+    } else if let Some(why) = cache["error"].as_str() {
+        assert!(why.contains("cache lockfile already exists"), "cache_file on {at}: {why}");
+    } else {
+        let cached = multiset(&r, "cache_file", "elements");
+        for e in &dataset {
+            let n = cached.iter().filter(|x| *x == e).count();
+            assert!((1..=workers).contains(&n), "cache_file on {at}: {e} {n} times: {cached:?}");
         }
-        // choose_from_datasets shards its selector too: one worker reads it all; with more,
-        // every element at most once, of the dataset's.
-        let chosen = multiset(r, "choose_from_datasets");
-        if *workers == 1 {
-            assert_eq!(chosen, multiset(&local, "choose_from_datasets"), "{at}");
-        } else {
-            let mut all = multiset(&local, "choose_from_datasets");
-            for e in &chosen {
-                let i = all.iter().position(|x| x == e);
-                assert!(i.is_some(), "choose_from_datasets on {at}: {e} twice or not of it");
-                all.remove(i.expect("found"));
+        assert!(cached.iter().all(|e| dataset.contains(e)), "cache_file on {at}: {cached:?}");
+    }
+    // What TensorFlow cannot shard is refused by both dispatchers, naming the op.
+    for (name, op, tensorflow_says) in REFUSED {
+        let refused = &r[*name];
+        let why = refused["error"].as_str().unwrap_or_default();
+        match kind {
+            Kind::Shardwise => {
+                assert_eq!(refused["code"], "FailedPreconditionError", "{name} on {at}: {refused}");
+                assert!(why.contains(op), "{name} on {at}: names the op: {why}");
+            }
+            Kind::TensorFlow => {
+                assert_eq!(refused["code"], "UnimplementedError", "{name} on {at}: {refused}");
+                assert!(why.contains(tensorflow_says), "{name} on {at}: {why}");
             }
         }
-        // enumerate: every element once; each worker counts its own from `start`.
-        let pairs: Vec<Vec<i64>> = r["enumerate"]["elements"]
-            .as_array()
-            .unwrap_or_else(|| panic!("enumerate on {at}: {}", r["enumerate"]))
-            .iter()
-            .map(|p| {
-                p.as_array().expect("a pair").iter().map(|v| v.as_i64().expect("int")).collect()
-            })
-            .collect();
-        let mut values: Vec<i64> = pairs.iter().map(|p| p[1]).collect();
-        values.sort_unstable();
-        assert_eq!(values, (5..15).collect::<Vec<_>>(), "enumerate on {at}");
-        assert!(pairs.iter().all(|p| (100..110).contains(&p[0])), "enumerate on {at}: {pairs:?}");
-        if *workers == 1 {
-            assert_eq!(multiset(r, "enumerate"), multiset(&local, "enumerate"), "{at}");
-        }
-        // random ignores its splits: every worker reads take(4) of its own.
-        let random = r["random"]["elements"].as_array().map(Vec::len);
-        assert_eq!(random, Some(4 * workers), "random on {at}: {}", r["random"]);
-        // A SQL query has no split provider on either dispatcher.
-        let refused = &r["sql"];
-        assert!(refused.get("error").is_some(), "sql on {at}: {refused}");
-        if *shardwise {
-            assert_eq!(refused["code"], "FailedPreconditionError", "{refused}");
-            let why = refused["error"].as_str().unwrap_or_default();
-            assert!(why.contains("SqlDataset"), "names the op: {why}");
-        }
     }
-    for workers in [1, 3] {
-        let (tf, ours) = (&by_run[&(false, workers)], &by_run[&(true, workers)]);
-        // Everything TensorFlow's dispatcher gives as a multiset, Shardwise's gives too (but
-        // what depends on which worker got which split: choose_from_datasets' and
-        // enumerate's with several workers).
-        for name in tf.keys().filter(|n| *n != "sql") {
-            if workers > 1 && (name == "choose_from_datasets" || name == "enumerate") {
-                continue;
-            }
-            assert_eq!(multiset(ours, name), multiset(tf, name), "{name} with {workers} workers");
-        }
-    }
-    // Files shuffled by a seeded shuffle, then interleaved: TensorFlow's workers each read
-    // every file (measured: each record once per worker), and so do Shardwise's; one worker
-    // reads each record once.
-    let records = multiset(&local, "tfrecord_files");
-    assert_eq!(multiset(&by_run[&(true, 1)], "tfrecord_files"), records);
-    let thrice: Vec<String> =
-        records.iter().flat_map(|r| [r.clone(), r.clone(), r.clone()]).collect();
-    assert_eq!(multiset(&by_run[&(true, 3)], "tfrecord_files"), thrice);
+}
+
+#[test]
+fn every_dynamic_split_provider_on_tensorflows_dispatcher_with_1_worker() {
+    every_dynamic_split_provider(Kind::TensorFlow, 1);
+}
+
+#[test]
+fn every_dynamic_split_provider_on_tensorflows_dispatcher_with_3_workers() {
+    every_dynamic_split_provider(Kind::TensorFlow, 3);
+}
+
+#[test]
+fn every_dynamic_split_provider_on_shardwise_with_1_worker() {
+    every_dynamic_split_provider(Kind::Shardwise, 1);
+}
+
+#[test]
+fn every_dynamic_split_provider_on_shardwise_with_3_workers() {
+    every_dynamic_split_provider(Kind::Shardwise, 3);
 }
 
 /// `list_files` patterns in a graph (`MatchingFiles` of a `Const`, as a graph built outside

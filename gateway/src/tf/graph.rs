@@ -32,17 +32,42 @@ use super::proto::tensorflow::{AttrValue, DataType, GraphDef, NodeDef, TensorPro
 /// TensorFlow (its nested iterator contexts drop them).
 pub const PASS_THROUGH: &[&str] = &[
     "AssertCardinalityDataset",
+    "AssertNextDataset",
+    "AssertPrevDataset",
     "BatchDataset",
     "BatchDatasetV2",
+    "BytesProducedStatsDataset",
+    "CacheDataset",
+    "CacheDatasetV2",
+    "DenseToSparseBatchDataset",
+    "ExperimentalAssertNextDataset",
+    "ExperimentalBytesProducedStatsDataset",
+    "ExperimentalDenseToSparseBatchDataset",
     "ExperimentalGroupByReducerDataset",
     "ExperimentalGroupByWindowDataset",
+    "ExperimentalIgnoreErrorsDataset",
+    "ExperimentalLatencyStatsDataset",
+    "ExperimentalMapAndBatchDataset",
+    "ExperimentalMaxIntraOpParallelismDataset",
+    "ExperimentalParseExampleDataset",
+    "ExperimentalPrivateThreadPoolDataset",
+    "ExperimentalRebatchDataset",
+    "ExperimentalScanDataset",
+    "ExperimentalSleepDataset",
+    "ExperimentalSlidingWindowDataset",
+    "ExperimentalTakeWhileDataset",
+    "ExperimentalUnbatchDataset",
+    "ExperimentalUniqueDataset",
     "FilterDataset",
     "FinalizeDataset",
     "FlatMapDataset",
     "GroupByReducerDataset",
     "GroupByWindowDataset",
+    "IgnoreErrorsDataset",
     "InterleaveDataset",
+    "LatencyStatsDataset",
     "LegacyParallelInterleaveDatasetV2",
+    "MapAndBatchDataset",
     "MapDataset",
     "MaxIntraOpParallelismDataset",
     "ModelDataset",
@@ -50,21 +75,35 @@ pub const PASS_THROUGH: &[&str] = &[
     "PaddedBatchDataset",
     "PaddedBatchDatasetV2",
     "ParallelBatchDataset",
+    "ParallelFilterDataset",
     "ParallelInterleaveDataset",
     "ParallelInterleaveDatasetV2",
     "ParallelInterleaveDatasetV3",
     "ParallelInterleaveDatasetV4",
     "ParallelMapDataset",
     "ParallelMapDatasetV2",
+    "ParseExampleDataset",
+    "ParseExampleDatasetV2",
     "PrefetchDataset",
     "PrivateThreadPoolDataset",
+    "RebatchDataset",
+    "RebatchDatasetV2",
     "RepeatDataset",
+    "ScanDataset",
+    "ShardDataset",
+    "ShuffleAndRepeatDataset",
+    "ShuffleAndRepeatDatasetV2",
     "ShuffleDataset",
     "ShuffleDatasetV2",
     "ShuffleDatasetV3",
     "SkipDataset",
+    "SleepDataset",
+    "SlidingWindowDataset",
     "TakeDataset",
+    "TakeWhileDataset",
     "UnbatchDataset",
+    "UniqueDataset",
+    "WindowDataset",
 ];
 
 /// The dataset ops whose split providers are those of all their dataset inputs, one input
@@ -82,9 +121,44 @@ pub const ALL_INPUTS: &[&str] = &[
 /// index split provider of 2^63 - 1 splits, as TensorFlow's (it never reads them).
 pub const RANDOM: &[&str] = &["ExperimentalRandomDataset", "RandomDataset", "RandomDatasetV2"];
 
+/// Dataset ops TensorFlow's dispatcher cannot make split providers for either, and why: a
+/// DYNAMIC job over them fails on TensorFlow's dispatcher too (`UNIMPLEMENTED`).
+pub const NOT_SHARDABLE: &[(&str, &str)] = &[
+    (
+        "SnapshotDataset",
+        "TensorFlow does not implement splitting for snapshot datasets either; read it with \
+         OFF or static sharding",
+    ),
+    (
+        "SnapshotDatasetV2",
+        "TensorFlow does not implement splitting for snapshot datasets either; read it with \
+         OFF or static sharding",
+    ),
+    (
+        "DataServiceDataset",
+        "it reads from a tf.data service and has no input dataset and no split provider, on \
+         TensorFlow's dispatcher as here",
+    ),
+    (
+        "DataServiceDatasetV2",
+        "it reads from a tf.data service and has no input dataset and no split provider, on \
+         TensorFlow's dispatcher as here",
+    ),
+    (
+        "DataServiceDatasetV3",
+        "it reads from a tf.data service and has no input dataset and no split provider, on \
+         TensorFlow's dispatcher as here",
+    ),
+    (
+        "DataServiceDatasetV4",
+        "it reads from a tf.data service and has no input dataset and no split provider, on \
+         TensorFlow's dispatcher as here",
+    ),
+];
+
 /// What DYNAMIC sharding supports, for error messages.
-const SUPPORTED: &str = "Dataset.range, from_tensors, from_tensor_slices of constants or of \
-                         list_files, random, zip, concatenate, choose_from_datasets, sample_from_datasets, \
+const SUPPORTED: &str = "Dataset.range, from_tensors, from_tensor_slices of constants (sparse and \
+                         ragged too) or of list_files, from_list, random, zip, concatenate, choose_from_datasets, sample_from_datasets, \
                          interleave, flat_map, group_by_window, and one-input transformations \
                          such as map, batch, shuffle, repeat, take and skip";
 
@@ -324,13 +398,27 @@ pub fn split_providers(
             op if RANDOM.contains(&op) => providers.push(SplitProvider::Index { len: i64::MAX }),
             // `from_tensors`: one element, one split.
             "TensorDataset" => providers.push(SplitProvider::Index { len: 1 }),
+            // `tf.data.experimental.from_list`: its inputs are the elements' components, one
+            // element after the other; one index split per element.
+            "ListDataset" => {
+                let components = list_attr_len(node, "output_types");
+                if components == 0 {
+                    return Err(unsupported(node, "it has no `output_types`".into()));
+                }
+                let tensors = walk.inputs(node)?.len();
+                // At most MAX_FAN_OUT inputs: the count fits.
+                providers.push(SplitProvider::Index { len: (tensors / components) as i64 });
+            }
             op if ALL_INPUTS.contains(&op) => {
                 let inputs = walk.inputs(node)?;
                 // Walked in input order: the first input's providers come first.
                 stack.extend(inputs.into_iter().rev());
             }
             op if PASS_THROUGH.contains(&op) => stack.push(walk.input(node, 0)?),
-            _ => {
+            op => {
+                if let Some((_, why)) = NOT_SHARDABLE.iter().find(|(o, _)| *o == op) {
+                    return Err(unsupported(node, (*why).to_owned()));
+                }
                 return Err(unsupported(
                     node,
                     format!("DYNAMIC sharding here supports {SUPPORTED}"),
@@ -411,6 +499,35 @@ impl<'g> Walk<'g> {
                     return i64::try_from(count)
                         .map_err(|_| unsupported(node, "it matches too many files".into()));
                 }
+                // `from_tensor_slices(SparseTensor)`: the slices are the rows of its dense
+                // shape's first dimension.
+                "SerializeManySparse" => {
+                    let dense_shape = self.input(node, 2)?;
+                    let dims = const_ints(const_tensor(node, dense_shape)?)
+                        .map_err(|e| unsupported(node, format!("its dense shape {e}")))?;
+                    return match dims.first() {
+                        Some(&rows) if rows >= 0 => Ok(rows),
+                        _ => Err(unsupported(node, "its dense shape has no rows".into())),
+                    };
+                }
+                // `from_tensor_slices(RaggedTensor)`: one slice per row, one row per pair of
+                // its outer row splits.
+                "RaggedTensorToVariant" => {
+                    let batched = matches!(
+                        node.attr.get("batched_input"),
+                        Some(AttrValue { value: Some(attr_value::Value::B(true)) })
+                    );
+                    if !batched {
+                        return Err(unsupported(node, "it is not `batched_input`".into()));
+                    }
+                    let splits = self.input(node, 0)?;
+                    let splits = const_ints(const_tensor(node, splits)?)
+                        .map_err(|e| unsupported(node, format!("its row splits {e}")))?;
+                    return match splits.len().checked_sub(1) {
+                        Some(rows) => Ok(rows as i64),
+                        None => Err(unsupported(node, "its row splits are empty".into())),
+                    };
+                }
                 _ => return slice_count(user, node),
             }
         }
@@ -448,6 +565,16 @@ fn const_strings(user: &NodeDef, node: &NodeDef) -> Result<Vec<String>, GraphErr
     let last = values.last().cloned().unwrap_or_default();
     let missing = n - values.len();
     Ok(values.into_iter().chain(std::iter::repeat_n(last, missing)).collect())
+}
+
+/// The length of a list attribute of `node` (0 when it has none).
+fn list_attr_len(node: &NodeDef, name: &str) -> usize {
+    match node.attr.get(name) {
+        Some(AttrValue { value: Some(attr_value::Value::List(list)) }) => {
+            list.r#type.len().max(list.shape.len())
+        }
+        _ => 0,
+    }
 }
 
 fn unsupported(node: &NodeDef, reason: String) -> GraphError {
@@ -827,6 +954,99 @@ mod tests {
         nodes.push(node("second", "FixedLengthRecordDataset", &["f"]));
         nodes.push(node("zip", "ZipDataset", &["first", "second"]));
         assert_eq!(unsupported_op(&graph_of(nodes, "zip")), "TextLineDataset");
+    }
+
+    /// An int64 vector `Const`.
+    fn vector(name: &str, values: &[i64]) -> NodeDef {
+        with_tensor(
+            node(name, "Const", &[]),
+            TensorProto {
+                dtype: DataType::DtInt64 as i32,
+                tensor_shape: shape(&[values.len() as i64]),
+                int64_val: values.to_vec(),
+                ..Default::default()
+            },
+        )
+    }
+
+    /// `from_tensor_slices` of a sparse tensor of dense shape [3, 3] (`SerializeManySparse`
+    /// of its indices, values and dense shape) and of a ragged tensor of 3 rows
+    /// (`RaggedTensorToVariant` of its row splits and values): 3 splits each.
+    #[test]
+    fn sparse_and_ragged_slices_split_by_row() {
+        let mut nodes = vec![vector("indices", &[0, 0, 1, 1]), vector("values", &[1, 2])];
+        nodes.push(vector("dense_shape", &[3, 3]));
+        nodes.push(node("sparse", "SerializeManySparse", &["indices", "values", "dense_shape"]));
+        nodes.push(node("sparse_slices", "TensorSliceDataset", &["sparse"]));
+        let providers = split_providers_no_files(&graph(nodes.clone(), "sparse_slices"));
+        assert_eq!(providers.expect("sparse"), [SplitProvider::Index { len: 3 }]);
+
+        nodes.push(vector("splits", &[0, 1, 3, 6]));
+        let mut ragged = node("ragged", "RaggedTensorToVariant", &["splits", "values"]);
+        ragged
+            .attr
+            .insert("batched_input".into(), AttrValue { value: Some(attr_value::Value::B(true)) });
+        nodes.push(ragged.clone());
+        nodes.push(node("ragged_slices", "TensorSliceDataset", &["ragged"]));
+        let providers = split_providers_no_files(&graph(nodes.clone(), "ragged_slices"));
+        assert_eq!(providers.expect("ragged"), [SplitProvider::Index { len: 3 }]);
+
+        // Not batched, computed sizes, no rows: refused, naming the op.
+        let last = nodes.len() - 2;
+        ragged.attr.clear();
+        nodes[last] = ragged;
+        assert_eq!(unsupported_op(&graph(nodes.clone(), "ragged_slices")), "RaggedTensorToVariant");
+        nodes[2] = node("dense_shape", "Shape", &["values"]);
+        assert_eq!(unsupported_op(&graph(nodes.clone(), "sparse_slices")), "SerializeManySparse");
+        nodes[2] = vector("dense_shape", &[]);
+        assert_eq!(unsupported_op(&graph(nodes, "sparse_slices")), "SerializeManySparse");
+    }
+
+    /// `tf.data.experimental.from_list([(0, 0), (1, -1), (2, -2)])`: six tensors, two
+    /// components per element, three splits.
+    #[test]
+    fn from_list_has_one_index_split_per_element() {
+        let mut nodes: Vec<NodeDef> = (0..6).map(|i| scalar(&format!("t{i}"), i)).collect();
+        let mut list = node("list", "ListDataset", &["t0", "t1", "t2", "t3", "t4", "t5"]);
+        let types = attr_value::ListValue {
+            r#type: vec![DataType::DtInt64 as i32; 2],
+            ..Default::default()
+        };
+        list.attr.insert(
+            "output_types".into(),
+            AttrValue { value: Some(attr_value::Value::List(types)) },
+        );
+        nodes.push(list.clone());
+        nodes.push(node("map", "MapDataset", &["list"]));
+        let providers = split_providers_no_files(&graph(nodes, "map")).expect("providers");
+        assert_eq!(providers, [SplitProvider::Index { len: 3 }]);
+        // Without its component types there is no element count: refused, naming it.
+        list.attr.clear();
+        let mut nodes: Vec<NodeDef> = (0..6).map(|i| scalar(&format!("t{i}"), i)).collect();
+        nodes.push(list);
+        assert_eq!(unsupported_op(&graph(nodes, "list")), "ListDataset");
+    }
+
+    /// TensorFlow's dispatcher has no split providers for a snapshot (its op says splitting is
+    /// not implemented) nor for a dataset read from a tf.data service (no input dataset):
+    /// refused with that reason, wherever they are in the graph.
+    #[test]
+    fn snapshot_and_data_service_datasets_are_refused_as_tensorflow_refuses_them() {
+        for (op, why) in [
+            ("SnapshotDatasetV2", "TensorFlow does not implement splitting for snapshot"),
+            ("SnapshotDataset", "TensorFlow does not implement splitting for snapshot"),
+            ("DataServiceDatasetV4", "reads from a tf.data service"),
+            ("DataServiceDatasetV3", "reads from a tf.data service"),
+        ] {
+            let mut nodes = range("r", 0, 3, 1);
+            nodes.push(node("x", op, &["r"]));
+            nodes.push(node("map", "ParallelMapDatasetV2", &["x"]));
+            nodes.extend(range("b", 0, 2, 1));
+            nodes.push(node("concat", "ConcatenateDataset", &["b", "map"]));
+            let err = split_providers_no_files(&graph(nodes, "concat")).expect_err(op);
+            assert_eq!(err.op(), Some(op));
+            assert!(err.to_string().contains(why), "{err}");
+        }
     }
 
     /// `from_tensor_slices(file names).interleave(TFRecordDataset)`: the function's datasets
