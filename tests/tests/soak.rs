@@ -145,8 +145,10 @@ fn thousands_of_job_lifecycles_leave_memory_journal_and_latency_flat() {
         "--fault-tolerant",
         "--client-timeout",
         "2s",
+        // Long enough that a job is never collected between its creation and its first
+        // iteration on a loaded machine (a job without iterations is idle from its creation).
         "--job-gc-timeout",
-        "200ms",
+        "1s",
         "--job-gc-check-interval",
         "50ms",
         "--gc-dynamic-sharding-jobs",
