@@ -18,9 +18,9 @@
 use std::time::Instant;
 
 use futures::StreamExt;
+use shardwise_client::{DistributeOptions, distribute};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
-use shardwise_gateway::client::{DistributeOptions, distribute};
 use shardwise_gateway::dispatcher::{self, DispatcherArgs};
 use shardwise_gateway::worker::{self, WorkerArgs};
 

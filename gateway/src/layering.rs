@@ -1,6 +1,7 @@
 //! The gateway's modules by role use each other in one direction only (see the crate docs):
 //! checked from the sources, so a new `crate::` path that closes a cycle fails here. What is a
-//! crate of its own (the journal, `shardwise-journal`) Cargo keeps apart without this test.
+//! crate of its own (the journal, `shardwise-journal`; the client, `shardwise-client`) Cargo
+//! keeps apart without this test; the tests below keep their manifests off the frameworks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -57,7 +58,6 @@ fn modules_have_no_import_cycle() {
         ("kubernetes", &["http"]),
         ("dispatcher", &["http", "kubernetes", "tf", "etcd"]),
         ("worker", &["http"]),
-        ("client", &["http"]),
         ("openapi", &["http", "dispatcher", "worker"]),
     ];
     for (module, used) in &graph {
@@ -77,26 +77,81 @@ fn modules_have_no_import_cycle() {
     }
 }
 
-/// The journal crate stays off the IO frameworks: its manifest names the core and plain
-/// libraries only, so no tokio, HTTP or gateway code can reach it.
-#[test]
-fn the_journal_crate_depends_on_the_core_only() {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("journal").join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest).expect("the journal's manifest");
-    let mut deps = BTreeSet::new();
+/// The `[dependencies]` of a crate's manifest: each name and the rest of its line.
+fn dependencies(text: &str) -> BTreeMap<String, String> {
+    let mut deps = BTreeMap::new();
     let mut section = "";
     for line in text.lines().map(str::trim) {
         if line.starts_with('[') {
             section = line;
         } else if section == "[dependencies]" && !line.is_empty() && !line.starts_with('#') {
             let name = line.split(['=', '.']).next().unwrap_or_default().trim();
-            deps.insert(name.to_owned());
+            deps.insert(name.to_owned(), line.to_owned());
         }
     }
+    deps
+}
+
+/// The journal crate stays off the IO frameworks: its manifest names the core and plain
+/// libraries only, so no tokio, HTTP or gateway code can reach it.
+#[test]
+fn the_journal_crate_depends_on_the_core_only() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("journal").join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).expect("the journal's manifest");
+    let deps = dependencies(&text);
     let allowed = ["shardwise-core", "thiserror", "serde_json"];
-    assert!(deps.contains("shardwise-core"), "{deps:?}");
-    for d in &deps {
+    assert!(deps.contains_key("shardwise-core"), "{deps:?}");
+    for d in deps.keys() {
         assert!(allowed.contains(&d.as_str()), "shardwise-journal depends on {d}");
     }
+    assert!(!text.contains("[target"), "no platform-specific dependencies either");
+}
+
+/// The client crate is what a training program depends on: the core, one async runtime, one
+/// HTTP client and one TLS stack, and none of the servers' frameworks. axum (a problem as an
+/// answer) and utoipa (its schema) only as optional dependencies behind features of their own,
+/// off by default; tonic, kube, clap and the gateway never.
+#[test]
+fn the_client_crate_leaves_the_servers_out() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("client").join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).expect("the client's manifest");
+    let deps = dependencies(&text);
+    let never = ["axum", "utoipa", "tonic", "kube", "k8s-openapi", "clap", "shardwise-gateway"];
+    let optional = [("axum", "axum"), ("utoipa", "openapi")];
+    let allowed = [
+        "shardwise-core",
+        "serde",
+        "serde_json",
+        "thiserror",
+        "futures",
+        "tokio",
+        "tracing",
+        "reqwest",
+        "rustls",
+        "rustls-native-certs",
+    ];
+    assert!(deps.contains_key("shardwise-core") && deps.contains_key("reqwest"), "{deps:?}");
+    for (name, line) in &deps {
+        let behind = optional.iter().find(|(dep, _)| dep == name).map(|(_, feature)| *feature);
+        if let Some(feature) = behind {
+            assert!(
+                line.replace(' ', "").contains("optional=true"),
+                "shardwise-client depends on {name} unconditionally: {line}"
+            );
+            let declared = format!("{feature} = [\"dep:{name}\"]");
+            assert!(text.contains(&declared), "{name} must be behind `{declared}`");
+            continue;
+        }
+        let framework = never.iter().any(|n| n == name || name.starts_with(&format!("{n}-")));
+        assert!(!framework, "shardwise-client must not depend on {name}");
+        assert!(allowed.contains(&name.as_str()), "shardwise-client depends on {name}");
+    }
+    // Off by default: no default feature turns the optional ones on.
+    let features = text.split("[features]").nth(1).unwrap_or_default();
+    let features = features.split("\n[").next().unwrap_or_default();
+    assert!(
+        !features.lines().any(|l| l.trim_start().starts_with("default")),
+        "shardwise-client has no default features:{features}"
+    );
     assert!(!text.contains("[target"), "no platform-specific dependencies either");
 }

@@ -14,11 +14,20 @@
 //! Cargo keeps it from using anything here. This crate depends on it; nothing here is part of
 //! it.
 //!
+//! The Rust client is a crate of its own too, `shardwise-client` (`gateway/client/`): the
+//! client ([`client::distribute`]) and what it stands on, the REST client with failover
+//! ([`http::client`]), problem details ([`Problem`]) and the clients' TLS settings (in
+//! [`http::tls`]). A training program depends on it without the servers: it has no axum,
+//! tonic, kube, clap or utoipa (a test reads its manifest); its `axum` and `openapi` features,
+//! which this crate turns on, make a problem an answer and give it its schema. This crate
+//! re-exports it under the old paths ([`client`], [`http::client`], [`http::problem`]).
+//!
 //! # Modules by role, and which may use which
 //!
 //! * [`http`]: the HTTP kit every server and client shares (problem+json, the front services,
 //!   the accept loop, auth, limits, metrics, the strict body extractor, the served OpenAPI
-//!   document, the REST client). Uses nothing else in this crate.
+//!   document, and the client crate's REST client, problems and TLS). Uses nothing else in
+//!   this crate.
 //! * [`kubernetes`]: the Kubernetes API client, the live cluster of `--cluster-config` and the
 //!   `shardwise resolve` plumbing. Uses [`http`] (problems).
 //! * [`dispatcher`]: the dispatcher process: its arguments, start and run, the driver handle
@@ -26,14 +35,13 @@
 //!   TensorFlow's `DispatcherService` over gRPC on the same port. Uses [`http`],
 //!   [`kubernetes`], [`tf`], [`etcd`], and the work-dir journal ([`shardwise_journal`]).
 //! * [`worker`]: the worker process and its data plane. Uses [`http`].
-//! * [`client`]: the Rust client ([`client::distribute`]). Uses [`http`].
 //! * [`openapi`]: the one document, assembled from the routes [`dispatcher`] and [`worker`]
 //!   export. Uses [`http`], [`dispatcher`], [`worker`]; nothing uses it but the command (the
 //!   servers serve the checked-in copy, which a test keeps equal to it).
 //!
 //! The direction is one way (a test, `modules_have_no_import_cycle`, checks it from the
 //! sources): `http` <- `kubernetes` <- `dispatcher`; `tf`, `etcd` <- `dispatcher`; `http`
-//! <- `worker`, `client`; `dispatcher`, `worker` <- `openapi`.
+//! <- `worker`; `dispatcher`, `worker` <- `openapi`.
 //!
 //! * [`tf`]: TensorFlow's tf.data service protocol (generated types of the project's own
 //!   `.proto` subsets) and the DYNAMIC split providers of a dataset's GraphDef. Uses nothing
@@ -52,7 +60,8 @@
 // error path, so its size (an RFC 9457 object with optional members) costs nothing that matters.
 #![allow(clippy::result_large_err)]
 
-pub mod client;
+/// The Rust client ([`client::distribute`]): the `shardwise-client` crate, re-exported.
+pub use shardwise_client as client;
 pub mod dispatcher;
 pub mod etcd;
 pub mod http;

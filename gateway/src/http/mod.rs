@@ -3,22 +3,26 @@
 //! ([`conn`]), bearer tokens ([`auth`]), request limits ([`limit`]), Prometheus metrics
 //! ([`metrics`]), the strict JSON body extractor and path ids ([`body`]), the served OpenAPI
 //! document ([`docs`]), the REST client of the worker runtime and the Rust client
-//! ([`client`]), the budgets of bytes held per connection ([`budget`]), durations, and a running server's handle ([`Running`]).
+//! ([`client`]), TLS ([`tls`]), the budgets of bytes held per connection ([`budget`]),
+//! durations, and a running server's handle ([`Running`]).
 //!
-//! It depends on nothing else in the gateway (only on `shardwise-core`): the dispatcher, the
-//! worker and the client are built on it.
+//! What the Rust client needs too lives in `shardwise-client` and is re-exported here under
+//! its old paths: [`problem`] (with the `axum` and `openapi` features the gateway turns on,
+//! a problem is an axum answer and has its schema), [`client`] (that crate's `rest`), and the
+//! client half of [`tls`].
+//!
+//! It depends on nothing else in the gateway (only on `shardwise-core` and
+//! `shardwise-client`): the dispatcher and the worker are built on it.
 
 pub mod auth;
 pub mod body;
 pub mod budget;
-pub mod client;
 pub mod conn;
 pub mod docs;
 pub mod elements;
 pub(crate) mod front;
 pub mod limit;
 pub mod metrics;
-pub mod problem;
 pub mod tls;
 pub mod ui;
 
@@ -26,6 +30,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
+
+/// RFC 9457 problem details (`shardwise_client::problem`).
+pub use shardwise_client::problem;
+/// JSON over HTTP to a dispatcher or a worker, with failover between dispatcher replicas
+/// (`shardwise_client::rest`).
+pub use shardwise_client::rest as client;
 
 pub use self::body::{ApiResult, Body, Health, RequestBody, healthz, not_found, ok, parse_id};
 pub use self::problem::{Code, Problem};

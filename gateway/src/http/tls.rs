@@ -7,156 +7,26 @@
 //!   that they belong together, and offers ALPN `h2` and `http/1.1`. The port then speaks TLS
 //!   only; [`conn`](super::conn) bounds the handshake by `--read-timeout`.
 //! * **Clients** (the worker's calls to the dispatcher, the Rust client's calls to dispatchers
-//!   and workers): [`client_config`] trusts the system's roots (the platform's store, as
-//!   `rustls-native-certs` finds it) **and**, besides them, the certificates of a CA file
-//!   (`--ca-file`, `DistributeOptions::ca_file`): a private CA works without installing it
-//!   system-wide, and public certificates keep working. A server whose certificate chains to
-//!   neither is refused ([`CallError::Tls`](super::client::CallError::Tls)).
+//!   and workers): [`client_config`], from `shardwise-client` (re-exported here with the rest
+//!   of its `tls` module), trusts the system's roots and, besides them, the certificates of a
+//!   CA file (`--ca-file`, `DistributeOptions::ca_file`).
 //!
 //! Every unusable file is a [`TlsFileError`] naming the file and what is wrong with it (the
 //! process exits 2, as for any bad argument).
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::path::Path;
+use std::sync::Arc;
 
+use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-/// A certificate, key or CA file that cannot be used: which file, and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{flag} {}: {reason}", path.display())]
-pub struct TlsFileError {
-    /// The option that named it (`--tls-cert`, `--tls-key`, `--ca-file`).
-    pub flag: &'static str,
-    /// The file.
-    pub path: PathBuf,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl TlsFileError {
-    fn new(flag: &'static str, path: &Path, reason: impl Into<String>) -> TlsFileError {
-        TlsFileError { flag, path: path.to_owned(), reason: reason.into() }
-    }
-}
-
-/// The ring provider, the only one this build uses; also installed as the process's default
-/// (what a rustls user that picks none gets, e.g. reqwest's own builder).
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    let ring = Arc::new(rustls::crypto::ring::default_provider());
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Another thread may have installed it meanwhile: the same provider, nothing lost.
-        let _ = rustls::crypto::CryptoProvider::install_default(ring.as_ref().clone());
-    }
-    ring
-}
-
-/// Installs ring as the process's default provider (if none is): reqwest built without a
-/// preconfigured config looks for it, and panics without one.
-pub(crate) fn ensure_provider() {
-    let _ = provider();
-}
-
-/// A client's TLS settings trusting the system's roots only: [`client_config`] without a CA
-/// file, which reads nothing and so cannot fail.
-pub fn system_client_config() -> rustls::ClientConfig {
-    client_config(None).unwrap_or_else(|_| {
-        let mut roots = rustls::RootCertStore::empty();
-        let _ = roots.add_parsable_certificates(system_roots().iter().cloned());
-        let _ = provider();
-        rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth()
-    })
-}
-
-/// The largest certificate, key or CA file read (a chain or a CA bundle is kilobytes; the
-/// system's whole bundle is under 1 MiB).
-pub const MAX_TLS_FILE_BYTES: u64 = 4 << 20;
-
-/// The bytes of a certificate, key or CA file: a regular file (not a FIFO, which would block
-/// the start forever, nor a device such as `/dev/zero`, which never ends) of at most
-/// [`MAX_TLS_FILE_BYTES`].
-fn read(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
-    use std::io::Read as _;
-    let fail = |reason: String| TlsFileError::new(flag, path, reason);
-    let regular = |meta: &std::fs::Metadata| {
-        if !meta.is_file() {
-            return Err(fail(format!(
-                "not a regular file (a {}); name the PEM file itself",
-                file_kind(meta)
-            )));
-        }
-        if meta.len() > MAX_TLS_FILE_BYTES {
-            return Err(too_large(flag, path));
-        }
-        Ok(())
-    };
-    // Checked before opening (opening a FIFO waits for a writer), and again on what was opened.
-    let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
-    regular(&meta)?;
-    let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
-    regular(&file.metadata().map_err(|e| fail(format!("cannot read it: {e}")))?)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_TLS_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| fail(format!("cannot read it: {e}")))?;
-    if bytes.len() as u64 > MAX_TLS_FILE_BYTES {
-        // It grew while it was read.
-        return Err(too_large(flag, path));
-    }
-    Ok(bytes)
-}
-
-fn too_large(flag: &'static str, path: &Path) -> TlsFileError {
-    TlsFileError::new(
-        flag,
-        path,
-        format!("larger than {} MiB: not a PEM certificate or key file", MAX_TLS_FILE_BYTES >> 20),
-    )
-}
-
-/// What a file that is not a regular file is, for the refusal.
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt as _;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "directory"
-    } else if t.is_fifo() {
-        "FIFO"
-    } else if t.is_char_device() {
-        "character device"
-    } else if t.is_block_device() {
-        "block device"
-    } else if t.is_socket() {
-        "socket"
-    } else {
-        "special file"
-    }
-}
-
-/// The certificates of a PEM file (at least one).
-fn certificates(
-    flag: &'static str,
-    path: &Path,
-) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
-    let pem = read(flag, path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsFileError::new(flag, path, format!("not a PEM certificate file: {e}")))?;
-    if certs.is_empty() {
-        return Err(TlsFileError::new(
-            flag,
-            path,
-            "no certificate in it (a PEM file with -----BEGIN CERTIFICATE----- blocks)",
-        ));
-    }
-    Ok(certs)
-}
+pub use shardwise_client::tls::*;
 
 /// A server's TLS settings from its certificate chain and private key (PEM files): ALPN `h2`
 /// and `http/1.1`, TLS 1.2 and 1.3.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, TlsFileError> {
     let chain = certificates("--tls-cert", cert)?;
-    let key_pem = read("--tls-key", key)?;
+    let key_pem = read_file("--tls-key", key)?;
     let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
         TlsFileError::new(
             "--tls-key",
@@ -177,58 +47,6 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
     })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// The system's roots, loaded once per process (certificates it cannot parse are skipped).
-fn system_roots() -> &'static [CertificateDer<'static>] {
-    static ROOTS: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
-    ROOTS.get_or_init(|| {
-        let found = rustls_native_certs::load_native_certs();
-        for e in &found.errors {
-            tracing::debug!(error = %e, "a system root certificate could not be loaded");
-        }
-        found.certs
-    })
-}
-
-/// A client's TLS settings: the system's roots and, besides, every certificate of `ca_file`
-/// (PEM); ALPN `http/1.1` (the REST client speaks HTTP/1.1).
-pub fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, TlsFileError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let _ = roots.add_parsable_certificates(system_roots().iter().cloned());
-    if let Some(path) = ca_file {
-        for cert in certificates("--ca-file", path)? {
-            roots.add(cert).map_err(|e| {
-                TlsFileError::new("--ca-file", path, format!("not a usable CA certificate: {e}"))
-            })?;
-        }
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| {
-            TlsFileError::new("--ca-file", ca_file.unwrap_or(Path::new("")), e.to_string())
-        })?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
-}
-
-/// The TLS failure among an error's sources, if any (rustls' own error, as hyper and reqwest
-/// wrap it in I/O errors): a refused certificate, a peer that does not speak TLS, ...
-pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
-    let mut next = Some(e);
-    while let Some(e) = next {
-        if let Some(t) = e.downcast_ref::<rustls::Error>() {
-            return Some(t.to_string());
-        }
-        // An I/O error's `source` skips the error it wraps: go inside instead.
-        next = match e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
-            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-            None => e.source(),
-        };
-    }
-    None
 }
 
 #[cfg(test)]

@@ -652,6 +652,16 @@ mod tests {
             .unwrap()
     }
 
+    /// `p` as a server answers it (status and problem+json; the servers' own answer is the
+    /// `axum` feature's, which these tests do not turn on).
+    fn problem_answer(p: &Problem) -> axum::response::Response {
+        axum::response::Response::builder()
+            .status(p.status)
+            .header("content-type", crate::problem::PROBLEM_JSON)
+            .body(axum::body::Body::from(serde_json::to_vec(p).unwrap()))
+            .unwrap()
+    }
+
     /// A port nothing listens on (bound, then closed).
     fn dead() -> String {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -672,7 +682,7 @@ mod tests {
         let (rogue, rogue_n, _) =
             fake(move |path| redirect_to(format!("{to_outside}{path}"))).await;
         let (leaderless, leaderless_n, _) = fake(|_| {
-            let mut r = Problem::new(Code::Unavailable, "no leader").into_response();
+            let mut r = problem_answer(&Problem::new(Code::Unavailable, "no leader"));
             r.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("1"));
             r
         })
@@ -724,7 +734,7 @@ mod tests {
 
         // A refusal is an answer: returned as is, the next URL not tried.
         let (refusing, _, _) =
-            fake(|_| Problem::new(Code::NotFound, "no such job").into_response()).await;
+            fake(|_| problem_answer(&Problem::new(Code::NotFound, "no such job"))).await;
         let urls = DispatcherUrls::new([&refusing, &leader]).unwrap();
         let before = leader_n.load(Ordering::SeqCst);
         let e = Failover::new(http, urls, None)

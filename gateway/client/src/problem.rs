@@ -1,22 +1,21 @@
 //! RFC 9457 problem details: the one error shape of every Shardwise surface (HTTP bodies with
-//! `application/problem+json`, and the CLI's stdout on failure).
+//! `application/problem+json`, and the CLI's stdout on failure). The client decodes them; the
+//! servers answer them (the `axum` feature) and document them (the `openapi` feature).
 
 use std::collections::BTreeMap;
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 pub use shardwise_core::Code;
 use shardwise_core::cluster::ClusterError;
 use shardwise_core::dispatch::DispatchError;
-use shardwise_core::echo::{MAX_MESSAGE_BYTES, cap_quotes};
 
 /// The media type of a problem body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// A problem object: `type`, `title`, `status`, `detail` and the machine-readable `code` (the
 /// gRPC-style status class TensorFlow uses, e.g. `INVALID_ARGUMENT`), plus optional members.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Problem {
     /// A URI naming the problem type.
     #[serde(rename = "type")]
@@ -28,14 +27,14 @@ pub struct Problem {
     /// What went wrong this time (TensorFlow's text where TensorFlow has one).
     pub detail: String,
     /// The status class, e.g. `NOT_FOUND`.
-    #[schema(value_type = String)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub code: Code,
     /// The Python exception TensorFlow raises for the same input, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tf_exception: Option<String>,
     /// For `UNAVAILABLE` cluster answers: how many tasks each job still lacks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<MissingTasks>)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<MissingTasks>))]
     pub missing: Option<BTreeMap<String, usize>>,
     /// For answers of a replica that does not lead (307): the leader's URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,6 +43,7 @@ pub struct Problem {
 
 // Named in the OpenAPI document, so that SDKs get a type for `Problem::missing`.
 /// How many tasks each job of the cluster still lacks: job name to count.
+#[cfg(feature = "openapi")]
 #[derive(Debug, utoipa::ToSchema)]
 pub struct MissingTasks(pub BTreeMap<String, usize>);
 
@@ -123,21 +123,34 @@ impl From<&ClusterError> for Problem {
     }
 }
 
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut headers = HeaderMap::new();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+/// A problem as a server's answer: its status (`Retry-After: 1` with 503 and 429),
+/// `application/problem+json`, and its detail capped as every echo is.
+#[cfg(feature = "axum")]
+mod response {
+    use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+    use axum::response::{IntoResponse, Response};
+    use shardwise_core::echo::{MAX_MESSAGE_BYTES, cap_quotes};
+
+    use super::{PROBLEM_JSON, Problem};
+
+    impl IntoResponse for Problem {
+        fn into_response(self) -> Response {
+            let status =
+                StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+            if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS
+            {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            let mut problem = self;
+            if problem.detail.len() > MAX_MESSAGE_BYTES {
+                // The last line of defence: no answer grows with what it was sent.
+                problem.detail = cap_quotes(&problem.detail);
+            }
+            let body = serde_json::to_vec(&problem).unwrap_or_default();
+            (status, headers, body).into_response()
         }
-        let mut problem = self;
-        if problem.detail.len() > MAX_MESSAGE_BYTES {
-            // The last line of defence: no answer grows with what it was sent.
-            problem.detail = cap_quotes(&problem.detail);
-        }
-        let body = serde_json::to_vec(&problem).unwrap_or_default();
-        (status, headers, body).into_response()
     }
 }
 

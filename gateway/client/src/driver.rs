@@ -1,4 +1,4 @@
-//! The tokio side of [`super::distribute`]: sets the read up (version, dataset, job,
+//! The tokio side of [`crate::distribute`]: sets the read up (version, dataset, job,
 //! iteration), then drives the core's [`Reader`] until it is done: it makes the calls the
 //! machine asks for, all at once (the machine bounds the element reads in flight by
 //! `max_outstanding_requests`), feeds their outcomes and the time back, and hands what it
@@ -24,9 +24,9 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
-use super::{ClientError, DistributeOptions, fingerprint, validate};
-use crate::http::client::{Backoff, CallError, DispatcherUrls, Failover, Rest, UrlListError};
-use crate::http::{Code, Problem};
+use crate::problem::{Code, Problem};
+use crate::rest::{Backoff, CallError, DispatcherUrls, Failover, Rest, UrlListError};
+use crate::{ClientError, DistributeOptions, fingerprint, validate};
 
 impl CallFailure for CallError {
     fn is_retryable(&self) -> bool {
@@ -105,9 +105,9 @@ async fn setup(
 ) -> Result<(Reader<CallError>, Failover), ClientError> {
     validate(options)?;
     let urls = urls.map_err(|e| ClientError::InvalidArgument(format!("dispatcher: {e}")))?;
-    let tls = crate::http::tls::client_config(options.ca_file.as_deref())
+    let tls = crate::tls::client_config(options.ca_file.as_deref())
         .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
-    let http = crate::http::client::http_client_with(Duration::from_secs(60), tls);
+    let http = crate::rest::http_client_with(Duration::from_secs(60), tls);
     let rest = Failover::new(http, urls, options.token.clone());
     let timeout = options.unavailable_timeout;
     let version: VersionReply =

@@ -2,9 +2,9 @@
 //! [`Stream`] of JSON elements.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), shardwise_gateway::client::ClientError> {
+//! # async fn demo() -> Result<(), shardwise_client::ClientError> {
 //! use futures::StreamExt;
-//! use shardwise_gateway::client::{DistributeOptions, distribute};
+//! use shardwise_client::{DistributeOptions, distribute};
 //!
 //! let dataset = r#"{"source": {"range": {"stop": 10}}}"#.parse().unwrap();
 //! let mut stream = distribute("http://127.0.0.1:5050", dataset, DistributeOptions::default());
@@ -19,9 +19,9 @@
 //! takes, or an array, slice or `Vec` of URLs):
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), shardwise_gateway::client::ClientError> {
+//! # async fn demo() -> Result<(), shardwise_client::ClientError> {
 //! # use futures::TryStreamExt;
-//! # use shardwise_gateway::client::{DistributeOptions, distribute};
+//! # use shardwise_client::{DistributeOptions, distribute};
 //! # let dataset = r#"{"source": {"range": {"stop": 10}}}"#.parse().unwrap();
 //! let replicas = ["http://10.0.0.1:5050", "http://10.0.0.2:5050", "http://10.0.0.3:5050"];
 //! let all: Vec<serde_json::Value> =
@@ -32,7 +32,7 @@
 //! Every dispatcher call goes to the replica that answered last; on a transport failure, an
 //! `UNAVAILABLE` answer or a follower's redirect it moves on to the next, following a redirect
 //! only to a URL of the list (the token never goes to another address): see
-//! [`crate::http::client::Failover`]. Reads from workers are unchanged.
+//! [`rest::Failover`]. Reads from workers are unchanged.
 //!
 //! What it does, in TensorFlow's terms: registers the dataset (its id is a fingerprint of
 //! the definition unless [`DistributeOptions::dataset_id`] is given, so clients that share a
@@ -67,8 +67,30 @@
 //!
 //! The stream reads inside a tokio runtime (it spawns its reader there): created outside one,
 //! its only item is [`ClientError::NoRuntime`].
+//!
+//! # What this crate holds, and what it leaves out
+//!
+//! A training program depends on this crate alone, not on the servers (`shardwise-gateway`):
+//! its dependencies are the core, tokio, reqwest and rustls on ring, and no server framework
+//! (no axum, tonic, kube, clap or utoipa unless a feature asks for them). Besides the client:
+//!
+//! * [`rest`]: JSON over HTTP to a dispatcher or a worker, with failover between dispatcher
+//!   replicas and the retry rule; the worker's calls to its dispatcher use it too.
+//! * [`problem`]: RFC 9457 problem details, the error body of every answer.
+//! * [`tls`]: the clients' TLS settings (the system's roots and a CA file) and the PEM file
+//!   reading the servers' settings share.
+//!
+//! Features, both off by default and both on in the gateway: `axum` makes a [`Problem`] an
+//! axum answer (`IntoResponse`), `openapi` gives it its OpenAPI schema (`utoipa::ToSchema`).
+#![forbid(unsafe_code)]
+// Calls return `Result<_, CallError>`; a problem is built at most once per failed call, so its
+// size (an RFC 9457 object with optional members) costs nothing that matters.
+#![allow(clippy::result_large_err)]
 
 mod driver;
+pub mod problem;
+pub mod rest;
+pub mod tls;
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -84,9 +106,14 @@ use shardwise_core::dispatch::{ShardingPolicy, TargetWorkers};
 use shardwise_core::position::ReadPosition;
 use tokio::sync::mpsc;
 
-use crate::http::client::{CallError, DispatcherUrls, UrlListError};
-use crate::http::elements::MAX_ELEMENTS;
-use crate::http::{Code, Problem};
+use shardwise_core::client::wire::MAX_ELEMENTS;
+
+use crate::rest::{CallError, DispatcherUrls, UrlListError};
+
+/// Problem details, the error body of every answer.
+pub use crate::problem::Problem;
+/// The status classes of every error (defined in core, where the state machines use them).
+pub use shardwise_core::Code;
 
 /// How [`distribute`] reads.
 #[derive(Debug, Clone)]
@@ -246,8 +273,6 @@ impl ClientError {
     }
 }
 
-/// The elements of a [`distribute`] call. Dropping it stops the reads and releases the
-/// client lease.
 /// The elements of a [`distribute`] call. Dropping it stops the reads and releases the
 /// client lease.
 #[derive(Debug)]
