@@ -968,7 +968,7 @@ fn status_totals(h: &mut Harness, now: u64) -> shardwise_core::dispatch::status:
     h.d.call(Millis(now), GetStatus).unwrap().totals
 }
 
-/// Issue 22: garbage collection frees what it collects. A finished, released iteration is
+/// Garbage collection frees what it collects. A finished, released iteration is
 /// freed `job_gc_timeout` after its last client left, with its tasks (from the task map,
 /// the worker's open tasks and the heartbeat index) and split state; its job stays as a
 /// tombstone (name and id kept) for another `job_gc_timeout`, then is forgotten; a lost

@@ -455,7 +455,7 @@ fn a_monitor_token_sees_the_clusters_size_not_its_hosts() {
 }
 
 /// One role table for REST and gRPC: a token gets the same answer for the same operation over
-/// either (issue 22: a client token could call `GetWorkers` but not `GET /v1/workers`, a worker
+/// either (a client token could call `GetWorkers` but not `GET /v1/workers`, a worker
 /// token `GetDatasetDef` but not `GET /v1/datasets/{id}`); `HEAD` is allowed where `GET` is.
 #[tokio::test]
 async fn a_token_gets_the_same_answer_over_rest_and_grpc() {

@@ -175,7 +175,7 @@ async fn grpc_status(reply: h2::client::ResponseFuture) -> (String, String) {
     from(&trailers).expect("a grpc-status")
 }
 
-/// Issue 22, point 4: one HTTP/2 connection that grants no flow-control window and opens many
+/// One HTTP/2 connection that grants no flow-control window and opens many
 /// `GetDatasetDef` streams of a 15 MiB graph, never reading them, held every reply in memory
 /// (about 2 GB for 128 streams) and slowed every other caller. The replies a connection has
 /// not read are bounded: the dispatcher's memory stays within a bound, `/healthz` answers
@@ -404,7 +404,7 @@ async fn stalled_uploads(
     Stalled { grown, slowest, replies, stop }
 }
 
-/// Issue 22: one HTTP/2 connection opened many streams, each uploading most of a request
+/// One HTTP/2 connection opened many streams, each uploading most of a request
 /// message as large as `--max-body-bytes` allows and then stalling, and the dispatcher read
 /// every one into memory (256 streams of 16 MiB: 4 GiB per connection; 48 of 15 MiB took
 /// +724 MiB). The request bytes a connection has buffered are bounded

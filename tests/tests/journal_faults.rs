@@ -140,7 +140,7 @@ fn a_flipped_byte_in_an_acknowledged_record_refuses_with_file_and_offset() {
     assert!(refused > 0);
 }
 
-/// Issue 22: the journal's file cannot grow (the process limited to 64 KiB files, so a write
+/// The journal's file cannot grow (the process limited to 64 KiB files, so a write
 /// past it fails with `EFBIG`, as one to a full disk fails with `ENOSPC`). The write that fails
 /// and every later change answer 503; `/readyz` names the real cause and that the dispatcher
 /// stopped accepting changes (it used to say it was "replaying its journal"). Restarted

@@ -406,7 +406,7 @@ fn a_paused_leader_is_fenced_off_and_steps_down() {
     assert!(journal.iter().any(|l| l["term"] == old_term), "the old term's entries are there");
 }
 
-/// Issue 22: a leader paused past its lease and continued redirects while it steps down.
+/// A leader paused past its lease and continued redirects while it steps down.
 /// Another replica leads by the time it is continued, so etcd names its successor: every
 /// write it answers from the first is a 307 to the new leader (never a 503 that it could not
 /// renew its leadership), until it reports itself a follower of that leader.
@@ -696,7 +696,7 @@ fn etcdctl(url: &str, args: &[&str]) -> String {
     run.stdout
 }
 
-/// Issue 22: etcd at its space quota (a real etcd with a 1 MiB `--quota-backend-bytes`, filled
+/// etcd at its space quota (a real etcd with a 1 MiB `--quota-backend-bytes`, filled
 /// through the dispatcher until etcd raises its NOSPACE alarm). The refused calls, the log and
 /// `/readyz` name the cause and the remedy (compact and defragment etcd, then `etcdctl alarm
 /// disarm`), never a restart (which cannot help: etcd refuses every write until disarmed).

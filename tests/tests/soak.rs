@@ -307,7 +307,7 @@ fn thousands_of_job_lifecycles_leave_memory_journal_and_latency_flat() {
     assert_eq!(t["iterations"], json!(0), "{t}");
 }
 
-/// Issue 22: releasing a burst of clients keeps the dispatcher responsive. Thousands of
+/// Releasing a burst of clients keeps the dispatcher responsive. Thousands of
 /// clients each hold the lease of their own job's iteration (two workers heartbeat, so each
 /// iteration has a task on each: thousands of tasks a worker); they are released at once from
 /// several connections while another connection polls `/healthz`, and one second later

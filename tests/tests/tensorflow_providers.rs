@@ -53,7 +53,7 @@ fn sigterm(d: &mut Dispatcher, bound: Duration) -> (Duration, std::process::Exit
     (started.elapsed(), exited)
 }
 
-/// Issue 22, point 5: a 300 KB graph whose `ZipDataset` lists itself 100,000 times as input
+/// A 300 KB graph whose `ZipDataset` lists itself 100,000 times as input
 /// (a walk that follows every input visits it K^2 times per visit) is answered within a
 /// bound, `/healthz` answers meanwhile, SIGTERM ends the process within a bound, and a
 /// restart on the same work dir succeeds.
@@ -213,7 +213,7 @@ const REFUSED: &[(&str, &str, &str)] = &[
     ("distribute_of_distribute", "DataServiceDatasetV4", "DataServiceDatasetV4"),
 ];
 
-/// Issue 21, point 3: every split provider TensorFlow's dispatcher gives, read with `workers`
+/// Every split provider TensorFlow's dispatcher gives, read with `workers`
 /// real TensorFlow workers and a real TensorFlow client through `kind`'s dispatcher.
 fn every_dynamic_split_provider(kind: Kind, workers: usize) {
     let dir = TempDir::new("tf-providers");

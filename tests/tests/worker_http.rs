@@ -1035,7 +1035,7 @@ fn read_lines_until_error(url: &str, paths: &[&str]) -> (Vec<String>, Option<Str
     })
 }
 
-/// Issue 22, point 8: a worker checked a path's canonical form, then opened it again by name;
+/// A worker checked a path's canonical form, then opened it again by name;
 /// swapping a directory and a symlink inside the root (`renameat2(RENAME_EXCHANGE)`) between
 /// the two leaked a file outside the root. Files are now opened beneath the root without
 /// following links: over at least 2,000 file reads while a thread swaps, nothing outside
@@ -1109,7 +1109,7 @@ fn a_directory_swapped_with_a_symlink_never_leaks_a_file_outside_the_root() {
     assert!(!w.output().contains("SENTINEL"));
 }
 
-/// Issue 22, point 8: what is opened beneath the root is checked, not its name: a symlink
+/// What is opened beneath the root is checked, not its name: a symlink
 /// (even to a file inside), a hard link (to a file outside) and another filesystem mounted
 /// under the root (a bind mount of `/proc`) are refused.
 #[test]

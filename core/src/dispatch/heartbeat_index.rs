@@ -470,7 +470,7 @@ mod tests {
         assert_eq!(names, workers.keys().cloned().collect::<Vec<_>>());
     }
 
-    /// Issue 22: a worker's task list changes one task at a time (it used to be rebuilt and
+    /// A worker's task list changes one task at a time (it used to be rebuilt and
     /// compared whole on every change: quadratic in the tasks a worker held), and always
     /// equals the list built from the worker's set, inline or on the heap.
     #[test]

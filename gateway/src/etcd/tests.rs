@@ -392,7 +392,7 @@ async fn a_member_that_never_answers_costs_one_request_timeout() {
     held.abort();
 }
 
-/// Issue 22: etcd at its space quota answers RESOURCE_EXHAUSTED "etcdserver: mvcc: database
+/// etcd at its space quota answers RESOURCE_EXHAUSTED "etcdserver: mvcc: database
 /// space exceeded": an answer (not another member's business), recognised as the quota, whose
 /// remedy is compaction, defragmentation and `etcdctl alarm disarm`, not a restart.
 #[test]

@@ -70,7 +70,7 @@ impl JournalWriter for QuotaFull {
     }
 }
 
-/// Issue 22: a journal write refused at etcd's space quota tells callers and `/readyz` the
+/// A journal write refused at etcd's space quota tells callers and `/readyz` the
 /// cause and the remedy (compact, defragment, `etcdctl alarm disarm`), not to restart.
 #[tokio::test]
 async fn etcd_at_its_quota_names_the_remedy_not_a_restart() {

@@ -751,7 +751,7 @@ pub async fn dump(
 mod tests {
     use super::*;
 
-    /// Issue 22: a leader whose lease lapsed (a paused process, continued) no longer serves
+    /// A leader whose lease lapsed (a paused process, continued) no longer serves
     /// calls (they would answer 503): it redirects to its successor once known, else says
     /// no replica is known to lead; once stepped down it follows that successor.
     #[tokio::test]
