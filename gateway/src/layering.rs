@@ -2,9 +2,11 @@
 //! checked from the sources, so a new `crate::` path that closes a cycle fails here. What is a
 //! crate of its own (the journal, `shardwise-journal`; the client, `shardwise-client`) Cargo
 //! keeps apart without this test; the tests below keep their manifests off the frameworks.
+//! Also checked from the sources: no hand-written file of the core or the gateway grows past
+//! [`MAX_FILE_LINES`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The top-level module a source file belongs to (`http/front.rs` -> `http`).
 fn module_of(rel: &Path) -> String {
@@ -154,4 +156,50 @@ fn the_client_crate_leaves_the_servers_out() {
         "shardwise-client has no default features:{features}"
     );
     assert!(!text.contains("[target"), "no platform-specific dependencies either");
+}
+
+/// The most lines a hand-written source file may have: a longer one is split into a directory
+/// module by concern (its tests by the feature they test).
+const MAX_FILE_LINES: usize = 1_000;
+
+/// Every `.rs` file under `dir`, leaving out generated code (`proto/` directories) and build
+/// outputs.
+fn hand_written(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a source directory") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            let name = path.file_name().unwrap_or_default();
+            if name != "proto" && name != "target" {
+                hand_written(&path, out);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_source_file_of_the_core_or_the_gateway_is_over_the_line_limit() {
+    let gateway = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace = gateway.parent().expect("the workspace holds the gateway");
+    let mut files = Vec::new();
+    hand_written(&workspace.join("core").join("src"), &mut files);
+    hand_written(gateway, &mut files);
+    // The walk saw the sources (a wrong root would find nothing and pass).
+    for known in ["core/src/lib.rs", "gateway/src/lib.rs", "gateway/journal/src/lib.rs"] {
+        assert!(files.contains(&workspace.join(known)), "{known} not found");
+    }
+    let mut long = Vec::new();
+    for file in &files {
+        let lines = std::fs::read_to_string(file).expect("a source file").lines().count();
+        if lines > MAX_FILE_LINES {
+            let rel = file.strip_prefix(workspace).unwrap_or(file);
+            long.push(format!("{} ({lines} lines)", rel.display()));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "over {MAX_FILE_LINES} lines, split into a directory module by concern: {}",
+        long.join(", ")
+    );
 }
