@@ -536,7 +536,8 @@ fn hostile_graphs_end_fast_in_an_error() {
         nodes.push(node(&format!("m{i}"), "MapDataset", &[&format!("m{}", (i + 1) % 1000)]));
     }
     assert_eq!(split_providers_no_files(&graph(nodes, "m0")), Err(GraphError::TooLarge));
-    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    // Generous for a loaded machine: unbounded walks of these graphs take hours, not seconds.
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
 }
 
 #[test]
