@@ -656,6 +656,7 @@ pub fn run(args: WorkerArgs) -> i32 {
             return 1;
         }
     };
+    let dispatcher = args.dispatcher.clone();
     runtime.block_on(async move {
         // Polled first, so the handlers are installed before the listening line is printed
         // (a signal that arrives before a handler exists would be lost).
@@ -669,6 +670,7 @@ pub fn run(args: WorkerArgs) -> i32 {
         match started {
             Ok(running) => {
                 println!("shardwise worker listening on {}", running.url());
+                tracing::info!(url = %running.url(), %dispatcher, "worker serving");
                 running.run_until(signal).await
             }
             Err(e) => {
