@@ -441,3 +441,49 @@ fn a_stalled_request_is_answered_or_closed_within_the_read_timeout() {
     };
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
+
+// ---- the default log level: events, not requests -------------------------------------
+
+/// The non-empty lines of a log.
+fn log_lines(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.trim().is_empty()).collect()
+}
+
+/// Without `SHARDWISE_LOG`, a dispatcher logs its events at info (its start, a worker that
+/// registers, is lost and is forgotten), one line each, and nothing for plain requests.
+#[test]
+fn the_default_log_level_shows_events_and_not_requests() {
+    let d = spawn(&["dispatcher", "--port", "0", "--worker-timeout", "200ms"], &[]);
+    let url = listening(&d, "dispatcher");
+    let address = "127.0.0.1:45123";
+    let stderr = |what: &str, pred: &dyn Fn(&str) -> bool| -> String {
+        poll_until(what, Duration::from_secs(30), || {
+            let err = d.output().1;
+            match log_lines(&err).into_iter().find(|l| pred(l)) {
+                Some(line) => Ok(line.to_owned()),
+                None => Err(format!("{err:?}")),
+            }
+        })
+    };
+    stderr("the start-up line", &|l| l.contains(" INFO ") && l.contains("dispatcher serving"));
+    let beat = json!({"worker_address": address, "current_tasks": []});
+    let r = http("POST", &url, "/v1/workers/heartbeat", Some(&beat)).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    stderr("an info line for the registration", &|l| {
+        l.contains(" INFO ") && l.contains("worker registered") && l.contains(address)
+    });
+    stderr("a line for the loss", &|l| l.contains("worker lost") && l.contains(address));
+    // Lost for another worker timeout without tasks: forgotten, in one collection line.
+    stderr("a line for the collection", &|l| {
+        l.contains(" INFO ") && l.contains("garbage collected") && l.contains("workers=1")
+    });
+    let before = log_lines(&d.output().1).len();
+    for _ in 0..100 {
+        assert_eq!(http("GET", &url, "/v1/workers", None).unwrap().status, 200);
+    }
+    // Give a log line time to reach the pipe.
+    std::thread::sleep(Duration::from_millis(300));
+    let err = d.output().1;
+    let after = log_lines(&err);
+    assert_eq!(after.len(), before, "requests logged at the default level: {:?}", &after[before..]);
+}

@@ -1,8 +1,8 @@
 //! TLS (`--tls-cert`/`--tls-key`, `https://` URLs, `--ca-file`): a CA made at test time (rcgen
 //! on ring) signs the dispatcher's and a worker's certificates; the worker registers over
 //! https, the Rust client reads a dataset over https, a client without the CA is refused with
-//! a typed TLS error, plain HTTP to a TLS port and a stalled handshake are dropped, and bad
-//! files are usage errors.
+//! a typed TLS error, a worker refused by the certificate says why in words, plain HTTP to a
+//! TLS port and a stalled handshake are dropped, and bad files are usage errors.
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -20,6 +20,11 @@ struct Pki {
 
 impl Pki {
     fn new(name: &str) -> Pki {
+        Pki::with_names(name, &["127.0.0.1", "localhost"])
+    }
+
+    /// The same, with certificates for `names` (their subjectAltNames) only.
+    fn with_names(name: &str, names: &[&str]) -> Pki {
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
         let dir = TempDir::new(name);
         let ca_key = KeyPair::generate().expect("CA key");
@@ -31,8 +36,8 @@ impl Pki {
         let issuer = Issuer::new(ca, ca_key);
         for who in ["dispatcher", "worker"] {
             let key = KeyPair::generate().expect("key");
-            let params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".into()])
-                .expect("params");
+            let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+            let params = CertificateParams::new(names).expect("params");
             let cert = params.signed_by(&key, &issuer).expect("certificate");
             std::fs::write(dir.0.join(format!("{who}.pem")), cert.pem()).unwrap();
             std::fs::write(dir.0.join(format!("{who}.key")), key.serialize_pem()).unwrap();
@@ -115,6 +120,35 @@ fn a_client_without_the_ca_is_refused_with_a_typed_tls_error() {
     let e = Worker::try_start(&d.url, &[]).unwrap_err();
     assert!(e.starts_with("exited with Some(1)"), "{e}");
     assert!(e.contains("TLS handshake failed"), "{e}");
+}
+
+/// A worker that cannot trust the dispatcher's certificate exits saying what is wrong with it
+/// in words and what to do: a certificate for another name than the one it connects to, and a
+/// certificate signed by a CA it was not given.
+#[test]
+fn a_worker_refused_by_the_certificate_says_why_and_what_to_do() {
+    let pki = Pki::with_names("tls-wrong-name", &["localhost"]);
+    let d = tls_dispatcher(&pki, &[]);
+    assert!(d.url.starts_with("https://127.0.0.1:"), "{}", d.url);
+    let ca = pki.file("ca.pem");
+    let e = Worker::try_start(&d.url, &["--ca-file", &ca]).unwrap_err();
+    assert!(e.starts_with("exited with Some(1)"), "{e}");
+    assert!(
+        e.contains(
+            "the server's certificate is not valid for 127.0.0.1: its names are [localhost]; \
+             issue it with subjectAltName IP:127.0.0.1"
+        ),
+        "{e}"
+    );
+    let e = Worker::try_start(&d.url, &[]).unwrap_err();
+    assert!(e.starts_with("exited with Some(1)"), "{e}");
+    assert!(
+        e.contains(
+            "the server's certificate is signed by an unknown authority (or is self-signed): \
+             pass --ca-file with the CA that signed it"
+        ),
+        "{e}"
+    );
 }
 
 #[test]

@@ -1149,3 +1149,38 @@ fn symlinks_hard_links_and_mounts_under_a_data_root_are_refused() {
         println!("skipped the bind mount case: `mount --bind` failed (not root?)");
     }
 }
+
+/// A read of a task id the dispatcher never assigned to the worker is "not known yet, retry"
+/// only until a heartbeat sent after the first read came back without it; from then on it is
+/// a final 404 saying so, and a task the dispatcher does assign is still read.
+#[test]
+fn a_task_the_dispatcher_never_assigned_is_not_found_for_good() {
+    let d = Dispatcher::start(&[]);
+    // Heartbeats every 30 s: the one that settles it is the one the first read asks for.
+    let w = Worker::start(&d.url, &["--heartbeat-interval", "30s"]);
+    let path = "/v1/tasks/424242/elements";
+    let detail = |r: &shardwise_tests::HttpResponse| {
+        assert_eq!(r.status, 404, "{}", r.body);
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        let p = r.json();
+        assert_eq!(p["code"], "NOT_FOUND", "{p}");
+        p["detail"].as_str().unwrap().to_owned()
+    };
+    let first = detail(&w.call("GET", path));
+    assert!(first.contains("not known to this worker (yet)") && first.contains("retry"), "{first}");
+    let last = poll_until("a final answer", Duration::from_secs(20), || {
+        let d = detail(&w.call("GET", path));
+        if d.contains("the dispatcher has not assigned task 424242 to this worker") {
+            Ok(d)
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+            Err(d)
+        }
+    });
+    assert!(!last.contains("retry"), "{last}");
+    assert_eq!(detail(&w.call("GET", path)), last, "it stays final");
+    // A task the dispatcher assigns later is read as ever.
+    let tasks =
+        raw_iteration(&d, json!({"source": {"range": {"stop": 3}}}), json!("parallel_epochs"));
+    assert_eq!(ints(&read_task(&w.url, &tasks[0].0)), [0, 1, 2]);
+}

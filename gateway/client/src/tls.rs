@@ -186,12 +186,13 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, Tls
 }
 
 /// The TLS failure among an error's sources, if any (rustls' own error, as hyper and reqwest
-/// wrap it in I/O errors): a refused certificate, a peer that does not speak TLS, ...
+/// wrap it in I/O errors), in words (see [`describe`]): a refused certificate, a peer that
+/// does not speak TLS, ...
 pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut next = Some(e);
     while let Some(e) = next {
         if let Some(t) = e.downcast_ref::<rustls::Error>() {
-            return Some(t.to_string());
+            return Some(describe(t));
         }
         // An I/O error's `source` skips the error it wraps: go inside instead.
         next = match e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
@@ -200,6 +201,88 @@ pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
         };
     }
     None
+}
+
+/// A TLS failure in words: what is wrong with the server's certificate and what to do about
+/// it, then rustls' own reason in parentheses. Failures that are not about the certificate
+/// are rustls' reason alone.
+pub fn describe(e: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    let rustls::Error::InvalidCertificate(c) = e else { return e.to_string() };
+    let words = match c {
+        C::NotValidForNameContext { expected, presented } => {
+            let name = expected.to_str();
+            let san = match expected {
+                rustls::pki_types::ServerName::IpAddress(_) => format!("IP:{name}"),
+                _ => format!("DNS:{name}"),
+            };
+            let names: Vec<&str> = presented.iter().map(|n| plain_name(n)).collect();
+            format!(
+                "the server's certificate is not valid for {name}: its names are [{}]; issue it \
+                 with subjectAltName {san}, or connect with one of its names",
+                names.join(", ")
+            )
+        }
+        C::NotValidForName => "the server's certificate is not valid for the host in the URL: \
+                               issue it with a subjectAltName for that host (IP:... for an \
+                               address, DNS:... for a name)"
+            .to_owned(),
+        C::UnknownIssuer => "the server's certificate is signed by an unknown authority (or is \
+                             self-signed): pass --ca-file with the CA that signed it (for a \
+                             self-signed certificate, the certificate itself)"
+            .to_owned(),
+        C::ExpiredContext { not_after, .. } => format!(
+            "the server's certificate expired on {}: issue it a new one",
+            utc(not_after.as_secs())
+        ),
+        C::Expired => "the server's certificate has expired: issue it a new one".to_owned(),
+        C::NotValidYetContext { not_before, .. } => format!(
+            "the server's certificate is not valid before {}: check this machine's clock (and \
+             the issuer's)",
+            utc(not_before.as_secs())
+        ),
+        C::NotValidYet => "the server's certificate is not valid yet: check this machine's \
+                           clock (and the issuer's)"
+            .to_owned(),
+        C::Revoked => "the server's certificate was revoked: issue it a new one".to_owned(),
+        C::BadSignature => "the server's certificate chain has a bad signature: a certificate \
+                            was not signed by the key of the CA it names"
+            .to_owned(),
+        _ => return e.to_string(),
+    };
+    format!("{words} ({e})")
+}
+
+/// A subject name as rustls reports it (`DnsName("localhost")`, `IpAddress(127.0.0.1)`), as
+/// a name.
+fn plain_name(presented: &str) -> &str {
+    presented
+        .strip_prefix("DnsName(\"")
+        .and_then(|n| n.strip_suffix("\")"))
+        .or_else(|| presented.strip_prefix("IpAddress(").and_then(|n| n.strip_suffix(')')))
+        .unwrap_or(presented)
+}
+
+/// Seconds since the Unix epoch as a UTC date and time, `2030-01-31 23:59:59 UTC`.
+fn utc(secs: u64) -> String {
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Days to a civil date: years of 400 (146 097 days) from 0000-03-01, March first, so the
+    // leap day ends a year.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
 }
 
 #[cfg(test)]
@@ -222,5 +305,56 @@ mod tests {
         let e = certificates("--tls-cert", &dir).unwrap_err();
         assert!(e.to_string().contains("not a regular file (a directory)"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn dates_are_utc_calendar_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_709_251_199), "2024-02-29 23:59:59 UTC");
+        assert_eq!(utc(4_102_444_800), "2100-01-01 00:00:00 UTC");
+    }
+
+    #[test]
+    fn certificate_failures_say_what_is_wrong_and_what_to_do() {
+        use rustls::CertificateError as C;
+        use rustls::pki_types::{ServerName, UnixTime};
+        let cert = |c: C| describe(&rustls::Error::InvalidCertificate(c));
+        let e = cert(C::NotValidForNameContext {
+            expected: ServerName::try_from("127.0.0.1").unwrap(),
+            presented: vec!["DnsName(\"localhost\")".into(), "IpAddress(10.0.0.1)".into()],
+        });
+        assert!(
+            e.starts_with(
+                "the server's certificate is not valid for 127.0.0.1: its names are [localhost, \
+                 10.0.0.1]; issue it with subjectAltName IP:127.0.0.1"
+            ),
+            "{e}"
+        );
+        let e = cert(C::NotValidForNameContext {
+            expected: ServerName::try_from("dispatcher.example").unwrap(),
+            presented: vec![],
+        });
+        assert!(
+            e.contains("its names are []; issue it with subjectAltName DNS:dispatcher.example")
+        );
+        let e = cert(C::UnknownIssuer);
+        assert!(e.contains("unknown authority") && e.contains("pass --ca-file"), "{e}");
+        let e = cert(C::ExpiredContext {
+            time: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_800_000_000)),
+            not_after: UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_709_251_199)),
+        });
+        assert!(
+            e.starts_with("the server's certificate expired on 2024-02-29 23:59:59 UTC"),
+            "{e}"
+        );
+        let e = cert(C::NotValidYetContext {
+            time: UnixTime::since_unix_epoch(std::time::Duration::from_secs(0)),
+            not_before: UnixTime::since_unix_epoch(std::time::Duration::from_secs(951_782_400)),
+        });
+        assert!(e.contains("not valid before 2000-02-29 00:00:00 UTC"), "{e}");
+        // Not a certificate failure: rustls' reason as it is.
+        let other = rustls::Error::General("x".into());
+        assert_eq!(describe(&other), other.to_string());
     }
 }

@@ -447,6 +447,14 @@ pub fn run(args: DispatcherArgs) -> i32 {
             return 1;
         }
     };
+    let mode = match (&args.work_dir, args.etcd.is_empty()) {
+        (_, false) => {
+            format!("replica on etcd {} (prefix {:?})", args.etcd.join(","), args.etcd_prefix)
+        }
+        (Some(dir), true) => format!("journal in work dir {}", dir.display()),
+        (None, true) => "in memory (no work dir)".to_owned(),
+    };
+    let fault_tolerant = args.fault_tolerant;
     let status = runtime.block_on(async move {
         // Polled first, so the handlers are installed before the listening line is printed
         // (a signal that arrives before a handler exists would be lost).
@@ -465,6 +473,7 @@ pub fn run(args: DispatcherArgs) -> i32 {
             }
         };
         println!("shardwise dispatcher listening on {}", running.url());
+        tracing::info!(url = %running.url(), %mode, fault_tolerant, "dispatcher serving");
         running.run_until(signal).await
     });
     // The graceful stop is over (the journal closed, the work dir unlocked): a blocking task

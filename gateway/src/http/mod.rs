@@ -146,13 +146,19 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
         .with_status(405, "Method not allowed")
 }
 
-/// Logs on stderr; `SHARDWISE_LOG` (e.g. `info`, `shardwise_gateway=debug`) sets the level.
-/// Colour (ANSI escapes) only when stderr is a terminal: a log file or collector gets plain
-/// text.
+/// The log filter without `SHARDWISE_LOG`: Shardwise's own events at `info` (start-up,
+/// leadership, workers registered and lost, compactions, garbage collection, refusals), other
+/// crates' at `warn`. Per-request logs are `debug`.
+pub(crate) const DEFAULT_LOG_FILTER: &str =
+    "warn,shardwise=info,shardwise_gateway=info,shardwise_client=info,shardwise_journal=info";
+
+/// Logs on stderr; `SHARDWISE_LOG` (e.g. `debug`, `shardwise_gateway=debug`) replaces
+/// [`DEFAULT_LOG_FILTER`]. Colour (ANSI escapes) only when stderr is a terminal: a log file or
+/// collector gets plain text.
 pub(crate) fn init_logging() {
     use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDWISE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

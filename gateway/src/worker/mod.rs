@@ -33,6 +33,7 @@
 mod files;
 pub mod routes;
 pub mod task;
+mod unknown;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -50,6 +51,7 @@ use tokio::sync::{Notify, watch};
 
 use self::files::DataRoots;
 use self::task::{Gone, Task};
+use self::unknown::Unknown;
 use crate::http::client::{Backoff, CallError, DispatcherUrls, Failover};
 use crate::http::{Running, auth, parse_duration};
 
@@ -190,6 +192,8 @@ struct Tasks {
     gone: HashMap<TaskId, Gone>,
     gone_order: VecDeque<TaskId>,
     incarnation: Option<String>,
+    /// Reads of task ids the worker does not have, against the heartbeats sent since.
+    unknown: Unknown,
 }
 
 impl Tasks {
@@ -210,7 +214,11 @@ impl Tasks {
 pub(crate) enum Lookup {
     Live(Arc<Task>),
     Gone(Gone),
+    /// Not known yet: it may come with the next heartbeat reply.
     Unknown,
+    /// Not known, and a heartbeat sent after the first read of it came back without it: the
+    /// dispatcher has not assigned it to this worker.
+    Unassigned,
 }
 
 impl Shared {
@@ -218,12 +226,17 @@ impl Shared {
         self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// What the worker knows of task `id`; a read of an id it does not have counts as one
+    /// (see [`Unknown::read`]).
     pub(crate) fn lookup(&self, id: TaskId) -> Lookup {
-        let t = self.lock();
-        match t.live.get(&id) {
-            Some(task) => Lookup::Live(Arc::clone(task)),
-            None => t.gone.get(&id).map_or(Lookup::Unknown, |g| Lookup::Gone(*g)),
+        let mut t = self.lock();
+        if let Some(task) = t.live.get(&id) {
+            return Lookup::Live(Arc::clone(task));
         }
+        if let Some(g) = t.gone.get(&id).copied() {
+            return Lookup::Gone(g);
+        }
+        if t.unknown.read(id) { Lookup::Unassigned } else { Lookup::Unknown }
     }
 
     /// `(tasks, buffered, produced, served)` over the live tasks.
@@ -265,9 +278,10 @@ impl Shared {
 
     /// One heartbeat: report the current tasks, apply the tasks to delete and to start.
     async fn heartbeat(&self) -> Result<(), CallError> {
-        let (mut current, incarnation) = {
-            let t = self.lock();
-            (t.live.keys().copied().collect::<Vec<_>>(), t.incarnation.clone())
+        let (mut current, incarnation, number) = {
+            let mut t = self.lock();
+            let number = t.unknown.sending();
+            (t.live.keys().copied().collect::<Vec<_>>(), t.incarnation.clone(), number)
         };
         current.sort_unstable();
         let req = WorkerHeartbeat {
@@ -296,6 +310,7 @@ impl Shared {
                 ids.sort_unstable();
                 t.gone.clear();
                 t.gone_order.clear();
+                t.unknown.clear();
                 for id in &ids {
                     t.bury(*id, Gone::Lost);
                 }
@@ -321,8 +336,10 @@ impl Shared {
                     t.gone_order.retain(|x| *x != id);
                 }
                 tracing::info!(task_id = %id, iteration_id = %def.iteration_id, mode = def.processing_mode.as_str(), "task started");
+                t.unknown.arrived(id);
                 t.live.insert(id, Arc::new(Task::new(def, self.buffer, self.limits)));
             }
+            t.unknown.applied(number);
             lost
         };
         if let Some((old, ids)) = lost {
@@ -656,6 +673,7 @@ pub fn run(args: WorkerArgs) -> i32 {
             return 1;
         }
     };
+    let dispatcher = args.dispatcher.clone();
     runtime.block_on(async move {
         // Polled first, so the handlers are installed before the listening line is printed
         // (a signal that arrives before a handler exists would be lost).
@@ -669,6 +687,7 @@ pub fn run(args: WorkerArgs) -> i32 {
         match started {
             Ok(running) => {
                 println!("shardwise worker listening on {}", running.url());
+                tracing::info!(url = %running.url(), %dispatcher, "worker serving");
                 running.run_until(signal).await
             }
             Err(e) => {

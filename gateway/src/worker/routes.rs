@@ -91,6 +91,18 @@ pub async fn get_elements(
                 ),
             ));
         }
+        // A heartbeat sent after the first read of this id came back without it: the task will
+        // not come (see `unknown`), and no further heartbeat is asked for.
+        Lookup::Unassigned => {
+            return Err(Problem::new(
+                Code::NotFound,
+                format!(
+                    "the dispatcher has not assigned task {id} to this worker (a heartbeat sent \
+                     after this task was first asked for came back without it): ask the \
+                     dispatcher which worker serves it"
+                ),
+            ));
+        }
         Lookup::Gone(g) => return g.answer(id).map(reply),
     };
     let read = match (task.def.num_consumers, q.consumer_index, q.round) {

@@ -45,7 +45,7 @@ pub(super) fn begin_compaction(
         let r = writer.write(&snapshot);
         let write_ms = started.elapsed().as_millis();
         drop(snapshot);
-        tracing::info!(capture_us, write_ms, "journal snapshot written");
+        tracing::debug!(capture_us, write_ms, "journal snapshot written");
         let mut q = lock(&pipe.queue);
         q.staged = Some(r);
         pipe.queued.notify_one();

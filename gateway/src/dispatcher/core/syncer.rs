@@ -64,6 +64,7 @@ impl JournalSink for Sink {
         seq: Seq,
         mut records: Vec<Update>,
     ) -> Result<Durability, JournalFailure> {
+        log_batch(&records);
         let Sink::Syncer(inner) = self else { return Ok(Durability::Now) };
         let mut q = lock(&inner.queue);
         if q.records.len() > QUEUE_MAX_RECORDS {
@@ -75,6 +76,33 @@ impl JournalSink for Sink {
         q.last = seq;
         inner.queued.notify_one();
         Ok(Durability::Later)
+    }
+}
+
+/// Logs what an operator follows in a batch of records (one request's, or one timer pass's):
+/// workers that register or come back, and what a garbage-collection pass freed, as one line
+/// with its counts however many it freed. Everything else a request changes is not logged.
+fn log_batch(records: &[Update]) {
+    let (mut iterations, mut jobs, mut workers) = (0usize, 0usize, 0usize);
+    for r in records {
+        match r {
+            Update::RegisterWorker { address, .. } => {
+                tracing::info!(%address, "worker registered");
+            }
+            Update::WorkerRevived { address, .. } => {
+                tracing::info!(%address, "lost worker registered again");
+            }
+            Update::WorkerRestarted { address, .. } => {
+                tracing::info!(%address, "worker restarted (a new process at this address)");
+            }
+            Update::GarbageCollectIteration { .. } => iterations += 1,
+            Update::RemoveJob { .. } => jobs += 1,
+            Update::RemoveWorker { .. } => workers += 1,
+            _ => {}
+        }
+    }
+    if iterations + jobs + workers > 0 {
+        tracing::info!(iterations, jobs, workers, "garbage collected");
     }
 }
 
@@ -124,13 +152,15 @@ pub(super) fn sync(inner: &Inner, mut journal: Box<dyn JournalWriter>) {
         }
         if let Some(staged) = staged {
             compacting = false;
+            let bytes_before = journal.segment_bytes();
             let started = std::time::Instant::now();
             if let Err(e) = staged.and_then(|s| journal.finish_compaction(s)) {
                 fail(inner, e, "journal compaction failed");
                 return;
             }
             let finish_us = started.elapsed().as_micros();
-            tracing::info!(finish_us, "journal compacted");
+            let bytes_after = journal.segment_bytes();
+            tracing::info!(finish_us, bytes_before, bytes_after, "journal compacted");
             stats.last_compaction_ms.store(now().0, Ordering::Relaxed);
             stats.segment_bytes.store(journal.segment_bytes(), Ordering::Relaxed);
         }
