@@ -6,6 +6,7 @@ pub mod crash;
 pub mod etcd;
 pub mod fake_k8s;
 pub mod fuzz;
+pub mod markdown;
 pub mod tf;
 
 use std::io::Write;
