@@ -8,40 +8,45 @@
 //!
 //! # Crates of the IO side
 //!
-//! The durable journal of the dispatcher is a crate of its own, `shardwise-journal`
-//! (`gateway/journal/`): the work dir's segments, its lock, replay, compaction and
-//! `journal dump`, on the standard library and `shardwise-core` only (no tokio, no HTTP), so
-//! Cargo keeps it from using anything here. This crate depends on it; nothing here is part of
-//! it.
+//! The IO side is split into crates by what they depend on; Cargo keeps each from using what
+//! it does not list (tests read the manifests of the smaller ones):
 //!
-//! The Rust client is a crate of its own too, `shardwise-client` (`gateway/client/`): the
-//! client ([`client::distribute`]) and what it stands on, the REST client with failover
-//! ([`http::client`]), problem details ([`Problem`]) and the clients' TLS settings (in
-//! [`http::tls`]). A training program depends on it without the servers: it has no axum,
-//! tonic, kube, clap or utoipa (a test reads its manifest); its `axum` and `openapi` features,
-//! which this crate turns on, make a problem an answer and give it its schema. This crate
-//! re-exports it under the old paths ([`client`], [`http::client`], [`http::problem`]).
+//! * `shardwise-journal` (`gateway/journal/`): the dispatcher's durable journal (the work
+//!   dir's segments, its lock, replay, compaction and `journal dump`), on the standard library
+//!   and `shardwise-core` only: no tokio, no HTTP.
+//! * `shardwise-client` (`gateway/client/`): the Rust client ([`client::distribute`]) and
+//!   what it stands on, the REST client with failover ([`http::client`]), problem details
+//!   ([`Problem`]) and the clients' TLS settings (in [`http::tls`]). A training program
+//!   depends on it without the servers: it has no axum, tonic, kube, clap or utoipa; its
+//!   `axum` and `openapi` features, which the servers turn on, make a problem an answer and
+//!   give it its schema.
+//! * `shardwise-http` (`gateway/http/`): the HTTP kit every server shares (problem+json, the
+//!   front services, the accept loop, auth, limits, budgets, metrics, the strict body
+//!   extractor, the served OpenAPI document, the status page, the servers' TLS), on the core
+//!   and the client crate; no tonic, kube or clap.
+//! * `shardwise-worker` (`gateway/worker/`): `shardwise worker`, its tasks, its files under
+//!   the data roots and its routes, on the core, the HTTP kit and the client crate; no tonic,
+//!   kube, etcd or journal.
+//! * This crate, `shardwise-gateway`: the dispatcher, etcd, Kubernetes, TensorFlow's
+//!   protocol, the OpenAPI document's assembly and the `shardwise` command. It re-exports the
+//!   client, the HTTP kit and the worker under their old paths ([`client`], [`http`],
+//!   [`worker`]).
 //!
 //! # Modules by role, and which may use which
 //!
-//! * [`http`]: the HTTP kit every server and client shares (problem+json, the front services,
-//!   the accept loop, auth, limits, metrics, the strict body extractor, the served OpenAPI
-//!   document, and the client crate's REST client, problems and TLS). Uses nothing else in
-//!   this crate.
 //! * [`kubernetes`]: the Kubernetes API client, the live cluster of `--cluster-config` and the
 //!   `shardwise resolve` plumbing. Uses [`http`] (problems).
 //! * [`dispatcher`]: the dispatcher process: its arguments, start and run, the driver handle
 //!   around the core, the REST front (each resource's routes in one file, merged once) and
 //!   TensorFlow's `DispatcherService` over gRPC on the same port. Uses [`http`],
 //!   [`kubernetes`], [`tf`], [`etcd`], and the work-dir journal ([`shardwise_journal`]).
-//! * [`worker`]: the worker process and its data plane. Uses [`http`].
 //! * [`openapi`]: the one document, assembled from the routes [`dispatcher`] and [`worker`]
 //!   export. Uses [`http`], [`dispatcher`], [`worker`]; nothing uses it but the command (the
 //!   servers serve the checked-in copy, which a test keeps equal to it).
 //!
 //! The direction is one way (a test, `modules_have_no_import_cycle`, checks it from the
-//! sources): `http` <- `kubernetes` <- `dispatcher`; `tf`, `etcd` <- `dispatcher`; `http`
-//! <- `worker`; `dispatcher`, `worker` <- `openapi`.
+//! sources): `kubernetes` <- `dispatcher`; `tf`, `etcd` <- `dispatcher`; `dispatcher` <-
+//! `openapi`. The re-exported crates ([`client`], [`http`], [`worker`]) cannot use this crate.
 //!
 //! * [`tf`]: TensorFlow's tf.data service protocol (generated types of the project's own
 //!   `.proto` subsets) and the DYNAMIC split providers of a dataset's GraphDef. Uses nothing
@@ -62,13 +67,15 @@
 
 /// The Rust client ([`client::distribute`]): the `shardwise-client` crate, re-exported.
 pub use shardwise_client as client;
+/// The HTTP server kit: the `shardwise-http` crate, re-exported.
+pub use shardwise_http as http;
+/// `shardwise worker`: the `shardwise-worker` crate, re-exported.
+pub use shardwise_worker as worker;
 pub mod dispatcher;
 pub mod etcd;
-pub mod http;
 pub mod kubernetes;
 pub mod openapi;
 pub mod tf;
-pub mod worker;
 
 /// Problem details, the one error answer of every surface.
 pub use crate::http::Problem;

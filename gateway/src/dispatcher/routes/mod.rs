@@ -17,16 +17,12 @@ use std::sync::Arc;
 
 use axum::Router;
 use shardwise_core::dispatch::address::check_worker_address;
-use shardwise_core::dispatch::wire::{
-    ClientHeartbeat, CreateIteration, CreateJob, GetSplits, MaybeRemove, RegisterDataset,
-    WorkerHeartbeat, WorkerUpdate,
-};
 use utoipa_axum::router::OpenApiRouter;
 
 pub use self::status::{DispatcherStatus, JournalMode};
 use super::core::DriverHandle;
 use crate::http::metrics::RouteMetrics;
-use crate::http::{Code, Problem, RequestBody};
+use crate::http::{Code, Problem};
 use crate::kubernetes::live::LiveCluster;
 use crate::kubernetes::resolve::KubeSlot;
 
@@ -72,25 +68,6 @@ pub fn api_router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(status::routes())
         .split_for_parts()
 }
-
-impl RequestBody for WorkerHeartbeat {
-    const FLAT: bool = true;
-}
-impl RequestBody for WorkerUpdate {
-    const FLAT: bool = true;
-}
-impl RequestBody for ClientHeartbeat {
-    const FLAT: bool = true;
-}
-impl RequestBody for GetSplits {
-    const FLAT: bool = true;
-}
-impl RequestBody for MaybeRemove {
-    const FLAT: bool = true;
-}
-impl RequestBody for RegisterDataset {}
-impl RequestBody for CreateJob {}
-impl RequestBody for CreateIteration {}
 
 /// A worker address where one enters: `host:port`, else INVALID_ARGUMENT (checked off the
 /// dispatcher's lock).

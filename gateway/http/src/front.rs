@@ -2,7 +2,8 @@
 //! tower services instead of a stack of layers (each `from_fn` layer boxed
 //! a future and cloned a boxed service per request, and every layer armed its own timer).
 //!
-//! * [`FrontLayer`], around the whole router (every route, the fallback, wrong methods):
+//! * `FrontLayer`, around the whole router (every route, the fallback, wrong methods; a server
+//!   puts it there with [`common_layers`](crate::common_layers)):
 //!   the request id (kept from `x-request-id` or generated, echoed on every answer), the
 //!   request span (only when `info` logging is on), the request [`limits`](super::limit)
 //!   (declared body size, rate, requests in flight), the body limit the extractors apply,
@@ -42,16 +43,13 @@ use super::{auth, limit, metrics};
 pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The longest a request may take, from routing to its answer (then `503`).
-pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 type BoxFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
 /// Awaits `fut`, bounded by `deadline` (computed only if needed): a future that is ready on
 /// its first poll arms no timer.
-pub(crate) async fn within<F: Future>(
-    fut: F,
-    deadline: impl FnOnce() -> Instant,
-) -> Option<F::Output> {
+pub async fn within<F: Future>(fut: F, deadline: impl FnOnce() -> Instant) -> Option<F::Output> {
     let mut fut = std::pin::pin!(fut);
     if let Poll::Ready(v) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
         return Some(v);
@@ -275,12 +273,12 @@ struct RouteShared {
 
 /// The layer around each documented route: see the [module](self) docs.
 #[derive(Debug, Clone)]
-pub(crate) struct RouteLayer(Arc<RouteShared>);
+pub struct RouteLayer(Arc<RouteShared>);
 
 impl RouteLayer {
     /// Counts into `metrics` (if any), checks `tokens` (if any), reads bodies within the
     /// limits.
-    pub(crate) fn new(
+    pub fn new(
         metrics: Option<Arc<metrics::RouteMetrics>>,
         tokens: Option<auth::Tokens>,
         limits: &limit::LimitConfig,
@@ -303,7 +301,7 @@ impl<S> Layer<S> for RouteLayer {
 
 /// The service of [`RouteLayer`].
 #[derive(Debug, Clone)]
-pub(crate) struct Routed<S> {
+pub struct Routed<S> {
     inner: S,
     shared: Arc<RouteShared>,
 }
@@ -462,7 +460,7 @@ async fn read_body(
 }
 
 /// The flag of the request budget that had no room.
-pub(crate) fn request_budget_flag(short: Option<Short>) -> &'static str {
+pub fn request_budget_flag(short: Option<Short>) -> &'static str {
     match short {
         Some(Short::Total) => "--max-request-bytes",
         _ => "--max-request-bytes-per-connection",
@@ -518,7 +516,7 @@ mod tests {
     }
 
     fn problem_code(headers: &axum::http::HeaderMap, body: &str) -> Code {
-        assert_eq!(headers[header::CONTENT_TYPE], crate::http::problem::PROBLEM_JSON, "{body}");
+        assert_eq!(headers[header::CONTENT_TYPE], crate::problem::PROBLEM_JSON, "{body}");
         let v: serde_json::Value = serde_json::from_str(body).expect("problem JSON");
         v["code"].as_str().expect("a code").parse().expect("a status class")
     }

@@ -16,8 +16,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::task::{Gone, ReadResult};
 use super::{Lookup, Shared};
-pub use crate::http::elements::{DEFAULT_MAX_ELEMENTS, Elements, MAX_ELEMENTS};
-use crate::http::{Code, Problem, auth};
+pub use shardwise_http::elements::{DEFAULT_MAX_ELEMENTS, Elements, MAX_ELEMENTS};
+use shardwise_http::{Code, Problem, auth};
 
 /// How long a read waits for an element before answering an empty list.
 pub const READ_WAIT: Duration = Duration::from_millis(500);
@@ -68,7 +68,7 @@ pub async fn get_elements(
     let Query(q) = query.map_err(|e| {
         Problem::new(Code::InvalidArgument, format!("invalid query: {}", e.body_text()))
     })?;
-    let id: TaskId = crate::http::parse_id("task_id", &raw)?;
+    let id: TaskId = shardwise_http::parse_id("task_id", &raw)?;
     let max = q.max.unwrap_or(DEFAULT_MAX_ELEMENTS);
     if max == 0 || max > MAX_ELEMENTS {
         return Err(Problem::new(
@@ -255,7 +255,7 @@ async fn metrics(State(w): State<WorkerState>) -> Response {
 async fn openapi_json() -> Response {
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-        crate::http::docs::DOCUMENT,
+        shardwise_http::docs::DOCUMENT,
     )
         .into_response()
 }
@@ -277,20 +277,20 @@ pub(crate) fn router(
     tokens: Option<auth::Tokens>,
     read_timeout: Duration,
 ) -> Router {
-    let limits = crate::http::limit::LimitConfig {
+    let limits = shardwise_http::limit::LimitConfig {
         max_body_bytes: 64 << 10,
         read_timeout,
         ..Default::default()
     };
     let (api, _) = api_router();
     let api = api
-        .route("/healthz", get(crate::http::healthz))
+        .route("/healthz", get(shardwise_http::healthz))
         .route("/metrics", get(metrics))
         // No route takes a body; one sent anyway is read within the bound, after the token.
-        .route_layer(crate::http::front::RouteLayer::new(None, tokens, &limits));
+        .route_layer(shardwise_http::front::RouteLayer::new(None, tokens, &limits));
     let app = api
         .route("/openapi.json", get(openapi_json))
-        .merge(crate::http::ui::router(crate::http::ui::Kind::Worker))
-        .fallback(crate::http::not_found);
-    crate::http::common_layers(app, "worker", limits).with_state(WorkerState(shared))
+        .merge(shardwise_http::ui::router(shardwise_http::ui::Kind::Worker))
+        .fallback(shardwise_http::not_found);
+    shardwise_http::common_layers(app, "worker", limits).with_state(WorkerState(shared))
 }

@@ -22,8 +22,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Shared;
-use crate::http::client::CallError;
-use crate::http::{Code, Problem};
+use shardwise_client::rest::CallError;
+use shardwise_http::{Code, Problem};
 
 /// Why a task the worker knew is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -91,7 +91,7 @@ pub fn is_grpc<B>(req: &axum::http::Request<B>) -> bool {
 
 /// What serves a server's gRPC requests: each request as hyper gave it, with the peer's
 /// address; the answer, whatever happened (a refusal is a gRPC status).
-pub(crate) trait GrpcService: Clone + Send + Sync + 'static {
+pub trait GrpcService: Clone + Send + Sync + 'static {
     /// The service of one new connection (what it keeps per connection starts afresh, e.g. the
     /// dispatcher's budget of reply bytes not yet written).
     fn for_connection(&self) -> Self {
@@ -130,7 +130,7 @@ impl GrpcService for Router {
 /// `tls`, every connection is TLS (its handshake within `read_timeout` too). With `requests`,
 /// each connection gets its budget of request bodies from it, on each of its requests as a
 /// [`RequestBudget`] extension (which the body readers take their bytes from).
-pub(crate) async fn serve<G: GrpcService>(
+pub async fn serve<G: GrpcService>(
     listener: tokio::net::TcpListener,
     app: Router,
     grpc: Option<G>,
@@ -579,7 +579,7 @@ mod tests {
         let (addr, _stop) = server(Some(grpc)).await;
         let url = format!("http://{addr}/who");
         let h1 = reqwest::Client::builder()
-            .tls_backend_preconfigured(crate::http::tls::system_client_config())
+            .tls_backend_preconfigured(crate::tls::system_client_config())
             .http1_only()
             .build()
             .unwrap();

@@ -32,7 +32,7 @@ use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use super::StartError;
-use crate::http::{Code, Problem};
+use shardwise_http::{Code, Problem};
 
 /// Filesystems a worker never reads from, even under a root.
 const PSEUDO: &[&str] = &["/proc", "/sys", "/dev"];

@@ -1,18 +1,26 @@
-//! The HTTP kit every Shardwise server shares: problem+json answers ([`problem`]), the two
-//! front services around a router (`front`), the accept loop with bounded read times
-//! ([`conn`]), bearer tokens ([`auth`]), request limits ([`limit`]), Prometheus metrics
-//! ([`metrics`]), the strict JSON body extractor and path ids ([`body`]), the served OpenAPI
-//! document ([`docs`]), the REST client of the worker runtime and the Rust client
-//! ([`client`]), TLS ([`tls`]), the budgets of bytes held per connection ([`budget`]),
-//! durations, and a running server's handle ([`Running`]).
+//! The HTTP kit every Shardwise server shares, the dispatcher's and the worker's:
+//! problem+json answers ([`problem`]), the front services around a router ([`front`],
+//! [`common_layers`]), the accept loop with bounded read times ([`conn`]), bearer tokens
+//! ([`auth`]), request limits ([`limit`]), the budgets of bytes held per connection
+//! ([`budget`]), Prometheus metrics ([`metrics`]), the strict JSON body extractor and path ids
+//! ([`body`]), the served OpenAPI document ([`docs`]), the status page ([`ui`]), the element
+//! route's wire types ([`elements`]), TLS ([`tls`]), durations ([`parse_duration`]), logging
+//! ([`init_logging`]) and a running server's handle ([`Running`]).
 //!
 //! What the Rust client needs too lives in `shardwise-client` and is re-exported here under
-//! its old paths: [`problem`] (with the `axum` and `openapi` features the gateway turns on,
-//! a problem is an axum answer and has its schema), [`client`] (that crate's `rest`), and the
-//! client half of [`tls`].
+//! the paths the servers use: [`problem`] (with the `axum` and `openapi` features this crate
+//! turns on, a problem is an axum answer and has its schema), [`client`] (that crate's `rest`,
+//! the REST client with failover), and the client half of [`tls`].
 //!
-//! It depends on nothing else in the gateway (only on `shardwise-core` and
-//! `shardwise-client`): the dispatcher and the worker are built on it.
+//! It depends on `shardwise-core` and `shardwise-client` and on no server: the dispatcher
+//! (in `shardwise-gateway`) and the worker (`shardwise-worker`) are built on it. It has no
+//! gRPC stack (the dispatcher hands [`conn::serve`] its gRPC service through
+//! [`conn::GrpcService`]), no Kubernetes client and no command line parser (a test reads its
+//! manifest).
+#![forbid(unsafe_code)]
+// Handlers return `Result<_, Problem>`; a problem is built at most once per request, on the
+// error path, so its size (an RFC 9457 object with optional members) costs nothing that matters.
+#![allow(clippy::result_large_err)]
 
 pub mod auth;
 pub mod body;
@@ -20,7 +28,7 @@ pub mod budget;
 pub mod conn;
 pub mod docs;
 pub mod elements;
-pub(crate) mod front;
+pub mod front;
 pub mod limit;
 pub mod metrics;
 pub mod tls;
@@ -120,7 +128,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
 }
 
 /// A process-unique id: the start time and the process id, in hex.
-pub(crate) fn incarnation() -> String {
+pub fn incarnation() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -128,10 +136,10 @@ pub(crate) fn incarnation() -> String {
 }
 
 /// What every Shardwise server has around its router: problem+json for wrong methods, and
-/// [`front::FrontLayer`] (request ids kept from `x-request-id` or generated, logged and
+/// the front layer of [`front`] (request ids kept from `x-request-id` or generated, logged and
 /// echoed; the request span; the request limits of [`limit`]; the body limit; a 30 s timeout;
 /// caught panics as `INTERNAL` problems; a problem body for answers without one).
-pub(crate) fn common_layers<S: Clone + Send + Sync + 'static>(
+pub fn common_layers<S: Clone + Send + Sync + 'static>(
     router: Router<S>,
     who: &'static str,
     limits: limit::LimitConfig,
@@ -148,14 +156,17 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 
 /// The log filter without `SHARDWISE_LOG`: Shardwise's own events at `info` (start-up,
 /// leadership, workers registered and lost, compactions, garbage collection, refusals), other
-/// crates' at `warn`. Per-request logs are `debug`.
-pub(crate) const DEFAULT_LOG_FILTER: &str =
-    "warn,shardwise=info,shardwise_gateway=info,shardwise_client=info,shardwise_journal=info";
+/// crates' at `warn`. Per-request logs are `debug` (this crate's `front`). A target matches
+/// by prefix, so `shardwise` alone covers the command and every `shardwise_*` crate; the
+/// crates are named as well, to be found here.
+pub const DEFAULT_LOG_FILTER: &str = "warn,shardwise=info,shardwise_gateway=info,\
+                                      shardwise_worker=info,shardwise_http=info,\
+                                      shardwise_client=info,shardwise_journal=info";
 
-/// Logs on stderr; `SHARDWISE_LOG` (e.g. `debug`, `shardwise_gateway=debug`) replaces
+/// Logs on stderr; `SHARDWISE_LOG` (e.g. `debug`, `warn,shardwise=debug`) replaces
 /// [`DEFAULT_LOG_FILTER`]. Colour (ANSI escapes) only when stderr is a terminal: a log file or
 /// collector gets plain text.
-pub(crate) fn init_logging() {
+pub fn init_logging() {
     use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDWISE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
@@ -178,7 +189,7 @@ pub struct Running {
 }
 
 impl Running {
-    pub(crate) fn new(
+    pub fn new(
         addr: SocketAddr,
         advertised: String,
         https: bool,
@@ -224,7 +235,7 @@ impl Running {
     }
 }
 
-pub(crate) async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -8,6 +8,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use shardwise_core::dispatch::wire::{
+    ClientHeartbeat, CreateIteration, CreateJob, GetSplits, MaybeRemove, RegisterDataset,
+    WorkerHeartbeat, WorkerUpdate,
+};
 use shardwise_core::echo::{cap_quotes, echo};
 use utoipa::ToSchema;
 
@@ -30,6 +34,27 @@ pub trait RequestBody: DeserializeOwned {
 }
 
 impl RequestBody for Value {}
+
+// The dispatcher's request bodies (the core's wire types; the trait's crate holds the impls).
+// The flat ones have no free-form JSON inside.
+impl RequestBody for WorkerHeartbeat {
+    const FLAT: bool = true;
+}
+impl RequestBody for WorkerUpdate {
+    const FLAT: bool = true;
+}
+impl RequestBody for ClientHeartbeat {
+    const FLAT: bool = true;
+}
+impl RequestBody for GetSplits {
+    const FLAT: bool = true;
+}
+impl RequestBody for MaybeRemove {
+    const FLAT: bool = true;
+}
+impl RequestBody for RegisterDataset {}
+impl RequestBody for CreateJob {}
+impl RequestBody for CreateIteration {}
 
 impl<S: Send + Sync, T: RequestBody> FromRequest<S> for Body<T> {
     type Rejection = Problem;

@@ -18,9 +18,9 @@
 //! * **Dispatcher replicas.** `--dispatcher` may list several URLs (the replicas of one
 //!   journal in etcd): every call goes to the one that answered last and moves on when it
 //!   fails, answers `UNAVAILABLE` or redirects (a follower's 307 is followed only to a URL of
-//!   the list: the token never goes elsewhere); see [`crate::http::client::Failover`]. The
+//!   the list: the token never goes elsewhere); see [`shardwise_client::rest::Failover`]. The
 //!   replicas of one journal share its incarnation, so a failover drops nothing.
-//! * **Tasks** are run by [`task`]: lazily started, bounded buffers (`--buffer`), DYNAMIC
+//! * **Tasks** are run by the `task` module: lazily started, bounded buffers (`--buffer`), DYNAMIC
 //!   splits acknowledged only once clients took their elements.
 //! * **Completion.** A task whose pipeline ended and whose every element was taken is reported
 //!   with `POST /v1/workers/update`; only after the dispatcher acknowledged that report do
@@ -29,10 +29,23 @@
 //! * **Serving.** `GET /v1/tasks/{task_id}/elements` ([`routes`]), `/healthz`, `/metrics` and the
 //!   one OpenAPI document at `/openapi.json`; `--auth-tokens` requires a client token on the
 //!   element route, `--token-file` is the token presented to the dispatcher.
+//!
+//! # The crate
+//!
+//! The `shardwise worker` command is [`WorkerArgs`] (its flags, a `clap::Args` the command
+//! line flattens) and [`run`]; a program or a test embeds a worker with [`start`], which
+//! returns its [`Running`] handle. [`routes`] is what the OpenAPI document is assembled from.
+//! The crate stands on `shardwise-core` (the worker's state machine and the pipelines),
+//! `shardwise-http` (the servers' kit) and `shardwise-client` (the REST client with failover):
+//! no gRPC, no Kubernetes client, no etcd, no journal (a test reads its manifest).
+#![forbid(unsafe_code)]
+// Handlers return `Result<_, Problem>`; a problem is built at most once per request, on the
+// error path, so its size (an RFC 9457 object with optional members) costs nothing that matters.
+#![allow(clippy::result_large_err)]
 
 mod files;
 pub mod routes;
-pub mod task;
+mod task;
 mod unknown;
 
 use std::collections::{HashMap, VecDeque};
@@ -52,8 +65,9 @@ use tokio::sync::{Notify, watch};
 use self::files::DataRoots;
 use self::task::{Gone, Task};
 use self::unknown::Unknown;
-use crate::http::client::{Backoff, CallError, DispatcherUrls, Failover};
-use crate::http::{Running, auth, parse_duration};
+use shardwise_client::rest::{Backoff, CallError, DispatcherUrls, Failover};
+pub use shardwise_http::Running;
+use shardwise_http::{auth, parse_duration};
 
 /// How many gone task ids a worker remembers (to answer their reads).
 const TOMBSTONES: usize = 100_000;
@@ -155,7 +169,7 @@ impl WorkerArgs {
             buffer: 1024,
             token_file: None,
             auth_tokens: None,
-            read_timeout: crate::http::conn::DEFAULT_READ_TIMEOUT,
+            read_timeout: shardwise_http::conn::DEFAULT_READ_TIMEOUT,
             data_roots: Vec::new(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_buffer_bytes: DEFAULT_MAX_BUFFERED_BYTES,
@@ -478,10 +492,10 @@ fn advertised(args: &WorkerArgs, local: SocketAddr) -> Result<String, StartError
 pub enum StartError {
     /// An unusable `--tls-cert`, `--tls-key` or `--ca-file`.
     #[error(transparent)]
-    Tls(#[from] crate::http::tls::TlsFileError),
+    Tls(#[from] shardwise_http::tls::TlsFileError),
     /// `--dispatcher` is not a list of http(s) addresses.
     #[error("--dispatcher: {0}")]
-    Dispatcher(crate::http::client::UrlListError),
+    Dispatcher(shardwise_client::rest::UrlListError),
     /// An empty tag among `--tags` (TensorFlow's words; all the tags, trimmed).
     #[error("Worker tags cannot be empty. Got tags {{{}}}", tags.join(", "))]
     EmptyTag {
@@ -533,7 +547,7 @@ pub enum StartError {
     },
     /// `--host` and `--port` cannot be listened on.
     #[error(transparent)]
-    Listen(#[from] crate::http::ListenError),
+    Listen(#[from] shardwise_http::ListenError),
     /// The dispatcher refused the registration (an answer that is not retried).
     #[error("the dispatcher at {dispatcher} refused to register this worker: {error}")]
     Refused {
@@ -591,14 +605,14 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
     };
     let files = DataRoots::new(&args.data_roots, args.max_file_bytes)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(crate::http::tls::server_config(cert, key)?),
+        (Some(cert), Some(key)) => Some(shardwise_http::tls::server_config(cert, key)?),
         _ => None,
     };
-    let client_tls = crate::http::tls::client_config(args.ca_file.as_deref())?;
-    let (listener, local) = crate::http::listen(&args.host, args.port).await?;
+    let client_tls = shardwise_http::tls::client_config(args.ca_file.as_deref())?;
+    let (listener, local) = shardwise_http::listen(&args.host, args.port).await?;
     let address = advertised(&args, local)?;
     let dispatcher = Failover::new(
-        crate::http::client::http_client_with(Duration::from_secs(30), client_tls),
+        shardwise_client::rest::http_client_with(Duration::from_secs(30), client_tls),
         urls,
         token,
     );
@@ -625,7 +639,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
         let stop = async move {
             let _ = stop_rx.await;
         };
-        crate::http::conn::serve(
+        shardwise_http::conn::serve(
             listener,
             app,
             None::<axum::Router>,
@@ -665,7 +679,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
 
 /// Runs the worker until SIGINT/SIGTERM; returns the process exit status.
 pub fn run(args: WorkerArgs) -> i32 {
-    crate::http::init_logging();
+    shardwise_http::init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -677,7 +691,7 @@ pub fn run(args: WorkerArgs) -> i32 {
     runtime.block_on(async move {
         // Polled first, so the handlers are installed before the listening line is printed
         // (a signal that arrives before a handler exists would be lost).
-        let signal = crate::http::shutdown_signal();
+        let signal = shardwise_http::shutdown_signal();
         tokio::pin!(signal);
         let started = tokio::select! {
             biased;
