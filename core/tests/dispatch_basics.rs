@@ -1,6 +1,9 @@
 //! The dispatcher state machine driven directly: TensorFlow's state-machine scenarios
 //! (ST-*), the request flows, and the places where Shardwise deliberately does better.
 
+#[path = "support/replay.rs"]
+mod replay;
+
 use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{
@@ -37,19 +40,9 @@ impl Harness {
         Harness { d: Driver::new(dispatcher(config), VecSink::default()), journal: Vec::new() }
     }
     fn sync(&mut self) {
-        for u in std::mem::take(&mut self.d.sink_mut().records) {
-            // Every record survives its JSON encoding unchanged.
-            let text = serde_json::to_string(&u).unwrap();
-            let back: Update = serde_json::from_str(&text).unwrap();
-            assert_eq!(back, u);
-            self.journal.push(u);
-        }
-        let replayed =
-            State::replay(self.d.dispatcher().config().worker_addresses.clone(), &self.journal);
-        assert_eq!(&replayed, self.d.dispatcher().state(), "replay equals live state");
-        // The derived indexes, live and replayed, are what a rebuild makes of the state.
-        self.d.dispatcher().state().check_heartbeat_index().unwrap();
-        replayed.check_heartbeat_index().unwrap();
+        replay::take_records(self.d.sink_mut(), &mut self.journal);
+        let addresses = self.d.dispatcher().config().worker_addresses.clone();
+        replay::check_replay("", addresses, &self.journal, self.d.dispatcher().state());
     }
     fn dataset(&mut self, d: DatasetDef) -> String {
         let id = self

@@ -1,6 +1,9 @@
 //! Coordinated (round-robin) reads: late workers join through the pending-task protocol,
 //! consumers vote tasks out, and consumer identity is the consumer index.
 
+#[path = "support/replay.rs"]
+mod replay;
+
 use serde_json::json;
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{
@@ -8,8 +11,8 @@ use shardwise_core::dispatch::wire::{
     TaskProgress, WorkerHeartbeat, WorkerUpdate,
 };
 use shardwise_core::dispatch::{
-    Dispatcher, DispatcherConfig, Driver, MaybeRemove, Millis, ShardingPolicy, State,
-    TargetWorkers, TaskId, Update, VecSink,
+    Dispatcher, DispatcherConfig, Driver, MaybeRemove, Millis, ShardingPolicy, TargetWorkers,
+    TaskId, Update, VecSink,
 };
 
 struct H {
@@ -23,14 +26,8 @@ impl H {
         H { d: Driver::new(d, VecSink::default()), journal: vec![] }
     }
     fn sync(&mut self) {
-        self.journal.append(&mut self.d.sink_mut().records);
-        assert_eq!(
-            &State::replay(vec![], &self.journal),
-            self.d.dispatcher().state(),
-            "replay equals live"
-        );
-        // The live derived indexes are what a recovery from a snapshot rebuilds.
-        self.d.dispatcher().state().check_heartbeat_index().expect("derived indexes");
+        replay::take_records(self.d.sink_mut(), &mut self.journal);
+        replay::check_replay("", vec![], &self.journal, self.d.dispatcher().state());
     }
     fn worker(&mut self, now: u64, addr: &str, current: &[TaskId]) -> Vec<TaskId> {
         let r = self

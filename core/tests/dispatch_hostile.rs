@@ -2,6 +2,9 @@
 //! task changes it, what workers register as is bounded, identical datasets are one dataset,
 //! what datasets hold is bounded, and error texts quote at most a short prefix of the input.
 
+#[path = "support/replay.rs"]
+mod replay;
+
 use serde_json::json;
 use shardwise_core::dispatch::wire::{
     CreateIteration, CreateJob, GetSplits, ProcessingMode, RegisterDataset, TaskProgress,
@@ -26,7 +29,7 @@ impl H {
         h
     }
     fn sync(&mut self) {
-        self.journal.append(&mut self.d.sink_mut().records);
+        replay::take_records(self.d.sink_mut(), &mut self.journal);
     }
     /// Journal records since `from`, draining the dispatcher's queue first.
     fn records_since(&mut self, from: usize) -> usize {
@@ -126,10 +129,7 @@ impl H {
     }
     /// The journal replays to the live state, derived indexes included.
     fn check_replay(&self) {
-        let replayed = State::replay(vec![], &self.journal);
-        assert_eq!(&replayed, self.d.dispatcher().state());
-        replayed.check_heartbeat_index().unwrap();
-        self.d.dispatcher().state().check_heartbeat_index().unwrap();
+        replay::check_replay("", vec![], &self.journal, self.d.dispatcher().state());
     }
 }
 

@@ -1,6 +1,9 @@
 //! The status snapshot (`Request::Status`): the split progress of a DYNAMIC iteration through
 //! a lost worker, the workers' last heartbeats, the summaries, and the lists' caps.
 
+#[path = "support/replay.rs"]
+mod replay;
+
 use serde_json::json;
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::status::{DatasetKind, SplitProgress, WorkerKind};
@@ -9,7 +12,7 @@ use shardwise_core::dispatch::wire::{
 };
 use shardwise_core::dispatch::{
     Dispatcher, DispatcherConfig, Driver, GetStatus, IterationId, JobId, Millis, STATUS_LIST_CAP,
-    ShardingPolicy, State, StatusReport, TargetWorkers, Update, VecSink,
+    ShardingPolicy, StatusReport, TargetWorkers, Update, VecSink,
 };
 
 struct Harness {
@@ -26,13 +29,8 @@ impl Harness {
     }
     /// Drains the journal; replay must equal the live state (the `reissued` counter included).
     fn sync(&mut self) {
-        for u in std::mem::take(&mut self.d.sink_mut().records) {
-            let back: Update = serde_json::from_str(&serde_json::to_string(&u).unwrap()).unwrap();
-            assert_eq!(back, u);
-            self.journal.push(u);
-        }
-        let replayed = State::replay(vec![], &self.journal);
-        assert_eq!(&replayed, self.d.dispatcher().state(), "replay equals live state");
+        replay::take_records(self.d.sink_mut(), &mut self.journal);
+        replay::check_replay("", vec![], &self.journal, self.d.dispatcher().state());
     }
     fn heartbeat(&mut self, now: u64, worker: &str, tags: &[&str]) {
         self.d

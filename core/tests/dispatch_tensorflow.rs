@@ -7,6 +7,9 @@
 //! encoding) replays to the live state, that the derived indexes of both are what a rebuild
 //! gives, and that a snapshot of the state replays to it too.
 
+#[path = "support/replay.rs"]
+mod replay;
+
 use serde_json::json;
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{
@@ -16,7 +19,7 @@ use shardwise_core::dispatch::wire::{
 use shardwise_core::dispatch::{
     ClientId, DatasetSpec, DisableCompression, DispatchError, Dispatcher, DispatcherConfig, Driver,
     GetDataset, IterationId, JobId, ListWorkers, MaybeRemove, Millis, RegisterTfDataset,
-    ShardingPolicy, SplitProviderDef, State, TargetWorkers, TfDataset, TfGetSplit, TfWorkerInfo,
+    ShardingPolicy, SplitProviderDef, TargetWorkers, TfDataset, TfGetSplit, TfWorkerInfo,
     TransferServer, Update, VecSink,
 };
 
@@ -69,22 +72,9 @@ impl H {
     }
     /// Drains the records and checks replay, derived indexes and a snapshot's replay.
     fn sync(&mut self) {
-        for u in std::mem::take(&mut self.d.sink_mut().records) {
-            let back: Update = serde_json::from_str(&serde_json::to_string(&u).unwrap()).unwrap();
-            assert_eq!(back, u, "a record survives its encoding");
-            self.journal.push(u);
-        }
-        let live = self.d.dispatcher().state();
-        let replayed = State::replay(self.config.worker_addresses.clone(), &self.journal);
-        assert_eq!(&replayed, live, "replay equals the live state");
-        live.check_heartbeat_index().expect("live derived indexes");
-        replayed.check_heartbeat_index().expect("replayed derived indexes");
-        let snapshot: Update =
-            serde_json::from_str(&serde_json::to_string(&self.d.dispatcher().snapshot()).unwrap())
-                .unwrap();
-        let from_snapshot = State::replay(vec![], [&snapshot]);
-        assert_eq!(&from_snapshot, live, "a snapshot replays to the live state");
-        from_snapshot.check_heartbeat_index().expect("snapshot's derived indexes");
+        replay::take_records(self.d.sink_mut(), &mut self.journal);
+        let addresses = self.config.worker_addresses.clone();
+        replay::check_replay("", addresses, &self.journal, self.d.dispatcher().state());
     }
     fn call<C: shardwise_core::Call>(&mut self, r: C) -> Result<C::Output, DispatchError> {
         self.now += 1;

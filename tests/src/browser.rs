@@ -1,6 +1,6 @@
 //! A real headless Chromium for the status page tests, driven by Debian's `chromedriver`
-//! over the W3C WebDriver HTTP API (JSON over HTTP on 127.0.0.1, with a tiny client of its
-//! own: no WebDriver crate). `.ci/run` installs `chromium` and `chromium-driver`.
+//! over the W3C WebDriver HTTP API (JSON over HTTP on 127.0.0.1, with the tests' own client,
+//! [`crate::rawhttp`]: no WebDriver crate). `.ci/run` installs `chromium` and `chromium-driver`.
 //!
 //! [`Browser`] starts `chromedriver` on a free loopback port, opens one session with a fresh
 //! profile directory, and on drop deletes the session (which quits Chromium) and kills the
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::rawhttp::{Conn, Request};
 use crate::{HttpResponse, Process, TempDir, poll_until};
 
 /// The Chromium binary the session runs.
@@ -180,53 +181,16 @@ impl Drop for Browser {
     }
 }
 
-/// One HTTP/1.1 request to chromedriver, reading exactly `Content-Length` bytes of the answer
-/// (chromedriver says `Connection: close` but keeps the connection open).
+/// One HTTP/1.1 request to chromedriver on a keep-alive [`Conn`]: the answer is read by its
+/// `Content-Length` (chromedriver answers `Connection: close` but keeps the connection open, so
+/// reading to the end of the stream would wait for ever).
 fn http(
     method: &str,
     base: &str,
     path: &str,
     body: Option<&Value>,
 ) -> std::io::Result<HttpResponse> {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let hostport = base.trim_start_matches("http://").trim_end_matches('/');
-    let mut stream = std::net::TcpStream::connect(hostport)?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let payload = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n");
-    if body.is_some() {
-        req.push_str("Content-Type: application/json\r\n");
-    }
-    req.push_str(&format!("Content-Length: {}\r\n\r\n{payload}", payload.len()));
-    stream.write_all(req.as_bytes())?;
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let status = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        reader.read_line(&mut line)?;
-        let l = line.trim_end();
-        if l.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = l.split_once(':') {
-            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-        }
-    }
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .and_then(|(_, v)| v.parse().ok())
-        .ok_or_else(|| std::io::Error::other("no Content-Length"))?;
-    let mut raw = vec![0; len];
-    reader.read_exact(&mut raw)?;
-    Ok(HttpResponse { status, headers, body: String::from_utf8_lossy(&raw).into_owned() })
+    Conn::open(base, Duration::from_secs(60))?.request(&Request::new(method, path).json(body))
 }
 
 /// Standard base64 (with padding), as WebDriver sends screenshots.

@@ -6,8 +6,11 @@ pub mod crash;
 pub mod etcd;
 pub mod fake_k8s;
 pub mod fuzz;
+pub mod graphs;
 pub mod markdown;
+pub mod rawhttp;
 pub mod tf;
+pub mod tf_fake;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -113,6 +116,18 @@ fn newer_than(path: &std::path::Path, when: std::time::SystemTime, depth: usize)
     entries.flatten().any(|e| newer_than(&e.path(), when, depth - 1))
 }
 
+/// The Rust client's options for tests, which each test starts from: a heartbeat every 50 ms
+/// (new tasks and the end of a read noticed within it, not within the default second), and
+/// `UNAVAILABLE` retried for a minute rather than an hour (a test that breaks its service ends
+/// with the error, not a timeout of the harness). Everything else is the default.
+pub fn fast_options() -> shardwise_gateway::client::DistributeOptions {
+    shardwise_gateway::client::DistributeOptions {
+        heartbeat_interval: std::time::Duration::from_millis(50),
+        unavailable_timeout: std::time::Duration::from_secs(60),
+        ..Default::default()
+    }
+}
+
 /// The result of one `shardwise` run.
 #[derive(Debug)]
 pub struct Run {
@@ -154,38 +169,18 @@ pub fn run_shardwise(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Run {
     }
 }
 
-/// A response from [`http`].
-#[derive(Debug)]
-pub struct HttpResponse {
-    /// Status code.
-    pub status: u16,
-    /// Header lines, lower-cased names.
-    pub headers: Vec<(String, String)>,
-    /// Body text.
-    pub body: String,
-}
+pub use rawhttp::HttpResponse;
 
-impl HttpResponse {
-    /// The body as JSON (panics with the body when it is not).
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {} {}", self.status, self.body))
-    }
-    /// A header's value.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-}
-
-/// One HTTP/1.1 request to `127.0.0.1` (`Connection: close`), with a JSON body when given.
-/// A tiny client is enough for black-box tests and keeps them free of a client stack.
+/// One HTTP/1.1 request to `127.0.0.1` (`Connection: close`), with a JSON body when given:
+/// [`rawhttp::one_shot`]. A tiny client is enough for black-box tests and keeps them free of a
+/// client stack.
 pub fn http(
     method: &str,
     base: &str,
     path: &str,
     body: Option<&serde_json::Value>,
 ) -> std::io::Result<HttpResponse> {
-    http_answer(http_send(method, base, path, body)?)
+    rawhttp::one_shot(base, &rawhttp::Request::new(method, path).json(body))
 }
 
 /// The first half of [`http`]: connects and writes the whole request, without waiting for
@@ -197,40 +192,13 @@ pub fn http_send(
     path: &str,
     body: Option<&serde_json::Value>,
 ) -> std::io::Result<std::net::TcpStream> {
-    let hostport = base.trim_start_matches("http://").trim_end_matches('/');
-    let mut stream = std::net::TcpStream::connect(hostport)?;
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
-    let payload = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n");
-    if body.is_some() {
-        req.push_str("Content-Type: application/json\r\n");
-    }
-    req.push_str(&format!("Content-Length: {}\r\n\r\n{payload}", payload.len()));
-    stream.write_all(req.as_bytes())?;
-    Ok(stream)
+    rawhttp::send(base, &rawhttp::Request::new(method, path).json(body))
 }
 
 /// The second half of [`http`]: reads the answer to the request [`http_send`] wrote (at most
 /// 30 s without a byte).
-pub fn http_answer(mut stream: std::net::TcpStream) -> std::io::Result<HttpResponse> {
-    use std::io::Read;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line in {head:?}")))?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-    let body = if chunked { dechunk(body) } else { body.to_owned() };
-    Ok(HttpResponse { status, headers, body })
+pub fn http_answer(stream: std::net::TcpStream) -> std::io::Result<HttpResponse> {
+    rawhttp::read_response(stream)
 }
 
 /// The body of a 200 answer as JSON (panics with the body otherwise).
@@ -251,19 +219,6 @@ pub fn counts(values: &[i64]) -> std::collections::BTreeMap<i64, usize> {
         *m.entry(*v).or_insert(0) += 1;
     }
     m
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 /// A fresh temporary directory, removed on drop.

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use shardwise_tests::fake_k8s::FakeKube;
+use shardwise_tests::rawhttp::{self, Request};
 use shardwise_tests::{
     Dispatcher, Process, TempDir, Worker, http, poll_until, repo_root, shardwise_bin,
 };
@@ -46,16 +47,13 @@ fn call(
 /// One request with the header lines `headers` (each ending in CRLF) and a JSON body;
 /// returns the status and the whole raw answer.
 fn send(url: &str, method: &str, path: &str, headers: &str, payload: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let host = url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(host).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}", payload.len()).unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).unwrap();
-    let out = String::from_utf8_lossy(&out).into_owned();
-    let status = out.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, out)
+    let mut request = Request::new(method, path);
+    for line in headers.lines() {
+        let (name, value) = line.split_once(": ").expect("a `Name: value` header line");
+        request = request.header(name, value);
+    }
+    let raw = rawhttp::one_shot_text(url, &request.json_text(payload)).unwrap();
+    (rawhttp::status_of(&raw), raw)
 }
 
 #[test]

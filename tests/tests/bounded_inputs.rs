@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use shardwise_gateway::tf::proto::tensorflow::data as tf;
+use shardwise_tests::tf_fake::{dispatcher_client, heartbeat as fake_tf_worker};
 use shardwise_tests::{Dispatcher, run_shardwise};
-use tf::dispatcher_service_client::DispatcherServiceClient;
 
 fn heartbeat(d: &Dispatcher, address: &str, tags: Value) -> shardwise_tests::HttpResponse {
     d.call("POST", "/v1/workers/heartbeat", Some(json!({"worker_address": address, "tags": tags})))
@@ -60,19 +60,10 @@ fn worker_tags_are_bounded_over_rest() {
 #[tokio::test]
 async fn worker_tags_are_bounded_over_grpc() {
     let d = Dispatcher::start(&[]);
-    let channel = tonic::transport::Endpoint::from_shared(d.url.clone())
-        .unwrap()
-        .connect()
-        .await
-        .expect("connected");
-    let mut c = DispatcherServiceClient::new(channel)
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX);
+    let mut c = dispatcher_client(&d.url).await;
     let hb = |tags: Vec<String>| tf::WorkerHeartbeatRequest {
-        worker_address: "127.0.0.1:7003".into(),
-        worker_uid: 7,
         worker_tags: tags,
-        ..Default::default()
+        ..fake_tf_worker("127.0.0.1:7003", 7)
     };
     let cases: Vec<(Vec<String>, &str)> = vec![
         ((0..100_000).map(|i| format!("t{i}")).collect(), "more than the 64"),

@@ -102,10 +102,7 @@ fn options(mode: NamedMode, name: &str, split_size: Option<u64>) -> DistributeOp
         split_size,
         elements_per_request: 8,
         max_outstanding_requests: 4,
-        heartbeat_interval: Duration::from_millis(50),
-        unknown_task_timeout: Duration::from_secs(60),
-        unavailable_timeout: Duration::from_secs(60),
-        ..DistributeOptions::default()
+        ..shardwise_tests::fast_options()
     }
 }
 

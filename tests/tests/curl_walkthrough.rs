@@ -12,47 +12,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use shardwise_tests::markdown::matches;
+use shardwise_tests::markdown::{Block, blocks, matches};
 use shardwise_tests::{Dispatcher, TempDir, Worker, repo_root, run_bounded};
-
-/// One fenced block of the document.
-#[derive(Debug)]
-struct Block {
-    /// The fence's info string (`sh`, `sh servers`, ...).
-    info: String,
-    /// Its 1-based line number in the document.
-    line: usize,
-    /// Its lines.
-    lines: Vec<String>,
-}
-
-impl Block {
-    /// The output the document promises: the `#>` lines, without the marker.
-    fn expected(&self) -> Vec<String> {
-        self.lines
-            .iter()
-            .filter_map(|l| l.trim_start().strip_prefix("#>"))
-            .map(|l| l.strip_prefix(' ').unwrap_or(l).to_owned())
-            .collect()
-    }
-}
-
-fn blocks(markdown: &str) -> Vec<Block> {
-    let mut out = Vec::new();
-    let mut open: Option<Block> = None;
-    for (i, line) in markdown.lines().enumerate() {
-        match (&mut open, line.strip_prefix("```")) {
-            (None, Some(info)) => {
-                open = Some(Block { info: info.trim().to_owned(), line: i + 1, lines: vec![] });
-            }
-            (Some(_), Some(_)) => out.extend(open.take()),
-            (Some(b), None) => b.lines.push(line.to_owned()),
-            (None, None) => {}
-        }
-    }
-    assert!(open.is_none(), "an unclosed code fence");
-    out
-}
 
 /// A tool the walkthrough needs: its `--version` output, or a failure that says what to install.
 fn require(tool: &str, install: &str) -> String {

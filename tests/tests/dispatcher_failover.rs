@@ -65,9 +65,8 @@ fn read_all(rt: &tokio::runtime::Runtime, dispatchers: impl Dispatchers, stop: u
     let dataset = DatasetDef::from_json(&json!({"source": {"range": {"stop": stop}}})).unwrap();
     let options = DistributeOptions {
         processing_mode: ProcessingMode::Named(NamedMode::DistributedEpoch),
-        heartbeat_interval: Duration::from_millis(50),
         unavailable_timeout: Duration::from_secs(30),
-        ..DistributeOptions::default()
+        ..shardwise_tests::fast_options()
     };
     rt.block_on(async {
         let read = distribute(dispatchers, dataset, options).try_collect::<Vec<Value>>();

@@ -2,7 +2,7 @@
 //! error contract, and durability under kill -9.
 
 use serde_json::{Value, json};
-use shardwise_tests::{Dispatcher, TempDir, poll_until};
+use shardwise_tests::{Dispatcher, TempDir, poll_until, rawhttp};
 
 fn ok(r: &shardwise_tests::HttpResponse) -> Value {
     assert_eq!(r.status, 200, "{}", r.body);
@@ -230,15 +230,7 @@ fn every_error_is_a_problem() {
 }
 
 fn raw_post(base: &str, path: &str, body: &str) -> shardwise_tests::HttpResponse {
-    use std::io::{Read, Write};
-    let host = base.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(host).unwrap();
-    write!(s, "POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    shardwise_tests::HttpResponse { status, headers: vec![], body: body.to_owned() }
+    rawhttp::one_shot(base, &rawhttp::Request::new("POST", path).json_text(body)).unwrap()
 }
 
 #[test]
@@ -454,15 +446,12 @@ fn path_parameters_are_validated() {
 /// A raw request: the head with `headers`, then `body` (which may be shorter than the
 /// declared length); the status and the whole raw answer.
 fn raw(base: &str, head: &str, body: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let host = base.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(host).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
-    write!(s, "{head}\r\nHost: {host}\r\nConnection: close\r\n\r\n{body}").unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    let out = String::from_utf8_lossy(&out).into_owned();
-    (out.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0), out)
+    let host = rawhttp::authority(base);
+    let bytes = format!("{head}\r\nHost: {host}\r\nConnection: close\r\n\r\n{body}");
+    let s =
+        rawhttp::send_bytes(base, bytes.as_bytes(), std::time::Duration::from_secs(30)).unwrap();
+    let (out, _) = rawhttp::read_until_closed(s);
+    (rawhttp::status_of(&out), out)
 }
 
 #[test]
@@ -506,14 +495,10 @@ fn body_size_rate_and_in_flight_limits_answer_problems() {
     let d = Dispatcher::start(&["--max-in-flight", "1"]);
     let host = d.url.trim_start_matches("http://").to_owned();
     let hold = || {
-        let mut held = std::net::TcpStream::connect(&host).unwrap();
-        std::io::Write::write_all(
-            &mut held,
-            format!("POST /v1/datasets HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{").as_bytes(),
-        )
-        .unwrap();
-        held.set_read_timeout(Some(std::time::Duration::from_millis(1))).unwrap();
-        held
+        let head = format!(
+            "POST /v1/datasets HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+        );
+        rawhttp::send_bytes(&host, head.as_bytes(), std::time::Duration::from_millis(1)).unwrap()
     };
     let mut held = hold();
     let busy = poll_until("the held request counts", std::time::Duration::from_secs(10), || {

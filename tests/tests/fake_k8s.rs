@@ -2,13 +2,13 @@
 //! history expiry and injected faults. No sleeps: every wait is on the server's condition
 //! variable or on a socket read (with a generous timeout as a safety net only).
 
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use shardwise_core::cluster::pods::{PodList, WatchEvent, WatchEventType};
 use shardwise_tests::fake_k8s::{FakeKube, PodSpec};
+use shardwise_tests::rawhttp::{Conn, Request};
 use shardwise_tests::{TempDir, http};
 
 /// How long any wait may take before the test fails (never reached when things work).
@@ -31,54 +31,32 @@ fn names(list: &Value) -> Vec<String> {
 
 /// A watch response read chunk by chunk.
 struct Watch {
-    reader: BufReader<TcpStream>,
+    conn: Conn,
     status: u16,
     headers: Vec<(String, String)>,
 }
 
 impl Watch {
     fn open(kube: &FakeKube, path: &str) -> Watch {
-        Self::open_with(kube, path, "")
+        Self::open_with(kube, path, None)
     }
 
-    fn open_with(kube: &FakeKube, path: &str, extra_headers: &str) -> Watch {
-        let stream = TcpStream::connect(kube.addr()).expect("connect");
-        stream.set_read_timeout(Some(PATIENCE)).expect("read timeout");
-        let mut w = stream.try_clone().expect("clone");
-        let request =
-            format!("GET {path} HTTP/1.1\r\nHost: {}\r\n{extra_headers}\r\n", kube.addr());
-        w.write_all(request.as_bytes()).expect("send");
-        let mut reader = BufReader::new(stream);
-        let status_line = line(&mut reader).expect("status line");
-        let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap();
-        let mut headers = Vec::new();
-        loop {
-            let h = line(&mut reader).expect("header");
-            if h.is_empty() {
-                break;
-            }
-            let (k, v) = h.split_once(':').expect("header line");
-            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-        }
-        Watch { reader, status, headers }
+    /// With `Authorization: Bearer TOKEN` when `token` is given.
+    fn open_with(kube: &FakeKube, path: &str, token: Option<&str>) -> Watch {
+        let mut conn = Conn::open(&kube.url(), PATIENCE).expect("connect");
+        conn.send(&Request::new("GET", path).bearer(token)).expect("send");
+        let head = conn.read_head().expect("status line and headers");
+        Watch { conn, status: head.status, headers: head.headers }
     }
 
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
-    /// The next event; `Ok(None)` at the terminating chunk, an error when the connection ends
-    /// without it.
+    /// The next event; `Ok(None)` at the terminating chunk (no trailers after it), an error
+    /// when the connection ends without it or a chunk does not end with CRLF.
     fn next(&mut self) -> io::Result<Option<Value>> {
-        let size = line(&mut self.reader)?;
-        let n = usize::from_str_radix(size.trim(), 16).map_err(io::Error::other)?;
-        if n == 0 {
-            assert_eq!(line(&mut self.reader)?, "", "no trailers expected");
-            return Ok(None);
-        }
-        let mut data = vec![0; n];
-        self.reader.read_exact(&mut data)?;
-        assert_eq!(line(&mut self.reader)?, "", "chunk ends with CRLF");
+        let Some(data) = self.conn.read_chunk()? else { return Ok(None) };
         assert_eq!(data.last(), Some(&b'\n'), "one event per line");
         serde_json::from_slice(&data).map(Some).map_err(io::Error::other)
     }
@@ -91,16 +69,6 @@ impl Watch {
     fn expect_clean_end(&mut self) {
         assert_eq!(self.next().expect("watch stream").map(|v| v.to_string()), None);
     }
-}
-
-/// One CRLF-terminated line; `UnexpectedEof` when the stream ends first.
-fn line(r: &mut impl BufRead) -> io::Result<String> {
-    let mut s = String::new();
-    if r.read_line(&mut s)? == 0 || !s.ends_with("\r\n") {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("cut at {s:?}")));
-    }
-    s.truncate(s.len() - 2);
-    Ok(s)
 }
 
 fn rv_of(event: &Value) -> u64 {
@@ -222,27 +190,16 @@ fn bad_requests_and_unknown_paths_are_status_objects() {
 fn keeps_connections_alive_between_requests() {
     let kube = FakeKube::start();
     kube.add_pod(worker("ml", "w-0", "10.0.0.1"));
-    let stream = TcpStream::connect(kube.addr()).unwrap();
-    stream.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut w = stream.try_clone().unwrap();
-    let mut r = BufReader::new(stream);
+    let mut conn = Conn::open(&kube.url(), PATIENCE).unwrap();
     for path in ["/api/v1/pods", "/api/v1/namespaces/ml/pods", "/api/v1/namespaces/ml/pods/w-0"] {
-        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\n\r\n");
-        w.write_all(request.as_bytes()).unwrap();
-        assert_eq!(line(&mut r).unwrap(), "HTTP/1.1 200 OK");
-        let mut len = None;
-        loop {
-            let h = line(&mut r).unwrap();
-            if h.is_empty() {
-                break;
-            }
-            assert!(!h.eq_ignore_ascii_case("connection: close"), "{h}");
-            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                len = Some(v.trim().parse::<usize>().unwrap());
-            }
+        conn.send(&Request::new("GET", path).header("Accept", "application/json")).unwrap();
+        let head = conn.read_head().unwrap();
+        assert_eq!(head.status_line, "HTTP/1.1 200 OK");
+        for (k, v) in &head.headers {
+            assert!(!(k == "connection" && v.eq_ignore_ascii_case("close")), "{k}: {v}");
         }
-        let mut body = vec![0; len.expect("Content-Length")];
-        r.read_exact(&mut body).unwrap();
+        assert!(head.header("content-length").is_some(), "Content-Length");
+        let body = conn.read_body(&head).unwrap();
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert!(v["kind"] == "PodList" || v["kind"] == "Pod", "{v}");
     }
@@ -541,8 +498,7 @@ fn kubeconfig_and_authorization() {
     let (status, body) = get(&kube, "/api/v1/pods");
     assert_eq!((status, body["reason"].as_str()), (401, Some("Unauthorized")));
     assert_eq!(kube.last_authorization(), None);
-    let auth = format!("Authorization: Bearer {}\r\n", kube.token());
-    let mut watch = Watch::open_with(&kube, "/api/v1/pods?watch=true", &auth);
+    let mut watch = Watch::open_with(&kube, "/api/v1/pods?watch=true", Some(kube.token()));
     assert_eq!(watch.status, 200);
     assert_eq!(kube.last_authorization(), Some(format!("Bearer {}", kube.token())));
     assert!(kube.wait_for_watchers(1, PATIENCE));

@@ -5,43 +5,14 @@ use std::time::Duration;
 
 use serde_json::json;
 use shardwise_gateway::tf::proto::tensorflow::data as tf;
+use shardwise_tests::tf_fake::{FakeWorker, dispatcher_client as client, heartbeat};
 use shardwise_tests::{Dispatcher, TempDir, http};
-use tf::dispatcher_service_client::DispatcherServiceClient;
-use tonic::transport::Channel;
-
-type Client = DispatcherServiceClient<Channel>;
-
-/// A gRPC client of the dispatcher at `url` (`http://HOST:PORT`), with no message size
-/// limits (as TensorFlow's).
-async fn client(url: &str) -> Client {
-    let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
-        .expect("a URL")
-        .connect()
-        .await
-        .expect("connected");
-    DispatcherServiceClient::new(channel)
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX)
-}
 
 /// A request with `authorization: Bearer TOKEN` metadata.
 fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
     r.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ascii"));
     r
-}
-
-fn heartbeat(address: &str, uid: i64) -> tf::WorkerHeartbeatRequest {
-    tf::WorkerHeartbeatRequest {
-        worker_address: address.into(),
-        worker_uid: uid,
-        transfer_servers: vec![tf::DataTransferServerInfo {
-            protocol: "grpc".into(),
-            address: address.into(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
 }
 
 /// Sends `msg` to the RPC at `path` whatever its request type: lets a test send bytes that do
@@ -286,51 +257,9 @@ fn the_dispatcher_takes_tensorflows_millisecond_test_settings() {
 // ---- TensorFlow datasets, tasks and splits -----------------------------------------------
 
 use shardwise_gateway::tf::proto::tensorflow::{
-    AttrValue, DataType, GraphDef, NodeDef, TensorProto, TensorShapeProto, attr_value,
+    AttrValue, DataType, GraphDef, NodeDef, TensorProto, attr_value,
 };
-use std::sync::{Arc, Mutex};
-use tf::worker_service_server::{WorkerService, WorkerServiceServer};
-
-fn node(name: &str, op: &str, inputs: &[&str]) -> NodeDef {
-    NodeDef {
-        name: name.into(),
-        op: op.into(),
-        input: inputs.iter().map(|&i| i.to_owned()).collect(),
-        ..Default::default()
-    }
-}
-
-fn const_node(name: &str, tensor: TensorProto) -> NodeDef {
-    let mut n = node(name, "Const", &[]);
-    n.attr.insert("value".into(), AttrValue { value: Some(attr_value::Value::Tensor(tensor)) });
-    n
-}
-
-fn scalar(name: &str, value: i64) -> NodeDef {
-    const_node(
-        name,
-        TensorProto {
-            dtype: DataType::DtInt64 as i32,
-            tensor_shape: Some(TensorShapeProto::default()),
-            int64_val: vec![value],
-            ..Default::default()
-        },
-    )
-}
-
-/// The serialized graph of `range(start, stop, step)` (as TensorFlow builds it: three `Const`
-/// nodes, a `RangeDataset` and the `_Retval`), plus `extra` nodes off the output's path.
-fn range_graph(start: i64, stop: i64, step: i64, extra: Vec<NodeDef>) -> Vec<u8> {
-    let mut nodes = vec![
-        scalar("start", start),
-        scalar("stop", stop),
-        scalar("step", step),
-        node("range", "RangeDataset", &["start", "stop", "step"]),
-        node("dataset", "_Retval", &["range"]),
-    ];
-    nodes.extend(extra);
-    prost::Message::encode_to_vec(&GraphDef { node: nodes, library: None })
-}
+use shardwise_tests::graphs::{encode, node, range_graph, scalar, weights};
 
 /// The serialized graph of a dataset read from files (no split provider in Shardwise).
 fn tfrecord_graph() -> Vec<u8> {
@@ -339,7 +268,7 @@ fn tfrecord_graph() -> Vec<u8> {
         node("records", "TFRecordDataset", &["files"]),
         node("dataset", "_Retval", &["records"]),
     ];
-    prost::Message::encode_to_vec(&GraphDef { node: nodes, library: None })
+    encode(nodes)
 }
 
 fn register(graph: Vec<u8>, compression: i32) -> tf::GetOrRegisterDatasetRequest {
@@ -379,63 +308,6 @@ fn split_value(t: &TensorProto) -> i64 {
     }
 }
 
-/// A TensorFlow worker's `WorkerService` on port 0 of this process: records the tasks pushed
-/// to it.
-#[derive(Debug, Default, Clone)]
-struct FakeWorker {
-    got: Arc<Mutex<Vec<tf::TaskDef>>>,
-}
-
-#[tonic::async_trait]
-impl WorkerService for FakeWorker {
-    async fn process_task(
-        &self,
-        request: tonic::Request<tf::ProcessTaskRequest>,
-    ) -> Result<tonic::Response<tf::ProcessTaskResponse>, tonic::Status> {
-        if let Some(t) = request.into_inner().task {
-            self.got.lock().unwrap().push(t);
-        }
-        Ok(tonic::Response::new(tf::ProcessTaskResponse {}))
-    }
-    async fn get_worker_tasks(
-        &self,
-        _: tonic::Request<tf::GetWorkerTasksRequest>,
-    ) -> Result<tonic::Response<tf::GetWorkerTasksResponse>, tonic::Status> {
-        Err(tonic::Status::unimplemented("fake"))
-    }
-}
-
-impl FakeWorker {
-    /// Serves it on 127.0.0.1, port 0: its address.
-    async fn start(&self) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let incoming = futures::stream::unfold(listener, |l| async move {
-            let r = l.accept().await.map(|(s, _)| s);
-            Some((r, l))
-        });
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(WorkerServiceServer::new(self.clone()))
-                .serve_with_incoming(incoming),
-        );
-        addr.to_string()
-    }
-
-    /// Waits until a task was pushed: the tasks so far.
-    async fn wait_for_tasks(&self) -> Vec<tf::TaskDef> {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let got = self.got.lock().unwrap().clone();
-            if !got.is_empty() {
-                return got;
-            }
-            assert!(std::time::Instant::now() < deadline, "no task was pushed");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-}
-
 /// A 10 MiB graph (a constant off the output's path) is registered and read back byte for
 /// byte: over 4 MiB in both directions. The metadata comes back as sent; registering the same
 /// dataset again answers the same id.
@@ -443,14 +315,7 @@ impl FakeWorker {
 async fn a_10_mib_graph_is_registered_and_read_back_byte_identical() {
     let d = Dispatcher::start(&["--max-body-bytes", "33554432"]);
     let mut c = client(&d.url).await;
-    let big = const_node(
-        "weights",
-        TensorProto {
-            dtype: DataType::DtInt64 as i32,
-            tensor_content: (0..10u32 << 20).map(|i| (i % 251) as u8).collect(),
-            ..Default::default()
-        },
-    );
+    let big = weights("weights", 10 << 20);
     let graph = range_graph(0, 10, 1, vec![big]);
     assert!(graph.len() > 10 << 20);
     let id = c.get_or_register_dataset(register(graph.clone(), 1)).await.unwrap().into_inner();

@@ -6,11 +6,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use prost::Message as _;
 use shardwise_gateway::tf::proto::tensorflow::data as tf;
-use shardwise_gateway::tf::proto::tensorflow::{
-    AttrValue, DataType, GraphDef, NodeDef, TensorProto, TensorShapeProto, attr_value,
-};
+use shardwise_tests::graphs::{range_graph, weights};
+use shardwise_tests::tf_fake::dispatcher_client as client;
 use shardwise_tests::{Dispatcher, http};
 use tonic::codegen::Bytes;
 use tonic::codegen::http::{HeaderMap, Request};
@@ -18,62 +16,10 @@ use tonic::codegen::http::{HeaderMap, Request};
 const GET_DATASET_DEF: &str = "/tensorflow.data.DispatcherService/GetDatasetDef";
 const GET_VERSION: &str = "/tensorflow.data.DispatcherService/GetVersion";
 
-fn node(name: &str, op: &str, inputs: &[&str]) -> NodeDef {
-    NodeDef {
-        name: name.into(),
-        op: op.into(),
-        input: inputs.iter().map(|&i| i.to_owned()).collect(),
-        ..Default::default()
-    }
-}
-
-fn const_node(name: &str, tensor: TensorProto) -> NodeDef {
-    let mut n = node(name, "Const", &[]);
-    n.attr.insert("value".into(), AttrValue { value: Some(attr_value::Value::Tensor(tensor)) });
-    n
-}
-
-fn scalar(name: &str, value: i64) -> NodeDef {
-    let tensor = TensorProto {
-        dtype: DataType::DtInt64 as i32,
-        tensor_shape: Some(TensorShapeProto::default()),
-        int64_val: vec![value],
-        ..Default::default()
-    };
-    const_node(name, tensor)
-}
-
 /// `range(0, 10)` as TensorFlow serializes it, plus a `Const` node of `bytes` bytes (a model's
 /// weights captured by the dataset, say).
 fn big_graph(bytes: usize) -> Vec<u8> {
-    let weights = TensorProto {
-        dtype: DataType::DtInt64 as i32,
-        tensor_content: (0..bytes).map(|i| (i % 251) as u8).collect(),
-        ..Default::default()
-    };
-    let nodes = vec![
-        scalar("start", 0),
-        scalar("stop", 10),
-        scalar("step", 1),
-        node("range", "RangeDataset", &["start", "stop", "step"]),
-        node("dataset", "_Retval", &["range"]),
-        const_node("weights", weights),
-    ];
-    GraphDef { node: nodes, library: None }.encode_to_vec()
-}
-
-/// A gRPC client of `url` without message size limits (as TensorFlow's).
-async fn client(
-    url: &str,
-) -> tf::dispatcher_service_client::DispatcherServiceClient<tonic::transport::Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
-        .expect("a URL")
-        .connect()
-        .await
-        .expect("connected");
-    tf::dispatcher_service_client::DispatcherServiceClient::new(channel)
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX)
+    range_graph(0, 10, 1, vec![weights("weights", bytes)])
 }
 
 /// Registers a TensorFlow dataset whose graph is `bytes` bytes and more: its id.

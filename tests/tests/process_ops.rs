@@ -6,6 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
+use shardwise_tests::rawhttp::{self, Request};
 use shardwise_tests::{
     Dispatcher, Process, TempDir, Worker, http, poll_until, run_bounded, run_shardwise,
     shardwise_bin,
@@ -56,16 +57,8 @@ fn token_files(dir: &TempDir) -> (String, String) {
 
 /// `GET path` with an optional bearer token; the status.
 fn get_status(url: &str, path: &str, token: Option<&str>) -> u16 {
-    use std::io::{Read, Write};
-    let host = url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(host).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{auth}\r\n").unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).unwrap();
-    let out = String::from_utf8_lossy(&out);
-    out.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+    let raw = rawhttp::one_shot_text(url, &Request::new("GET", path).bearer(token)).unwrap();
+    rawhttp::status_of(&raw)
 }
 
 // ---- point 12: each role its own environment names ------------------------------------
@@ -111,21 +104,8 @@ fn each_role_reads_its_own_environment_names() {
     assert_eq!(w2_url, format!("http://127.0.0.1:{w_port}"));
     assert_eq!(get_status(&w2_url, "/metrics", None), 401, "SHARDWISE_WORKER_AUTH_TOKENS");
     assert_eq!(get_status(&w2_url, "/metrics", Some(MONITOR)), 200);
-    let r = {
-        use std::io::{Read, Write};
-        let host = d_url.trim_start_matches("http://");
-        let mut s = std::net::TcpStream::connect(host).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        write!(
-            s,
-            "GET /v1/workers HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\
-             Authorization: Bearer {ADMIN}\r\n\r\n"
-        )
+    let r = rawhttp::one_shot_text(&d_url, &Request::new("GET", "/v1/workers").bearer(Some(ADMIN)))
         .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    };
     let body: serde_json::Value = serde_json::from_str(r.split_once("\r\n\r\n").unwrap().1)
         .unwrap_or_else(|e| panic!("{e}: {r}"));
     let w2_addr = w2_url.trim_start_matches("http://");
@@ -353,26 +333,15 @@ fn the_listening_line_comes_after_the_replay() {
 /// Connects, sends `bytes`, then nothing; reads until the server closes the connection (at
 /// most 10 s). Returns how long that took and what it answered.
 fn stall(url: &str, bytes: &str) -> (Duration, String) {
-    use std::io::{Read, Write};
-    let host = url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(host).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(bytes.as_bytes()).unwrap();
+    let s = rawhttp::send_bytes(url, bytes.as_bytes(), Duration::from_secs(10)).unwrap();
     let started = std::time::Instant::now();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
-            Err(e) => panic!(
-                "neither answered nor closed within 10 s ({e}) after {bytes:?}: {:?}",
-                String::from_utf8_lossy(&out)
-            ),
-        }
+    let (out, end) = rawhttp::read_until_closed(s);
+    match end {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("neither answered nor closed within 10 s ({e}) after {bytes:?}: {out:?}"),
     }
-    (started.elapsed(), String::from_utf8_lossy(&out).into_owned())
+    (started.elapsed(), out)
 }
 
 /// Half the headers, nothing at all, or full headers and half a declared body, then a stall:
@@ -419,25 +388,19 @@ fn a_stalled_request_is_answered_or_closed_within_the_read_timeout() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
     // A body that arrives in time, sent in two parts, is read.
-    let (_, answer) = {
-        use std::io::{Read, Write};
-        let host = d.url.trim_start_matches("http://");
-        let mut s = std::net::TcpStream::connect(host).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let answer = {
+        use std::io::Write;
         let body = json!({"dataset": {"source": {"range": {"stop": 3}}}}).to_string();
         let (first, second) = body.split_at(10);
-        write!(
-            s,
+        let head = format!(
             "POST /v1/datasets HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
              Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{first}",
             body.len()
-        )
-        .unwrap();
+        );
+        let mut s = rawhttp::send_bytes(&d.url, head.as_bytes(), Duration::from_secs(30)).unwrap();
         s.flush().unwrap();
         s.write_all(second.as_bytes()).unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        ((), out)
+        rawhttp::read_to_end(s).unwrap()
     };
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }

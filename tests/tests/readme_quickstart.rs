@@ -9,54 +9,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use shardwise_tests::markdown::matches;
+use shardwise_tests::markdown::{Block, blocks, matches};
 use shardwise_tests::{Dispatcher, TempDir, repo_root, run_bounded};
-
-/// One fenced block of a markdown document.
-#[derive(Debug)]
-struct Block {
-    /// The fence's info string (`sh`, ...).
-    info: String,
-    /// Its lines.
-    lines: Vec<String>,
-}
-
-impl Block {
-    /// The output the document promises: the `#>` lines, without the marker.
-    fn expected(&self) -> Vec<String> {
-        self.lines
-            .iter()
-            .filter_map(|l| l.trim_start().strip_prefix("#>"))
-            .map(|l| l.strip_prefix(' ').unwrap_or(l).to_owned())
-            .collect()
-    }
-
-    /// The commands: every line but the `#>` ones.
-    fn commands(&self) -> Vec<&str> {
-        self.lines
-            .iter()
-            .map(String::as_str)
-            .filter(|l| !l.trim_start().starts_with("#>"))
-            .collect()
-    }
-}
-
-fn blocks(markdown: &str) -> Vec<Block> {
-    let mut out = Vec::new();
-    let mut open: Option<Block> = None;
-    for line in markdown.lines() {
-        match (&mut open, line.strip_prefix("```")) {
-            (None, Some(info)) => {
-                open = Some(Block { info: info.trim().to_owned(), lines: vec![] })
-            }
-            (Some(_), Some(_)) => out.extend(open.take()),
-            (Some(b), None) => b.lines.push(line.to_owned()),
-            (None, None) => {}
-        }
-    }
-    assert!(open.is_none(), "an unclosed code fence");
-    out
-}
 
 fn readme() -> String {
     std::fs::read_to_string(repo_root().join("README.md")).expect("read README.md")

@@ -282,23 +282,14 @@ fn a_killed_leader_is_replaced_within_its_lease_and_nothing_acknowledged_is_lost
 /// leader), and the leader serves them.
 #[test]
 fn grpc_calls_to_a_follower_are_unavailable_and_name_the_leader() {
-    use shardwise_gateway::tf::proto::tensorflow::data as tf;
+    use shardwise_tests::tf_fake::{dispatcher_client, heartbeat as fake_tf_worker};
     let r = Replicas::start(2, "grpc");
     let (leader, _) = r.leader(Duration::from_secs(20));
     let follower = 1 - leader;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let heartbeat = |url: String| async move {
-        let channel = tonic::transport::Endpoint::from_shared(url)
-            .expect("a URL")
-            .connect()
-            .await
-            .expect("connected");
-        let mut c = tf::dispatcher_service_client::DispatcherServiceClient::new(channel);
-        c.worker_heartbeat(tf::WorkerHeartbeatRequest {
-            worker_address: "localhost:7001".into(),
-            ..Default::default()
-        })
-        .await
+        let mut c = dispatcher_client(&url).await;
+        c.worker_heartbeat(fake_tf_worker("localhost:7001", 0)).await
     };
     let refused = rt.block_on(heartbeat(r.urls[follower].clone())).expect_err("a follower");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
@@ -533,10 +524,7 @@ fn a_distributed_epoch_reads_every_element_once_through_two_leader_kills() {
         split_size: Some(10),
         elements_per_request: 4,
         max_outstanding_requests: 2,
-        heartbeat_interval: Duration::from_millis(50),
-        unknown_task_timeout: Duration::from_secs(60),
-        unavailable_timeout: Duration::from_secs(60),
-        ..DistributeOptions::default()
+        ..shardwise_tests::fast_options()
     };
     let rt = runtime();
     let read = AtomicUsize::new(0);

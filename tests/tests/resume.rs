@@ -33,11 +33,9 @@ fn options(resume_from: Option<ReadPosition>) -> DistributeOptions {
         processing_mode: ProcessingMode::Named(NamedMode::DistributedEpoch),
         split_size: Some(SPLIT),
         elements_per_request: 256,
-        heartbeat_interval: Duration::from_millis(50),
         unknown_task_timeout: Duration::from_secs(30),
-        unavailable_timeout: Duration::from_secs(60),
         resume_from,
-        ..DistributeOptions::default()
+        ..shardwise_tests::fast_options()
     }
 }
 

@@ -16,18 +16,9 @@ use shardwise_tests::Process;
 use shardwise_tests::tf::{TfServer, script};
 
 use shardwise_gateway::tf::proto::tensorflow::data as tf;
-use shardwise_gateway::tf::proto::tensorflow::{GraphDef, NodeDef};
+use shardwise_tests::graphs::{encode, node, string_scalar};
 use shardwise_tests::{Dispatcher, TempDir, http, ok, poll_until, runtime};
 use tf::dispatcher_service_client::DispatcherServiceClient;
-
-fn node(name: &str, op: &str, inputs: &[&str]) -> NodeDef {
-    NodeDef {
-        name: name.into(),
-        op: op.into(),
-        input: inputs.iter().map(|&i| i.to_owned()).collect(),
-        ..Default::default()
-    }
-}
 
 fn register(graph: Vec<u8>) -> tf::GetOrRegisterDatasetRequest {
     tf::GetOrRegisterDatasetRequest {
@@ -62,10 +53,7 @@ fn a_self_zipping_graph_is_answered_quickly_and_sigterm_still_stops_the_dispatch
     const K: usize = 100_000;
     let mut zip = node("z", "ZipDataset", &[]);
     zip.input = vec!["z".to_owned(); K];
-    let graph = prost::Message::encode_to_vec(&GraphDef {
-        node: vec![zip, node("dataset", "_Retval", &["z"])],
-        library: None,
-    });
+    let graph = encode(vec![zip, node("dataset", "_Retval", &["z"])]);
     assert!(graph.len() >= 300_000, "{} bytes", graph.len());
 
     let dir = TempDir::new("self-zip");
@@ -326,32 +314,18 @@ fn every_dynamic_split_provider_on_shardwise_with_3_workers() {
 /// DYNAMIC is refused with the reason.
 #[test]
 fn matching_files_is_globbed_only_under_the_data_root() {
-    use shardwise_gateway::tf::proto::tensorflow::{
-        AttrValue, DataType, TensorProto, TensorShapeProto, attr_value,
-    };
     let dir = TempDir::new("data-root");
     for f in ["a.txt", "b.txt", "c.csv"] {
         std::fs::write(format!("{}/{f}", dir.path()), "x\n").unwrap();
     }
     let graph = |pattern: &str| {
-        let mut p = node("pattern", "Const", &[]);
-        let tensor = TensorProto {
-            dtype: DataType::DtString as i32,
-            tensor_shape: Some(TensorShapeProto::default()),
-            string_val: vec![pattern.as_bytes().to_vec()],
-            ..Default::default()
-        };
-        p.attr.insert("value".into(), AttrValue { value: Some(attr_value::Value::Tensor(tensor)) });
-        prost::Message::encode_to_vec(&GraphDef {
-            node: vec![
-                p,
-                node("files", "MatchingFiles", &["pattern"]),
-                node("names", "Identity", &["files"]),
-                node("slices", "TensorSliceDataset", &["names"]),
-                node("dataset", "_Retval", &["slices"]),
-            ],
-            library: None,
-        })
+        encode(vec![
+            string_scalar("pattern", pattern),
+            node("files", "MatchingFiles", &["pattern"]),
+            node("names", "Identity", &["files"]),
+            node("slices", "TensorSliceDataset", &["names"]),
+            node("dataset", "_Retval", &["slices"]),
+        ])
     };
     let inside = format!("{}/*.txt", dir.path());
     let rt = runtime();

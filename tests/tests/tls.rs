@@ -4,7 +4,7 @@
 //! a typed TLS error, a worker refused by the certificate says why in words, plain HTTP to a
 //! TLS port and a stalled handshake are dropped, and bad files are usage errors.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
@@ -68,10 +68,9 @@ fn read_all(url: &str, options: DistributeOptions) -> Result<Vec<Value>, ClientE
 
 fn options() -> DistributeOptions {
     DistributeOptions {
-        heartbeat_interval: Duration::from_millis(50),
         unknown_task_timeout: Duration::from_secs(20),
         unavailable_timeout: Duration::from_secs(20),
-        ..DistributeOptions::default()
+        ..shardwise_tests::fast_options()
     }
 }
 
@@ -163,9 +162,8 @@ fn plain_http_to_a_tls_port_fails_cleanly_and_a_stalled_handshake_is_dropped() {
     let addr = d.url.trim_start_matches("https://").to_owned();
     // Nothing sent, and half a ClientHello: both closed after --read-timeout.
     for sent in [&b""[..], &[0x16, 0x03, 0x01, 0x00, 0xff, 0x01][..]] {
-        let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
-        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        tcp.write_all(sent).unwrap();
+        let mut tcp =
+            shardwise_tests::rawhttp::send_bytes(&addr, sent, Duration::from_secs(10)).unwrap();
         let started = Instant::now();
         let mut buf = [0u8; 64];
         let closed = match tcp.read(&mut buf) {

@@ -14,56 +14,8 @@ use futures::TryStreamExt;
 use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_gateway::client::{DistributeOptions, distribute};
-use shardwise_tests::markdown::matches;
+use shardwise_tests::markdown::{Block, blocks, matches};
 use shardwise_tests::{Dispatcher, TempDir, Worker, repo_root, run_bounded, runtime};
-
-/// One fenced block of a markdown document.
-#[derive(Debug)]
-struct Block {
-    /// The fence's info string (`sh`, ...).
-    info: String,
-    /// Its lines.
-    lines: Vec<String>,
-}
-
-impl Block {
-    /// The output the document promises: the `#>` lines, without the marker.
-    fn expected(&self) -> Vec<String> {
-        self.lines
-            .iter()
-            .filter_map(|l| l.trim_start().strip_prefix("#>"))
-            .map(|l| l.strip_prefix(' ').unwrap_or(l).to_owned())
-            .collect()
-    }
-
-    /// The commands: every line but the `#>` ones.
-    fn script(&self) -> String {
-        let lines: Vec<&str> = self
-            .lines
-            .iter()
-            .map(String::as_str)
-            .filter(|l| !l.trim_start().starts_with("#>"))
-            .collect();
-        lines.join("\n") + "\n"
-    }
-}
-
-fn blocks(markdown: &str) -> Vec<Block> {
-    let mut out = Vec::new();
-    let mut open: Option<Block> = None;
-    for line in markdown.lines() {
-        match (&mut open, line.strip_prefix("```")) {
-            (None, Some(info)) => {
-                open = Some(Block { info: info.trim().to_owned(), lines: vec![] })
-            }
-            (Some(_), Some(_)) => out.extend(open.take()),
-            (Some(b), None) => b.lines.push(line.to_owned()),
-            (None, None) => {}
-        }
-    }
-    assert!(open.is_none(), "an unclosed code fence");
-    out
-}
 
 fn assert_lines(what: &str, want: &[String], got: &str) {
     let got: Vec<&str> = got.lines().collect();
@@ -188,10 +140,9 @@ fn the_tls_recipe_makes_certificates_that_a_dispatcher_and_worker_serve_with() {
     let ds = DatasetDef::from_json(&json!({"source": {"range": {"stop": 50}}})).unwrap();
     let options = DistributeOptions {
         ca_file: Some(file("ca.pem").into()),
-        heartbeat_interval: Duration::from_millis(50),
         unknown_task_timeout: Duration::from_secs(20),
         unavailable_timeout: Duration::from_secs(20),
-        ..DistributeOptions::default()
+        ..shardwise_tests::fast_options()
     };
     let got: Vec<Value> = runtime().block_on(async {
         let read = distribute(d.url.as_str(), ds, options).try_collect::<Vec<Value>>();

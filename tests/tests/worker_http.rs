@@ -10,17 +10,18 @@ use serde_json::{Value, json};
 use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
 use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{ClientError, DistributeOptions, distribute};
-use shardwise_tests::{Dispatcher, TempDir, Worker, counts, http, ints, ok, poll_until, runtime};
+use shardwise_tests::{
+    Dispatcher, TempDir, Worker, counts, http, ints, ok, poll_until, rawhttp, runtime,
+};
 
 /// Worker flags of these tests: heartbeats often enough for a 2 s worker timeout.
 const WORKER: &[&str] = &["--heartbeat-interval", "200ms"];
 
 fn options() -> DistributeOptions {
     DistributeOptions {
-        heartbeat_interval: Duration::from_millis(50),
         unknown_task_timeout: Duration::from_secs(20),
         unavailable_timeout: Duration::from_secs(30),
-        ..DistributeOptions::default()
+        ..shardwise_tests::fast_options()
     }
 }
 
@@ -1000,13 +1001,12 @@ fn worker_path_parameters_and_body_limit() {
         assert_eq!(r.status, 400, "{q}: {}", r.body);
         assert_eq!(r.json()["code"], "INVALID_ARGUMENT", "{q}");
     }
-    use std::io::{Read, Write};
     let host = w.address().to_owned();
-    let mut s = std::net::TcpStream::connect(&host).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET /v1/tasks/4000/elements HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 100000000\r\n\r\n").unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
+    let head = format!(
+        "GET /v1/tasks/4000/elements HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 100000000\r\n\r\n"
+    );
+    let s = rawhttp::send_bytes(&host, head.as_bytes(), Duration::from_secs(30)).unwrap();
+    let (out, _) = rawhttp::read_until_closed(s);
     assert!(out.starts_with("HTTP/1.1 413"), "{out}");
     assert!(
         out.contains("application/problem+json") && out.contains("RESOURCE_EXHAUSTED"),

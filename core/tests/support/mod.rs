@@ -21,6 +21,8 @@
 //! Each test file uses a different subset of this module.
 #![allow(dead_code)]
 
+pub(crate) mod replay;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
@@ -644,15 +646,9 @@ impl Sim {
         }
         self.calls += 1;
         if self.cfg.check_every > 0 && self.calls.is_multiple_of(self.cfg.check_every) {
-            assert!(
-                &self.shadow == d.dispatcher().state(),
-                "replay of the journal differs from the live state at t={} (seed {})\nreplay: \
-                 {:?}\nlive: {:?}",
-                self.now.0,
-                self.cfg.seed,
-                self.shadow,
-                d.dispatcher().state()
-            );
+            let what =
+                format!("replay of the journal at t={} (seed {})", self.now.0, self.cfg.seed);
+            replay::assert_same_state(&what, &self.shadow, d.dispatcher().state());
         }
     }
 
@@ -702,14 +698,8 @@ impl Sim {
         )
         .expect("recover");
         if let Some(crashed) = self.crashed_state.take() {
-            assert!(
-                d.state() == &crashed,
-                "recovered state differs from the crashed one (seed {})\nrecovered: \
-                 {:?}\ncrashed: {:?}",
-                self.cfg.seed,
-                d.state(),
-                crashed
-            );
+            let what = format!("recovery after a crash (seed {})", self.cfg.seed);
+            replay::assert_same_state(&what, d.state(), &crashed);
         }
         d.state().check_heartbeat_index().expect("heartbeat index after recovery");
         self.segments.push(segment_header().to_vec());
@@ -743,20 +733,15 @@ impl Sim {
         self.journal = vec![snap];
         self.segments = vec![seg];
         // Replaying the snapshot alone gives the live state.
-        let replayed =
-            State::replay(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
-        assert!(&replayed == self.state(), "a snapshot replays to the live state");
-        replayed.check_heartbeat_index().expect("heartbeat index after a snapshot");
+        self.check_replay();
         self.note("journal compacted".into());
     }
 
     /// Full replay of the durable journal equals the live state.
     pub(crate) fn check_replay(&self) {
-        let replayed =
-            State::replay(self.cfg.dispatcher.worker_addresses.clone(), &self.decoded_journal());
-        assert!(&replayed == self.state(), "replay equals the live state (seed {})", self.cfg.seed);
-        self.state().check_heartbeat_index().expect("live heartbeat index");
-        replayed.check_heartbeat_index().expect("replayed heartbeat index");
+        let addresses = self.cfg.dispatcher.worker_addresses.clone();
+        let when = format!(" (seed {})", self.cfg.seed);
+        replay::check_replay(&when, addresses, &self.decoded_journal(), self.state());
     }
 
     // --- workers --------------------------------------------------------------------------------
