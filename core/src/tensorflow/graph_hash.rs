@@ -714,7 +714,7 @@ mod tests {
     use prost::Message as _;
 
     use super::*;
-    use crate::tf::proto::tensorflow::{AttrValue, NameAttrList, NodeDef, attr_value};
+    use crate::tensorflow::proto::tensorflow::{AttrValue, NameAttrList, NodeDef, attr_value};
 
     fn put_varint(out: &mut Vec<u8>, mut v: u64) {
         while v >= 0x80 {
