@@ -22,9 +22,11 @@ struct Tree {
     protos: &'static str,
     /// Where the generated code is checked in, under the workspace.
     checked_in: &'static str,
-    /// gRPC clients and servers (the dispatcher calls and serves TensorFlow's services; etcd
-    /// is only called; the core's messages have neither).
+    /// gRPC clients (the dispatcher calls TensorFlow's workers and etcd; the core's messages
+    /// have none).
     clients: bool,
+    /// gRPC servers (the dispatcher serves TensorFlow's `DispatcherService`; etcd is only
+    /// called).
     servers: bool,
     /// Protobuf packages whose messages are generated elsewhere, and their Rust paths.
     extern_paths: &'static [(&'static str, &'static str)],
