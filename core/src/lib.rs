@@ -1,8 +1,13 @@
 //! # shardwise-core
 //!
 //! The sans-IO heart of Shardwise: cluster resolution ([`cluster`]), the declarative datasets
-//! ([`dataset`]), the tf.data service dispatcher ([`dispatch`]), a worker's task ([`worker`])
-//! and the client's reader of a job ([`client`]) as pure functions and state machines. Nothing
+//! ([`dataset`]), the tf.data service dispatcher ([`dispatch`], with the replicated journal's
+//! layout and fold, `dispatch::replica_log`), a worker's task ([`worker`]) and the client's
+//! reader of a job ([`client`]) as pure functions and state machines. With the `tensorflow`
+//! feature, `tensorflow` adds TensorFlow's tf.data service messages, what is read from a
+//! dataset's graph (split providers, fingerprints, TensorFlow's `HashGraph`) and the
+//! conversion of the messages to and from the dispatcher's requests; the gateway serves them
+//! over gRPC. Nothing
 //! in this crate spawns a task, sleeps, reads a clock, opens a file or a
 //! socket, or reads the process environment: every input (a TF_CONFIG string, the `SLURM_*`
 //! variables, the pods a Kubernetes API returned, the current time) is passed in as a value, and
@@ -59,6 +64,8 @@ pub mod json;
 pub mod position;
 pub mod pyrepr;
 pub mod rng;
+#[cfg(feature = "tensorflow")]
+pub mod tensorflow;
 pub mod worker;
 
 pub use code::Code;

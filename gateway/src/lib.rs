@@ -48,9 +48,10 @@
 //! sources): `kubernetes` <- `dispatcher`; `tf`, `etcd` <- `dispatcher`; `dispatcher` <-
 //! `openapi`. The re-exported crates ([`client`], [`http`], [`worker`]) cannot use this crate.
 //!
-//! * [`tf`]: TensorFlow's tf.data service protocol (generated types of the project's own
-//!   `.proto` subsets) and the DYNAMIC split providers of a dataset's GraphDef. Uses nothing
-//!   else in this crate.
+//! * [`tf`]: TensorFlow's tf.data service: its gRPC services (generated over the core's
+//!   messages) and the files a dataset's graph names, globbed under the data roots; the
+//!   IO-free rest (messages, graph reading, fingerprints, conversions) is the core's
+//!   `shardwise_core::tensorflow`, re-exported here. Uses nothing else in this crate.
 //! * [`etcd`]: a client of etcd's v3 API (generated types of the project's own `.proto`
 //!   subset, failover between members). Uses nothing else in this crate.
 //!

@@ -151,6 +151,7 @@ pub mod framing;
 mod heartbeat_index;
 pub mod journal;
 mod protocol;
+pub mod replica_log;
 pub mod state;
 pub mod status;
 pub mod tensorflow;

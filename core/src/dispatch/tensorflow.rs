@@ -3,7 +3,8 @@
 //! passes them: the graph as sent but for the edits TensorFlow's dispatcher also makes), the
 //! DYNAMIC split providers a front computed from the graph, TensorFlow workers' transfer
 //! servers, and the requests only TensorFlow speaks (run-time compression, one-split
-//! get-split). The core never parses a graph: the gRPC front does, once, at registration.
+//! get-split). The dispatcher never parses a graph: the gRPC front does, once, at registration
+//! (with the `tensorflow` module of this crate).
 //!
 //! In records (journal, snapshot) bytes are base64 strings (RFC 4648 standard alphabet, padded).
 

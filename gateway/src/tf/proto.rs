@@ -1,11 +1,12 @@
-//! The tf.data service protocol of TensorFlow 2.21, as prost messages and tonic services.
+//! The tf.data service protocol of TensorFlow 2.21: the core's messages
+//! ([`shardwise_core::tensorflow::proto`]) and the tonic services over them.
 //!
-//! Generated from `gateway/proto/` by protox and tonic-prost-build and checked in (so a build
-//! needs neither `protoc` nor a proto compiler); the test `proto_codegen` regenerates it and
-//! fails when it differs. The `.proto` files are Shardwise's subsets of TensorFlow's, with
-//! TensorFlow's package, service, message and field names and numbers: fields left out are
-//! skipped on decode. A dataset's graph travels as bytes (`data::DatasetDef::graph`), so it is
-//! kept and forwarded exactly as sent; [`tensorflow::GraphDef`] reads it.
+//! The services (`DispatcherService`, `WorkerService`: clients and servers) are generated from
+//! the core's `.proto` files (`core/proto/`) by protox and tonic-prost-build and checked in
+//! (so a build needs neither `protoc` nor a proto compiler); their messages are the core's
+//! (tonic-prost-build's `extern_path`). The test `proto_codegen` regenerates both and fails
+//! when either differs. Each package here holds the core's messages and its services, so one
+//! path names both.
 #![allow(
     missing_docs,
     missing_debug_implementations,
@@ -14,12 +15,14 @@
     clippy::pedantic
 )]
 
-/// Package `tensorflow`: graphs and tensors.
+/// Package `tensorflow`: graphs and tensors (messages only).
 pub mod tensorflow {
-    include!("proto/tensorflow.rs");
+    pub use shardwise_core::tensorflow::proto::tensorflow::*;
 
     /// Package `tensorflow.data`: the tf.data service.
     pub mod data {
+        pub use shardwise_core::tensorflow::proto::tensorflow::data::*;
+
         include!("proto/tensorflow.data.rs");
     }
 }

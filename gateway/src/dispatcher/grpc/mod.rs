@@ -3,8 +3,9 @@
 //! `service="grpc://HOST:PORT"`) use a Shardwise dispatcher.
 //!
 //! * [`service`]: the RPCs, each translated to the core request REST uses for the same thing.
-//! * [`convert`]: every conversion between TensorFlow's messages and the core's, and the one
-//!   table from the core's status classes to gRPC codes.
+//! * [`convert`]: the one table from the core's status classes to gRPC codes; the
+//!   conversions between TensorFlow's messages and the core's are the core's
+//!   ([`shardwise_core::tensorflow::convert`]).
 //! * [`push`]: `WorkerService.ProcessTask` pushes of new tasks to TensorFlow workers.
 //!
 //! Around the RPCs ([`front`]): the bearer-token check of `--auth-tokens` by RPC (the one role

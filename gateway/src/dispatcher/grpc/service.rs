@@ -1,5 +1,5 @@
-//! The RPCs of `tensorflow.data.DispatcherService`, each translated (by [`super::convert`]) to
-//! the core request REST uses for the same thing and answered from its reply.
+//! The RPCs of `tensorflow.data.DispatcherService`, each translated (by the core's
+//! [`convert`]) to the core request REST uses for the same thing and answered from its reply.
 
 use std::sync::Arc;
 
@@ -8,10 +8,11 @@ use shardwise_core::dispatch::{
     ClientId, DatasetSpec, DisableCompression, GetDataset, IterationId, JobId, ListWorkers,
     ReleaseClient, TaskId, TfGetSplit,
 };
+use shardwise_core::tensorflow::convert::{self, id, int64};
 use tonic::{Request, Response, Status};
 
 use super::budget::ConnectionBudget;
-use super::convert::{self, from_problem, id, int64};
+use super::convert::{from_convert, from_problem};
 use super::push::Pusher;
 use crate::dispatcher::core::DriverHandle;
 use crate::tf::proto::tensorflow::data as tf;
@@ -55,7 +56,7 @@ impl DispatcherGrpc {
         dataset_id: String,
     ) -> Result<shardwise_core::dispatch::TfDataset, Status> {
         let info = self.driver.call(GetDataset { dataset_id }).await.map_err(from_problem)?;
-        convert::tf_dataset(info)
+        convert::tf_dataset(info).map_err(from_convert)
     }
 }
 
@@ -81,17 +82,17 @@ impl DispatcherService for DispatcherGrpc {
         &self,
         request: Request<tf::WorkerHeartbeatRequest>,
     ) -> Answer<tf::WorkerHeartbeatResponse> {
-        let req = convert::worker_heartbeat(request.into_inner())?;
+        let req = convert::worker_heartbeat(request.into_inner()).map_err(from_convert)?;
         let address = req.worker_address.clone();
         let reply = self.driver.call(req).await.map_err(from_problem)?;
-        Ok(Response::new(convert::worker_heartbeat_reply(reply, &address)?))
+        Ok(Response::new(convert::worker_heartbeat_reply(reply, &address).map_err(from_convert)?))
     }
 
     async fn worker_update(
         &self,
         request: Request<tf::WorkerUpdateRequest>,
     ) -> Answer<tf::WorkerUpdateResponse> {
-        let req = convert::worker_update(request.into_inner())?;
+        let req = convert::worker_update(request.into_inner()).map_err(from_convert)?;
         self.driver.call(req).await.map_err(from_problem)?;
         Ok(Response::new(tf::WorkerUpdateResponse {}))
     }
@@ -123,10 +124,11 @@ impl DispatcherService for DispatcherGrpc {
         request: Request<tf::GetSplitRequest>,
     ) -> Answer<tf::GetSplitResponse> {
         let req = request.into_inner();
-        let iteration = IterationId(id("iteration_id", req.iteration_id)?);
+        let iteration = IterationId(id("iteration_id", req.iteration_id).map_err(from_convert)?);
         let body = TfGetSplit {
-            repetition: convert::count("repetition", req.repetition)?,
-            split_provider_index: convert::count("split_provider_index", req.split_provider_index)?,
+            repetition: convert::count("repetition", req.repetition).map_err(from_convert)?,
+            split_provider_index: convert::count("split_provider_index", req.split_provider_index)
+                .map_err(from_convert)?,
         };
         let split = self.driver.call((iteration, body)).await.map_err(from_problem)?;
         Ok(Response::new(convert::split_reply(split)))
@@ -149,7 +151,8 @@ impl DispatcherService for DispatcherGrpc {
             convert::register_dataset(request.into_inner(), &*roots)
         })
         .await
-        .map_err(|_| Status::internal("reading the dataset's graph failed (a bug)"))??;
+        .map_err(|_| Status::internal("reading the dataset's graph failed (a bug)"))?
+        .map_err(from_convert)?;
         let reply = self.driver.call(req).await.map_err(from_problem)?;
         Ok(Response::new(tf::GetOrRegisterDatasetResponse { dataset_id: reply.dataset_id }))
     }
@@ -158,9 +161,11 @@ impl DispatcherService for DispatcherGrpc {
         &self,
         request: Request<tf::GetOrCreateJobRequest>,
     ) -> Answer<tf::GetOrCreateJobResponse> {
-        let req = convert::create_job(request.into_inner())?;
+        let req = convert::create_job(request.into_inner()).map_err(from_convert)?;
         let reply = self.driver.call(req).await.map_err(from_problem)?;
-        Ok(Response::new(tf::GetOrCreateJobResponse { job_id: int64("job_id", reply.job_id.0)? }))
+        Ok(Response::new(tf::GetOrCreateJobResponse {
+            job_id: int64("job_id", reply.job_id.0).map_err(from_convert)?,
+        }))
     }
 
     async fn get_or_create_iteration(
@@ -168,13 +173,14 @@ impl DispatcherService for DispatcherGrpc {
         request: Request<tf::GetOrCreateIterationRequest>,
     ) -> Answer<tf::GetOrCreateIterationResponse> {
         let req = request.into_inner();
-        let job = JobId(id("job_id", req.job_id)?);
-        let repetition = convert::count("repetition", req.repetition)?;
+        let job = JobId(id("job_id", req.job_id).map_err(from_convert)?);
+        let repetition = convert::count("repetition", req.repetition).map_err(from_convert)?;
         let body = CreateIteration { repetition, consumer_index: None, resume_from: None };
         let reply = self.driver.call((job, body)).await.map_err(from_problem)?;
         self.pusher.push(convert::pushed_tasks(&reply.pushed_tasks));
         Ok(Response::new(tf::GetOrCreateIterationResponse {
-            iteration_client_id: int64("iteration_client_id", reply.client_id.0)?,
+            iteration_client_id: int64("iteration_client_id", reply.client_id.0)
+                .map_err(from_convert)?,
         }))
     }
 
@@ -183,10 +189,11 @@ impl DispatcherService for DispatcherGrpc {
         request: Request<tf::MaybeRemoveTaskRequest>,
     ) -> Answer<tf::MaybeRemoveTaskResponse> {
         let req = request.into_inner();
-        let task = TaskId(id("task_id", req.task_id)?);
+        let task = TaskId(id("task_id", req.task_id).map_err(from_convert)?);
         let body = MaybeRemove {
-            consumer_index: convert::count("consumer_index", req.consumer_index)?,
-            round: convert::count("round", req.round)?,
+            consumer_index: convert::count("consumer_index", req.consumer_index)
+                .map_err(from_convert)?,
+            round: convert::count("round", req.round).map_err(from_convert)?,
         };
         let reply = self.driver.call((task, body)).await.map_err(from_problem)?;
         Ok(Response::new(tf::MaybeRemoveTaskResponse { removed: reply.removed }))
@@ -196,7 +203,10 @@ impl DispatcherService for DispatcherGrpc {
         &self,
         request: Request<tf::ReleaseIterationClientRequest>,
     ) -> Answer<tf::ReleaseIterationClientResponse> {
-        let client = ClientId(id("iteration_client_id", request.get_ref().iteration_client_id)?);
+        let client = ClientId(
+            id("iteration_client_id", request.get_ref().iteration_client_id)
+                .map_err(from_convert)?,
+        );
         self.driver.call(ReleaseClient { client_id: client }).await.map_err(from_problem)?;
         Ok(Response::new(tf::ReleaseIterationClientResponse {}))
     }
@@ -206,10 +216,13 @@ impl DispatcherService for DispatcherGrpc {
         request: Request<tf::ClientHeartbeatRequest>,
     ) -> Answer<tf::ClientHeartbeatResponse> {
         let req = request.into_inner();
-        let client = ClientId(id("iteration_client_id", req.iteration_client_id)?);
-        let body = convert::client_heartbeat(&req)?;
+        let client =
+            ClientId(id("iteration_client_id", req.iteration_client_id).map_err(from_convert)?);
+        let body = convert::client_heartbeat(&req).map_err(from_convert)?;
         let reply = self.driver.call((client, body)).await.map_err(from_problem)?;
-        Ok(Response::new(convert::client_heartbeat_reply(reply, self.deployment_mode)?))
+        Ok(Response::new(
+            convert::client_heartbeat_reply(reply, self.deployment_mode).map_err(from_convert)?,
+        ))
     }
 
     async fn get_workers(

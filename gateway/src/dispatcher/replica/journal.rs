@@ -1,4 +1,5 @@
-//! The leader's journal writer: group commits as fenced etcd transactions (see [`super::log`]).
+//! The leader's journal writer: group commits as fenced etcd transactions (see the core's
+//! [`replica_log`](shardwise_core::dispatch::replica_log)).
 //!
 //! It runs on the driver's syncer thread (and a compaction's snapshot on a thread of its own),
 //! which block on the etcd calls. Every write is one transaction that holds only while
@@ -13,8 +14,10 @@ use std::io;
 use shardwise_core::dispatch::Update;
 use shardwise_core::dispatch::framing::segment_header;
 use shardwise_core::dispatch::journal::encode_update;
+use shardwise_core::dispatch::replica_log::{
+    ENTRY_BYTES, EntryHeader, Layout, Manifest, encode_entry, entries,
+};
 
-use super::log::{ENTRY_BYTES, EntryHeader, Layout, Manifest, encode_entry, entries};
 use crate::dispatcher::core::{JournalWriter, SnapshotWriter, StagedSnapshot};
 use crate::etcd;
 

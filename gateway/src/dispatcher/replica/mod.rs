@@ -25,15 +25,16 @@
 //! REST calls to the leader, and only the leader is ready (`/readyz`).
 
 mod journal;
-pub mod log;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use shardwise_core::dispatch::replica_log::{
+    self, Fold, Key, Layout, LeaderValue, LogError, Manifest,
+};
 use shardwise_core::dispatch::{Dispatcher, DispatcherConfig};
 
 use self::journal::{EtcdJournal, Fence};
-use self::log::{Fold, Key, Layout, LeaderValue, LogError, Manifest};
 use super::core::{DriverHandle, LeaseClock, now};
 use crate::etcd;
 
@@ -710,7 +711,7 @@ pub async fn dump(
         writeln!(out, "{v}").map_err(|e| e.to_string())
     };
     if let Some((m, bytes)) = snapshot {
-        for u in log::decode_batch(m.index, &bytes).map_err(|e| e.to_string())? {
+        for u in replica_log::decode_batch(m.index, &bytes).map_err(|e| e.to_string())? {
             line(out, serde_json::json!({"snapshot": m.id, "update": u}))?;
         }
     }
@@ -720,13 +721,14 @@ pub async fn dump(
     let mut first = None;
     for kv in &entries.kvs {
         let Some(Key::Log(index)) = l.parse(&kv.key) else { continue };
-        let (header, payload) = log::decode_entry(index, &kv.value).map_err(|e| e.to_string())?;
+        let (header, payload) =
+            replica_log::decode_entry(index, &kv.value).map_err(|e| e.to_string())?;
         first.get_or_insert(index);
         batch.extend_from_slice(payload);
         if header.more {
             continue;
         }
-        for u in log::decode_batch(index, &batch).map_err(|e| e.to_string())? {
+        for u in replica_log::decode_batch(index, &batch).map_err(|e| e.to_string())? {
             line(
                 out,
                 serde_json::json!({

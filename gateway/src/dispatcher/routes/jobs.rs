@@ -68,6 +68,6 @@ pub(super) async fn create_iteration(
     let id: JobId = parse_id("job_id", &raw)?;
     let lease = s.driver.call((id, req)).await?;
     // An iteration of a TensorFlow dataset made tasks for TensorFlow workers: tell them now.
-    s.pusher.push(crate::dispatcher::grpc::convert::pushed_tasks(&lease.pushed_tasks));
+    s.pusher.push(shardwise_core::tensorflow::convert::pushed_tasks(&lease.pushed_tasks));
     ok(&lease)
 }

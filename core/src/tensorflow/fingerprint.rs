@@ -197,7 +197,7 @@ pub fn fingerprint(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tf::proto::tensorflow::{AttrValue, GraphDef, NodeDef, attr_value};
+    use crate::tensorflow::proto::tensorflow::{AttrValue, GraphDef, NodeDef, attr_value};
     use prost::Message as _;
 
     fn attr_i(v: i64) -> AttrValue {

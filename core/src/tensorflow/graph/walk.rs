@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::tf::proto::tensorflow::{AttrValue, GraphDef, NodeDef, attr_value};
+use crate::tensorflow::proto::tensorflow::{AttrValue, GraphDef, NodeDef, attr_value};
 
 use super::consts::{const_ints, const_scalar, const_strings, const_tensor, slice_count};
 use super::ops::{ALL_INPUTS, NOT_SHARDABLE, PASS_THROUGH, RANDOM};

@@ -1,7 +1,7 @@
 //! The graph walk's tests: sources, transformations, refusals, hostile graphs, constants.
 
 use super::*;
-use crate::tf::proto::tensorflow::{
+use crate::tensorflow::proto::tensorflow::{
     AttrValue, FunctionDef, FunctionDefLibrary, NameAttrList, NodeDef, OpDef, TensorShapeProto,
     attr_value, tensor_shape_proto,
 };

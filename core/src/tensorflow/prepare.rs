@@ -226,7 +226,7 @@ mod tests {
     use prost::Message as _;
 
     use super::*;
-    use crate::tf::proto::tensorflow::{
+    use crate::tensorflow::proto::tensorflow::{
         AttrValue, FunctionDef, FunctionDefLibrary, GraphDef, NodeDef, attr_value,
     };
 

@@ -1,6 +1,6 @@
 //! Reading `Const` nodes: the scalars, strings and int vectors a graph's sources are built of.
 
-use crate::tf::proto::tensorflow::{AttrValue, DataType, NodeDef, TensorProto, attr_value};
+use crate::tensorflow::proto::tensorflow::{AttrValue, DataType, NodeDef, TensorProto, attr_value};
 
 use super::walk::unsupported;
 use super::{GraphError, MAX_CONST_ELEMENTS};

@@ -302,7 +302,7 @@ fn a_dataset_graph_is_kept_as_sent() {
 /// `tensor_content`; and `end_of_splits` alone after the last.
 #[test]
 fn get_split_responses_are_tensorflows_bytes() {
-    let split = crate::tf::graph::SplitProvider::Range { start: 5, stop: 20, step: 5 };
+    let split = crate::tensorflow::graph::SplitProvider::Range { start: 5, stop: 20, step: 5 };
     let hex = |m: GetSplitResponse| {
         m.encode_to_vec().iter().map(|b| format!("{b:02x}")).collect::<String>()
     };

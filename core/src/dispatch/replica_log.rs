@@ -1,4 +1,6 @@
-//! The journal's layout in etcd, and the fold of it that every replica keeps.
+//! A replicated dispatcher's journal as it lies in etcd, and the fold of it that every replica
+//! keeps: the key layout, the entry format and the fold, as values (the gateway's replicas
+//! read and write etcd, and hand what they read in here).
 //!
 //! Keys, under the prefix `P` (`--etcd-prefix`):
 //!
@@ -23,9 +25,9 @@
 //! Keys are parsed strictly: another dispatcher whose prefix starts with this one's (e.g.
 //! `P/log`) has keys that never parse as this one's.
 
-use shardwise_core::dispatch::framing::Tail;
-use shardwise_core::dispatch::journal::decode_updates;
-use shardwise_core::dispatch::{State, Update, apply};
+use crate::dispatch::framing::Tail;
+use crate::dispatch::journal::decode_updates;
+use crate::dispatch::{State, Update, apply};
 
 /// The most payload bytes in one entry or snapshot chunk: one transaction stays well under
 /// etcd's default request limit (1.5 MiB, `--max-request-bytes`).
@@ -364,8 +366,8 @@ pub fn entries(batch: &[u8]) -> impl Iterator<Item = (&[u8], bool)> {
 
 #[cfg(test)]
 mod tests {
-    use shardwise_core::dispatch::framing::segment_header;
-    use shardwise_core::dispatch::journal::encode_update;
+    use crate::dispatch::framing::segment_header;
+    use crate::dispatch::journal::encode_update;
 
     use super::*;
 
