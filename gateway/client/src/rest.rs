@@ -475,7 +475,7 @@ impl Failover {
                             tracing::warn!(
                                 %from,
                                 %origin,
-                                "a dispatcher redirected to an address that is not configured:                                  not followed (add it to the dispatcher list to allow it)"
+                                "a dispatcher redirected to an address that is not configured: not followed (add it to the dispatcher list to allow it)"
                             );
                         }
                     }
