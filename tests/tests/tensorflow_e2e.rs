@@ -209,8 +209,8 @@ fn restart_mid_parallel_epochs(kind: Kind) {
 
 /// Exact restarts in DYNAMIC mode: a fault-tolerant dispatcher is killed (SIGKILL) and
 /// started again on the same port and work dir while `distributed_epoch` reads are paused
-/// half way (the worker idle, no split asked for), and every element arrives exactly once, as
-/// with TensorFlow's dispatcher: `range(100)` whole, and `range(100).repeat()` taking 150 (one
+/// half way (the worker idle, no split asked for), and every element arrives exactly once
+/// (TensorFlow's dispatcher may lose one in-flight split: [`check_after_kill`]): `range(100)` whole, and `range(100).repeat()` taking 150 (one
 /// worker: the first repetition, then the first half of the second, in order).
 fn restart_mid_distributed_epoch(kind: Kind) {
     let work_dir = TempDir::new("tf-e2e-ft");
@@ -253,10 +253,32 @@ fn restart_mid_distributed_epoch(kind: Kind) {
         cluster.clients[i].1.send_line("go").expect("the client's stdin");
     }
     let got = elements(&cluster.finish(a));
-    assert_eq!(sorted(got.clone()), (0..100).collect::<Vec<_>>(), "exactly once: {got:?}");
+    let want: Vec<i64> = (0..100).collect();
+    check_after_kill(kind, &sorted(got.clone()), &want, "exactly once");
     let got = elements(&cluster.finish(b));
     let want: Vec<i64> = (0..100).chain(0..50).collect();
-    assert_eq!(got, want, "the first repetition, then half the second, each split once");
+    check_after_kill(kind, &got, &want, "the first repetition, then half the second, each once");
+}
+
+/// What a read that spanned a dispatcher SIGKILL delivered, against what it should have.
+///
+/// Shardwise: exactly `want` (a split is handed out again until the worker acknowledges it).
+/// TensorFlow's dispatcher journals a split before it answers the worker's `GetSplit` and
+/// never hears whether the answer arrived, so a kill between the two loses that split's one
+/// element (seen in a reference run: `range(100)` came back without 56). Its run is held to
+/// the rest: `want` in order with at most one element missing, nothing twice.
+fn check_after_kill(kind: Kind, got: &[i64], want: &[i64], what: &str) {
+    match kind {
+        Kind::Shardwise => assert_eq!(got, want, "{what}: {got:?}"),
+        Kind::TensorFlow => {
+            let lost_one = (0..want.len()).any(|i| {
+                let mut w = want.to_vec();
+                w.remove(i);
+                got == w.as_slice()
+            });
+            assert!(got == want || lost_one, "{what} (at most one lost split): {got:?}");
+        }
+    }
 }
 
 /// DYNAMIC sharding of a dataset whose source has no split provider: the client's iteration is
