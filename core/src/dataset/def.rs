@@ -12,6 +12,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Value, json};
 
+use super::columnar::{FileSplit, TensorDef};
 use super::error::{DatasetError, invalid};
 use super::{MAX_BATCH_TRANSFORMS, MAX_BUFFER_ELEMENTS, MAX_TRANSFORMS, parse};
 
@@ -60,13 +61,47 @@ pub struct ListDef {
 }
 
 /// A `files` source. Core never reads files: a pipeline asks for each file's bytes with
-/// [`Step::NeedFile`](super::Step::NeedFile).
+/// [`Step::NeedFile`](super::Step::NeedFile), or for the rows of a columnar file with
+/// [`Step::NeedRows`](super::Step::NeedRows).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilesDef {
-    /// The files, in order (one split each under dynamic sharding).
+    /// The files, in order (one split each under dynamic sharding, unless split by rows).
     pub paths: Vec<String>,
     /// How a file's bytes become elements.
     pub format: FileFormat,
+    /// (Columnar formats) The columns to read, in this order; all when `None`.
+    pub columns: Option<Vec<String>>,
+    /// (Columnar formats) Declared tensor columns, checked against every file; for
+    /// `tfrecord`, the `tf.train.Example` features to decode (without them a record is one
+    /// `binary` column named `record`).
+    pub tensors: Vec<TensorDef>,
+    /// How DYNAMIC sharding cuts the source (`rows`: Parquet only).
+    pub split: FileSplit,
+    /// (Split by rows) The row count of every file, in path order: filled in by the
+    /// dispatcher from the files' footers when the dataset is registered.
+    pub rows: Option<Vec<u64>>,
+}
+
+impl FilesDef {
+    /// Files read in `format`, with no column options.
+    pub fn new(paths: Vec<String>, format: FileFormat) -> FilesDef {
+        FilesDef {
+            paths,
+            format,
+            columns: None,
+            tensors: Vec::new(),
+            split: FileSplit::Files,
+            rows: None,
+        }
+    }
+
+    /// Whether the source's positions are rows (split by rows, with the row counts known).
+    pub fn row_positions(&self) -> Option<&[u64]> {
+        match self.split {
+            FileSplit::Rows => self.rows.as_deref(),
+            FileSplit::Files => None,
+        }
+    }
 }
 
 /// How the bytes of a file are decoded into elements.
@@ -81,6 +116,13 @@ pub enum FileFormat {
     /// The whole file as one element: its bytes as a base64 string (RFC 4648 standard
     /// alphabet, padded), whether or not they are UTF-8 text.
     Bytes,
+    /// Apache Parquet: one row per row of the file, read a row group at a time.
+    Parquet,
+    /// An Apache Arrow IPC file (the random-access format, `ARROW1`): one row per row.
+    Arrow,
+    /// TFRecord: one row per record (length and data CRC-checked), as a `binary` column
+    /// `record`, or as the declared `tf.train.Example` features.
+    TfRecord,
 }
 
 /// A `splits` source.
@@ -248,9 +290,7 @@ impl SourceDef {
                 json!({"range": {"start": r.start, "stop": r.stop, "step": r.step.get()}})
             }
             SourceDef::List(l) => json!({"list": {"elements": l.elements}}),
-            SourceDef::Files(f) => {
-                json!({"files": {"paths": f.paths, "format": f.format.as_str()}})
-            }
+            SourceDef::Files(f) => json!({"files": f.to_json()}),
             SourceDef::Splits(s) => json!({"splits": {"items": s.items}}),
         }
     }
@@ -314,14 +354,71 @@ impl RangeDef {
     }
 }
 
+impl FilesDef {
+    /// The canonical JSON form of the source's arguments: the column options only when they
+    /// are set, so a text source encodes as it always did.
+    pub fn to_json(&self) -> Value {
+        let mut obj = serde_json::Map::new();
+        obj.insert("paths".into(), json!(self.paths));
+        obj.insert("format".into(), json!(self.format.as_str()));
+        if let Some(columns) = &self.columns {
+            obj.insert("columns".into(), json!(columns));
+        }
+        if !self.tensors.is_empty() {
+            let tensors: Vec<Value> = self
+                .tensors
+                .iter()
+                .map(|t| json!({"name": t.name, "dtype": t.dtype.as_str(), "shape": t.shape}))
+                .collect();
+            obj.insert("tensors".into(), Value::Array(tensors));
+        }
+        if self.split != FileSplit::Files {
+            obj.insert("split".into(), json!(self.split.as_str()));
+        }
+        if let Some(rows) = &self.rows {
+            obj.insert("rows".into(), json!(rows));
+        }
+        Value::Object(obj)
+    }
+}
+
 impl FileFormat {
-    /// The format's JSON name: `lines`, `jsonl` or `bytes`.
+    /// Every format, in the order of [`FileFormat::NAMES`].
+    pub const ALL: [FileFormat; 6] = [
+        FileFormat::Lines,
+        FileFormat::Jsonl,
+        FileFormat::Bytes,
+        FileFormat::Parquet,
+        FileFormat::Arrow,
+        FileFormat::TfRecord,
+    ];
+
+    /// The formats' JSON names.
+    pub const NAMES: [&'static str; 6] =
+        ["lines", "jsonl", "bytes", "parquet", "arrow", "tfrecord"];
+
+    /// The format's JSON name, e.g. `jsonl` or `parquet`.
     pub fn as_str(self) -> &'static str {
         match self {
             FileFormat::Lines => "lines",
             FileFormat::Jsonl => "jsonl",
             FileFormat::Bytes => "bytes",
+            FileFormat::Parquet => "parquet",
+            FileFormat::Arrow => "arrow",
+            FileFormat::TfRecord => "tfrecord",
         }
+    }
+
+    /// The format named `name`.
+    pub fn from_name(name: &str) -> Option<FileFormat> {
+        let i = FileFormat::NAMES.iter().position(|n| *n == name)?;
+        FileFormat::ALL.get(i).copied()
+    }
+
+    /// Whether files of this format are read as rows of columns (`parquet`, `arrow`,
+    /// `tfrecord`) rather than handed over whole.
+    pub fn is_columnar(self) -> bool {
+        matches!(self, FileFormat::Parquet | FileFormat::Arrow | FileFormat::TfRecord)
     }
 }
 

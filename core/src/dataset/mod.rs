@@ -34,6 +34,7 @@
 //! `files` source reads its files itself. Concatenation (DY-09) is tested with an equivalent
 //! `list`.
 
+mod columnar;
 mod def;
 mod error;
 mod files;
@@ -49,6 +50,10 @@ mod split;
 #[cfg(test)]
 mod tests;
 
+pub use columnar::{
+    Chunk, DType, Element, FileSplit, MAX_COLUMN_NAME_BYTES, MAX_COLUMNS, MAX_TENSOR_DIMS,
+    MAX_TENSOR_VALUES, Row, RowsRequest, TensorDef, column,
+};
 pub use def::{
     BatchDef, DatasetDef, FileFormat, FilesDef, ListDef, RangeDef, ShuffleDef, SourceDef,
     SplitsDef, TransformDef,

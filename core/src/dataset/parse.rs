@@ -5,6 +5,9 @@ use std::num::{NonZeroI64, NonZeroU64};
 use serde_json::{Map, Value};
 
 use super::MAX_TRANSFORMS;
+use super::columnar::{
+    DType, FileSplit, MAX_COLUMNS, MAX_TENSOR_DIMS, TensorDef, check_column_name, check_tensor,
+};
 use super::def::{
     BatchDef, DatasetDef, FileFormat, FilesDef, ListDef, RangeDef, ShuffleDef, SourceDef,
     SplitsDef, TransformDef,
@@ -14,7 +17,6 @@ use crate::json::{MAX_NESTING, nested_deeper_than};
 
 const SOURCE_KINDS: &[&str] = &["range", "list", "files", "splits"];
 const TRANSFORM_KINDS: &[&str] = &["repeat", "take", "skip", "shuffle", "batch", "shard_hint"];
-const FORMATS: &[&str] = &["lines", "jsonl", "bytes"];
 
 /// Decodes a whole definition.
 pub(super) fn dataset(value: &Value) -> Result<DatasetDef, DatasetError> {
@@ -75,38 +77,7 @@ pub(super) fn source(value: &Value, path: &str) -> Result<SourceDef, DatasetErro
             shallow(elements, &elements_path)?;
             Ok(SourceDef::List(ListDef { elements: elements.clone() }))
         }
-        "files" => {
-            only_keys(obj, &path, &["paths", "format"])?;
-            let paths_path = format!("{path}.paths");
-            let paths = array(required(obj, &path, "paths")?, &paths_path)?
-                .iter()
-                .enumerate()
-                .map(|(i, p)| match p {
-                    Value::String(s) => Ok(s.clone()),
-                    other => Err(invalid(format!(
-                        "{paths_path}[{i}] must be a string, got {}",
-                        describe(other)
-                    ))),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let format_path = format!("{path}.format");
-            let format = match required(obj, &path, "format")? {
-                Value::String(s) if s == "lines" => FileFormat::Lines,
-                Value::String(s) if s == "jsonl" => FileFormat::Jsonl,
-                Value::String(s) if s == "bytes" => FileFormat::Bytes,
-                other => {
-                    let got = match other {
-                        Value::String(s) => quoted(s),
-                        v => describe(v),
-                    };
-                    return Err(invalid(format!(
-                        "{format_path} must be one of {}, got {got}",
-                        one_of(FORMATS)
-                    )));
-                }
-            };
-            Ok(SourceDef::Files(FilesDef { paths, format }))
-        }
+        "files" => files(obj, &path),
         _ => {
             only_keys(obj, &path, &["items"])?;
             let items_path = format!("{path}.items");
@@ -115,6 +86,194 @@ pub(super) fn source(value: &Value, path: &str) -> Result<SourceDef, DatasetErro
             Ok(SourceDef::Splits(SplitsDef { items: items.clone() }))
         }
     }
+}
+
+/// Decodes the arguments of a `files` source.
+fn files(obj: &Map<String, Value>, path: &str) -> Result<SourceDef, DatasetError> {
+    only_keys(obj, path, &["paths", "format", "columns", "tensors", "split", "rows"])?;
+    let paths = strings(required(obj, path, "paths")?, &format!("{path}.paths"))?;
+    let format_path = format!("{path}.format");
+    let format = match required(obj, path, "format")? {
+        Value::String(s) => FileFormat::from_name(s),
+        _ => None,
+    };
+    let Some(format) = format else {
+        let got = match obj.get("format") {
+            Some(Value::String(s)) => quoted(s),
+            Some(v) => describe(v),
+            None => String::new(),
+        };
+        return Err(invalid(format!(
+            "{format_path} must be one of {}, got {got}",
+            one_of(&FileFormat::NAMES)
+        )));
+    };
+    let mut def = FilesDef::new(paths, format);
+    let columnar_only = |key: &str| {
+        invalid(format!(
+            "{path}.{key} applies to the columnar formats (\"parquet\", \"arrow\", \
+             \"tfrecord\"), not to {}",
+            quoted(format.as_str())
+        ))
+    };
+    if let Some(v) = obj.get("columns") {
+        if !format.is_columnar() {
+            return Err(columnar_only("columns"));
+        }
+        let columns_path = format!("{path}.columns");
+        let columns = strings(v, &columns_path)?;
+        check_names(columns.iter().map(String::as_str), &columns_path)?;
+        def.columns = Some(columns);
+    }
+    if let Some(v) = obj.get("tensors") {
+        if !format.is_columnar() {
+            return Err(columnar_only("tensors"));
+        }
+        let tensors_path = format!("{path}.tensors");
+        let items = array(v, &tensors_path)?;
+        def.tensors = items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| tensor(t, &format!("{tensors_path}[{i}]")))
+            .collect::<Result<_, _>>()?;
+        check_names(def.tensors.iter().map(|t| t.name.as_str()), &tensors_path)?;
+    }
+    if format == FileFormat::TfRecord
+        && let Some(columns) = &def.columns
+    {
+        let names: Vec<&str> = if def.tensors.is_empty() {
+            vec!["record"]
+        } else {
+            def.tensors.iter().map(|t| t.name.as_str()).collect()
+        };
+        if let Some((i, c)) = columns.iter().enumerate().find(|(_, c)| !names.contains(&c.as_str()))
+        {
+            return Err(invalid(format!(
+                "{path}.columns[{i}] is {}, which a tfrecord source does not have: its columns \
+                 are {}",
+                quoted(c),
+                one_of(&names)
+            )));
+        }
+    }
+    if let Some(v) = obj.get("split") {
+        def.split = match v {
+            Value::String(s) if s == "files" => FileSplit::Files,
+            Value::String(s) if s == "rows" && format == FileFormat::Parquet => FileSplit::Rows,
+            Value::String(s) if s == "rows" => {
+                return Err(invalid(format!(
+                    "{path}.split \"rows\" applies to parquet files (whose footers give their \
+                     row counts), not to {}",
+                    quoted(format.as_str())
+                )));
+            }
+            other => {
+                return Err(invalid(format!(
+                    "{path}.split must be \"files\" or \"rows\", got {}",
+                    describe(other)
+                )));
+            }
+        };
+    }
+    if let Some(v) = obj.get("rows") {
+        let rows_path = format!("{path}.rows");
+        if def.split != FileSplit::Rows {
+            return Err(invalid(format!("{rows_path} applies only with \"split\": \"rows\"")));
+        }
+        let rows = array(v, &rows_path)?
+            .iter()
+            .enumerate()
+            .map(|(i, n)| non_negative(n, &format!("{rows_path}[{i}]")))
+            .collect::<Result<Vec<u64>, _>>()?;
+        if rows.len() != def.paths.len() {
+            return Err(invalid(format!(
+                "{rows_path} has {} entries for {} paths: it gives the row count of every file",
+                rows.len(),
+                def.paths.len()
+            )));
+        }
+        if rows.iter().try_fold(0u64, |sum, n| sum.checked_add(*n)).is_none() {
+            return Err(invalid(format!("{rows_path} adds up to more than 2^64 - 1 rows")));
+        }
+        def.rows = Some(rows);
+    }
+    Ok(SourceDef::Files(def))
+}
+
+/// An array of strings.
+fn strings(value: &Value, path: &str) -> Result<Vec<String>, DatasetError> {
+    array(value, path)?
+        .iter()
+        .enumerate()
+        .map(|(i, p)| match p {
+            Value::String(s) => Ok(s.clone()),
+            other => Err(invalid(format!("{path}[{i}] must be a string, got {}", describe(other)))),
+        })
+        .collect()
+}
+
+/// Column names: at most [`MAX_COLUMNS`], each valid, none twice.
+fn check_names<'a>(
+    names: impl ExactSizeIterator<Item = &'a str>,
+    path: &str,
+) -> Result<(), DatasetError> {
+    if names.len() > MAX_COLUMNS {
+        return Err(invalid(format!(
+            "{path} has {} entries; at most {MAX_COLUMNS} are allowed",
+            names.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, name) in names.enumerate() {
+        check_column_name(name, &format!("{path}[{i}]"))?;
+        if !seen.insert(name) {
+            return Err(invalid(format!("{path}[{i}] names {} a second time", quoted(name))));
+        }
+    }
+    Ok(())
+}
+
+/// A declared tensor: `{"name": ..., "dtype": ..., "shape"?: [...]}`.
+fn tensor(value: &Value, path: &str) -> Result<TensorDef, DatasetError> {
+    let obj = object(value, path)?;
+    only_keys(obj, path, &["name", "dtype", "shape"])?;
+    let name = match required(obj, path, "name")? {
+        Value::String(s) => s.clone(),
+        other => {
+            return Err(invalid(format!("{path}.name must be a string, got {}", describe(other))));
+        }
+    };
+    let dtype = match required(obj, path, "dtype")? {
+        Value::String(s) => DType::from_name(s),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        invalid(format!(
+            "{path}.dtype must be one of {}, got {}",
+            one_of(&DType::NAMES),
+            obj.get("dtype").map(describe).unwrap_or_default()
+        ))
+    })?;
+    let shape = match obj.get("shape") {
+        None => Vec::new(),
+        Some(v) => {
+            let shape_path = format!("{path}.shape");
+            let dims = array(v, &shape_path)?;
+            if dims.len() > MAX_TENSOR_DIMS {
+                return Err(invalid(format!(
+                    "{shape_path} has {} dimensions; at most {MAX_TENSOR_DIMS} are allowed",
+                    dims.len()
+                )));
+            }
+            dims.iter()
+                .enumerate()
+                .map(|(i, d)| non_negative(d, &format!("{shape_path}[{i}]")))
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let tensor = TensorDef { name, dtype, shape };
+    check_tensor(&tensor, path)?;
+    Ok(tensor)
 }
 
 /// Refuses an element nested more than [`MAX_NESTING`] levels deep: the journal could not

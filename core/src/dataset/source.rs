@@ -302,6 +302,13 @@ impl Source {
             }
         };
         self.pass.cursor = match format {
+            FileFormat::Parquet | FileFormat::Arrow | FileFormat::TfRecord => {
+                return Err(precondition(format!(
+                    "file {} was provided whole, but a {} file is read as rows",
+                    quoted(path),
+                    format.as_str()
+                )));
+            }
             FileFormat::Bytes => Cursor::Item(bytes_element(bytes)),
             FileFormat::Lines | FileFormat::Jsonl => {
                 let jsonl = format == FileFormat::Jsonl;
