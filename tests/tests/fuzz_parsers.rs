@@ -231,6 +231,11 @@ fn drain(def: &DatasetDef, sharding: Sharding) -> Result<usize, DatasetError> {
             Step::NeedFile { path } => {
                 pipeline.provide_file(&path, b"1\n{\"a\": [2]}\n\"three\"\n");
             }
+            Step::NeedRows(r) => {
+                // A columnar file of two rows the pipeline cannot look into.
+                let chunk = shardwise_core::dataset::Chunk::new(2, 16, std::sync::Arc::new(()));
+                pipeline.provide_rows(&r.path, chunk, true);
+            }
             Step::Yield => {}
             Step::End => break,
             Step::Error(e) => return Err(e),

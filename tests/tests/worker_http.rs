@@ -286,7 +286,7 @@ fn reference(ds: &Value) -> Vec<Value> {
     let mut out = Vec::new();
     loop {
         match p.next() {
-            Step::Element(e) => out.push(e),
+            Step::Element(e) => out.push(e.into_value().expect("a JSON element")),
             Step::End => return out,
             other => panic!("unexpected {other:?}"),
         }

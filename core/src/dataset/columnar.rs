@@ -312,6 +312,12 @@ impl Element {
     }
 }
 
+impl PartialEq<Value> for Element {
+    fn eq(&self, other: &Value) -> bool {
+        self.as_value() == Some(other)
+    }
+}
+
 impl From<Value> for Element {
     fn from(value: Value) -> Element {
         Element::Value(value)

@@ -35,7 +35,7 @@ pub enum SourceDef {
     /// `{"list": {"elements": [...]}}`: the given JSON values in order.
     List(ListDef),
     /// `{"files": {"paths": [...], "format": ...}}`: the decoded contents of files.
-    Files(FilesDef),
+    Files(Box<FilesDef>),
     /// `{"splits": {"items": [...]}}`: arbitrary JSON splits (e.g. shard URIs); read without
     /// dynamic sharding, the items are the elements.
     Splits(SplitsDef),
@@ -232,6 +232,16 @@ impl DatasetDef {
             return Err(invalid(format!(
                 "transforms has {batches} batch transforms; at most {MAX_BATCH_TRANSFORMS} are \
                  allowed (each nests the elements one array deeper)"
+            )));
+        }
+        if let SourceDef::Files(f) = &self.source
+            && f.format.is_columnar()
+            && batches > 1
+        {
+            return Err(invalid(format!(
+                "transforms has {batches} batch transforms; a source of {} files allows one \
+                 (a batch of rows is a record batch, which is not batched again)",
+                f.format.as_str()
             )));
         }
         for (i, transform) in self.transforms.iter().enumerate() {

@@ -62,7 +62,7 @@ pub use error::DatasetError;
 pub use limits::{DEFAULT_MAX_BUFFERED_BYTES, Limits, approx_bytes};
 pub use pipeline::{MAX_PULLS_PER_STEP, Pipeline, Sharding, Step, validate_sharding};
 pub use split::{
-    SplitElements, chunk_at, element_at, elements_of_split, num_splits, split_at,
+    SplitElements, chunk_at, element_at, elements_of_split, num_splits, split_at, total_rows,
     validate_split_size,
 };
 

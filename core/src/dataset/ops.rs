@@ -11,8 +11,9 @@ use std::num::NonZeroU64;
 use serde_json::Value;
 
 use super::DatasetError;
+use super::columnar::{Element, Row};
 use super::def::{BatchDef, ShuffleDef};
-use super::limits::{Budget, approx_bytes};
+use super::limits::Budget;
 use super::rng::Rng;
 
 /// What the driver hands a stage.
@@ -21,7 +22,7 @@ pub(super) enum Input {
     /// Produce your next output.
     Pull,
     /// The element you asked for.
-    Item(Value),
+    Item(Element),
     /// Your input has ended (for this pass).
     End,
 }
@@ -30,7 +31,7 @@ pub(super) enum Input {
 #[derive(Debug)]
 pub(super) enum Out {
     /// An output element.
-    Emit(Value),
+    Emit(Element),
     /// No more output (until an enclosing `repeat` resets this stage).
     End,
     /// Give me my input's next result.
@@ -56,6 +57,8 @@ pub(super) enum Need {
         /// The path.
         path: String,
     },
+    /// Rows of this columnar file.
+    Rows(super::columnar::RowsRequest),
 }
 
 /// What a `repeat` needs to know about the source to detect an endless empty loop.
@@ -295,7 +298,7 @@ pub(super) struct Shuffle {
     pass: u64,
     rng: Rng,
     /// The buffered elements with their weights.
-    buffer: Vec<(Value, u64)>,
+    buffer: Vec<(Element, u64)>,
     /// The sum of the weights in `buffer` (taken from the pipeline's budget).
     held: u64,
     position: usize,
@@ -308,7 +311,7 @@ impl Shuffle {
             Input::Pull if !self.input_done && !self.is_full() => Out::Pull,
             Input::Pull => self.emit(budget),
             Input::Item(v) => {
-                let weight = approx_bytes(&v);
+                let weight = v.approx_bytes();
                 let what = || format!("transforms[{}].shuffle", self.position);
                 if let Err(e) = budget.take(weight, &what()) {
                     return Out::Fail(e);
@@ -350,7 +353,7 @@ impl Shuffle {
 pub(super) struct Batch {
     size: NonZeroU64,
     drop_remainder: bool,
-    buffer: Vec<Value>,
+    buffer: Vec<Element>,
     /// The weight of the elements in `buffer` (taken from the pipeline's budget).
     held: u64,
     position: usize,
@@ -363,7 +366,7 @@ impl Batch {
             Input::Pull if self.done => Out::End,
             Input::Pull => Out::Pull,
             Input::Item(v) => {
-                let weight = approx_bytes(&v);
+                let weight = v.approx_bytes();
                 if let Err(e) = budget.take(weight, &format!("transforms[{}].batch", self.position))
                 {
                     return Out::Fail(e);
@@ -372,7 +375,7 @@ impl Batch {
                 self.buffer.push(v);
                 if u64::try_from(self.buffer.len()).unwrap_or(u64::MAX) >= self.size.get() {
                     budget.give(std::mem::take(&mut self.held));
-                    Out::Emit(Value::Array(std::mem::take(&mut self.buffer)))
+                    Out::Emit(batched(std::mem::take(&mut self.buffer)))
                 } else {
                     Out::Pull
                 }
@@ -384,11 +387,32 @@ impl Batch {
                     self.buffer.clear();
                     Out::End
                 } else {
-                    Out::Emit(Value::Array(std::mem::take(&mut self.buffer)))
+                    Out::Emit(batched(std::mem::take(&mut self.buffer)))
                 }
             }
         }
     }
+}
+
+/// The element a `batch` makes of `elements`: a JSON array of values, or the rows together
+/// (a record batch, once served). A columnar source allows one `batch`
+/// ([`DatasetDef::validate`](super::DatasetDef::validate)), so rows are never batched twice;
+/// were they, each batch of rows would stand for its rows.
+fn batched(elements: Vec<Element>) -> Element {
+    if elements.iter().all(|e| matches!(e, Element::Value(_))) {
+        return Element::Value(Value::Array(
+            elements.into_iter().filter_map(Element::into_value).collect(),
+        ));
+    }
+    let mut rows: Vec<Row> = Vec::with_capacity(elements.len());
+    for element in elements {
+        match element {
+            Element::Row(row) => rows.push(row),
+            Element::Rows(more) => rows.extend(more),
+            Element::Value(_) => {}
+        }
+    }
+    Element::Rows(rows)
 }
 
 /// `shard(num_shards, index)`: keeps elements `index, index + num_shards, ...`.

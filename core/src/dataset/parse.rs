@@ -197,7 +197,7 @@ fn files(obj: &Map<String, Value>, path: &str) -> Result<SourceDef, DatasetError
         }
         def.rows = Some(rows);
     }
-    Ok(SourceDef::Files(def))
+    Ok(SourceDef::Files(Box::new(def)))
 }
 
 /// An array of strings.

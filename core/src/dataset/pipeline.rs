@@ -4,6 +4,7 @@ use std::num::NonZeroU64;
 
 use serde_json::Value;
 
+use super::columnar::{Chunk, Element, RowsRequest};
 use super::def::{DatasetDef, SourceDef, TransformDef};
 use super::error::{DatasetError, invalid, precondition};
 use super::limits::{Budget, Limits};
@@ -52,10 +53,10 @@ pub enum Sharding {
 }
 
 /// What [`Pipeline::next`] produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// The next element.
-    Element(Value),
+    /// The next element: a JSON value, or a row (or batch of rows) of a columnar source.
+    Element(Element),
     /// (DYNAMIC) The source needs the next split of this repetition: answer with
     /// [`Pipeline::provide_split`]. There is one split provider per dataset (index 0).
     NeedSplit {
@@ -68,6 +69,9 @@ pub enum Step {
         /// One of the source's paths.
         path: String,
     },
+    /// The source needs rows of this columnar file: decode them and answer with
+    /// [`Pipeline::provide_rows`], one chunk at a time.
+    NeedRows(RowsRequest),
     /// The pipeline pulled [`MAX_PULLS_PER_STEP`] elements from its source without a result
     /// (a large `skip`, say, over an endless `repeat`): call `next` again to go on. It gives
     /// the caller a chance to stay responsive, or to stop a task that would spin forever.
@@ -85,9 +89,10 @@ pub const MAX_PULLS_PER_STEP: u64 = 1 << 16;
 /// A worker's pipeline for one task: a pull-based state machine that never does IO.
 ///
 /// Call [`next`](Pipeline::next) (or [`next_batch`](Pipeline::next_batch)) until it returns
-/// [`Step::End`] or [`Step::Error`]. When it returns [`Step::NeedSplit`] or
-/// [`Step::NeedFile`], fetch the split or the file and hand it in with
-/// [`provide_split`](Pipeline::provide_split) or [`provide_file`](Pipeline::provide_file);
+/// [`Step::End`] or [`Step::Error`]. When it returns [`Step::NeedSplit`],
+/// [`Step::NeedFile`] or [`Step::NeedRows`], fetch the split, the file or the rows and hand
+/// them in with [`provide_split`](Pipeline::provide_split),
+/// [`provide_file`](Pipeline::provide_file) or [`provide_rows`](Pipeline::provide_rows);
 /// calling `next` again without providing it returns the same request. An input the pipeline
 /// did not ask for fails the pipeline (the error comes out of the next `next`).
 ///
@@ -331,6 +336,7 @@ impl Pipeline {
                     return match need {
                         Need::Split { repetition } => Step::NeedSplit { repetition },
                         Need::File { path } => Step::NeedFile { path },
+                        Need::Rows(request) => Step::NeedRows(request),
                     };
                 }
                 Out::Fail(e) => return self.fail(e),
@@ -340,7 +346,7 @@ impl Pipeline {
 
     /// Collects up to `max` elements. Returns them with the step that stopped the collection
     /// (never [`Step::Element`]), or `None` if `max` elements were collected.
-    pub fn next_batch(&mut self, max: usize) -> (Vec<Value>, Option<Step>) {
+    pub fn next_batch(&mut self, max: usize) -> (Vec<Element>, Option<Step>) {
         let mut elements = Vec::with_capacity(max.min(1024));
         while elements.len() < max {
             match self.next() {
@@ -404,6 +410,19 @@ impl Pipeline {
     pub fn provide_file(&mut self, path: &str, bytes: &[u8]) {
         if self.state == State::Running
             && let Err(e) = self.source.provide_file(path, bytes)
+        {
+            self.state = State::Failed(e);
+        }
+    }
+
+    /// Hands in rows of the columnar file named by [`Step::NeedRows`]: `chunk` holds its rows
+    /// from the request's `start` on (rows past its `stop` are left out), and `last` says no
+    /// more rows of the request follow. A chunk without rows must be the last. Rows for another
+    /// path, when none were asked for, or a file that ends before the request's `stop`, fail
+    /// the pipeline (ignored after it ended or failed).
+    pub fn provide_rows(&mut self, path: &str, chunk: Chunk, last: bool) {
+        if self.state == State::Running
+            && let Err(e) = self.source.provide_rows(path, chunk, last)
         {
             self.state = State::Failed(e);
         }

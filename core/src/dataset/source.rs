@@ -2,9 +2,11 @@
 //! static file shard) or, under DYNAMIC sharding, those of the splits the caller provides.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::columnar::{Chunk, Element, Row, RowsRequest};
 use super::def::{FileFormat, SourceDef};
 use super::error::{DatasetError, brief, precondition, quoted};
 use super::files::{TextCursor, bytes_element};
@@ -47,6 +49,33 @@ enum Cursor {
     AwaitFile(String),
     /// Lines of a file.
     Text(TextCursor),
+    /// Rows of a columnar file (or of several, for a split by rows).
+    Rows(Box<RowsCursor>),
+}
+
+/// Where a columnar read is: the rows asked for next, the chunk in hand, and (a split by rows
+/// that spans files) the pieces of the later files.
+#[derive(Debug, Clone)]
+struct RowsCursor {
+    /// The rows to ask for next: `start` moves on as chunks come.
+    want: RowsRequest,
+    /// The chunk in hand, and the indices `next..end` of its rows still to emit.
+    chunk: Option<(Arc<Chunk>, u64, u64)>,
+    /// The caller said no rows of `want` follow the chunk in hand.
+    last: bool,
+    /// The rows of later files (a split by rows).
+    more: VecDeque<RowsRequest>,
+}
+
+impl RowsCursor {
+    fn new(want: RowsRequest, more: VecDeque<RowsRequest>) -> Box<RowsCursor> {
+        Box::new(RowsCursor { want, chunk: None, last: false, more })
+    }
+
+    /// The rows of `path` from `start` to the end of the file.
+    fn file(path: String, start: u64, file_rows: Option<u64>) -> Box<RowsCursor> {
+        RowsCursor::new(RowsRequest { path, start, stop: None, file_rows }, VecDeque::new())
+    }
 }
 
 /// The state of one pass over the source.
@@ -72,6 +101,8 @@ struct Pass {
 #[derive(Debug, Clone)]
 pub(super) struct Source {
     def: SourceDef,
+    /// (A source whose positions are rows) the first row of every file, and the total.
+    row_starts: Option<(Vec<u64>, u64)>,
     feed: Feed,
     repetition: u64,
     split_requests: u64,
@@ -87,8 +118,20 @@ pub(super) struct Source {
 
 impl Source {
     pub(super) fn new(def: SourceDef, feed: Feed) -> Self {
+        let row_starts = match &def {
+            SourceDef::Files(f) => f.row_positions().map(|rows| {
+                let mut starts = Vec::with_capacity(rows.len());
+                let total = rows.iter().fold(0u64, |at, n| {
+                    starts.push(at);
+                    at.saturating_add(*n)
+                });
+                (starts, total)
+            }),
+            _ => None,
+        };
         Source {
             def,
+            row_starts,
             feed,
             repetition: 0,
             split_requests: 0,
@@ -165,12 +208,12 @@ impl Source {
                     };
                     self.pass.cursor = Cursor::Positions { next: next + 1, stop };
                     self.emitted(next + 1 >= stop);
-                    return Out::Emit(element);
+                    return Out::Emit(Element::Value(element));
                 }
                 Cursor::Positions { .. } => {}
                 Cursor::Item(element) => {
                     self.emitted(true);
-                    return Out::Emit(element);
+                    return Out::Emit(Element::Value(element));
                 }
                 Cursor::AwaitFile(path) => {
                     self.pass.cursor = Cursor::AwaitFile(path.clone());
@@ -181,11 +224,41 @@ impl Source {
                         let end = self.pass.split.is_some() && text.at_end();
                         self.pass.cursor = Cursor::Text(text);
                         self.emitted(end);
-                        return Out::Emit(element);
+                        return Out::Emit(Element::Value(element));
                     }
                     Some(Err(e)) => return Out::Fail(e),
                     None => {}
                 },
+                Cursor::Rows(mut rows) => {
+                    if let Some((chunk, next, end)) = &mut rows.chunk
+                        && *next < *end
+                    {
+                        let row = Row { chunk: Arc::clone(chunk), index: *next };
+                        *next += 1;
+                        let split_end = *next >= *end && rows.last && rows.more.is_empty();
+                        self.pass.cursor = Cursor::Rows(rows);
+                        self.emitted(split_end);
+                        return Out::Emit(Element::Row(row));
+                    }
+                    rows.chunk = None;
+                    let ask = if rows.last {
+                        rows.last = false;
+                        match rows.more.pop_front() {
+                            Some(want) => {
+                                rows.want = want;
+                                true
+                            }
+                            None => false,
+                        }
+                    } else {
+                        true
+                    };
+                    if ask {
+                        let want = rows.want.clone();
+                        self.pass.cursor = Cursor::Rows(rows);
+                        return Out::Need(Need::Rows(want));
+                    }
+                }
             }
             // The current chunk is exhausted: load the next one.
             match &self.feed {
@@ -197,8 +270,16 @@ impl Source {
                             .and_then(|index| usize::try_from(index).ok())
                             .and_then(|index| files.paths.get(index));
                         let Some(path) = path else { return Out::End };
+                        let index = self.pass.next_file;
                         self.pass.next_file = self.pass.next_file.saturating_add(1);
-                        self.pass.cursor = Cursor::AwaitFile(path.clone());
+                        self.pass.cursor = if files.format.is_columnar() {
+                            let file_rows = files
+                                .row_positions()
+                                .and_then(|rows| rows.get(usize::try_from(index).ok()?).copied());
+                            Cursor::Rows(RowsCursor::file(path.clone(), 0, file_rows))
+                        } else {
+                            Cursor::AwaitFile(path.clone())
+                        };
                     }
                     _ if self.pass.started => return Out::End,
                     _ => {
@@ -225,14 +306,27 @@ impl Source {
                     self.pass.skip_records = 0;
                     // The first `skip` output elements were consumed before (a split resumed
                     // part way): pass over them without producing them.
-                    let bytes_file =
-                        matches!(&self.def, SourceDef::Files(f) if f.format == FileFormat::Bytes);
+                    let format = match &self.def {
+                        SourceDef::Files(f) => Some(f.format),
+                        _ => None,
+                    };
+                    let bytes_file = format == Some(FileFormat::Bytes);
+                    let columnar = format.is_some_and(FileFormat::is_columnar);
                     self.pass.cursor = match split::elements_of_split_with(&self.def, &split, known)
                     {
                         Ok(SplitElements::Positions { start, stop }) => {
                             Cursor::Positions { next: start.saturating_add(skip).min(stop), stop }
                         }
                         Ok(SplitElements::File { .. }) if skip > 0 && bytes_file => Cursor::Empty,
+                        Ok(SplitElements::File { path }) if columnar => {
+                            Cursor::Rows(RowsCursor::file(path, skip, None))
+                        }
+                        Ok(SplitElements::Rows { start, stop }) => {
+                            match self.row_pieces(start.saturating_add(skip).min(stop), stop) {
+                                Some(rows) => Cursor::Rows(rows),
+                                None => Cursor::Empty,
+                            }
+                        }
                         Ok(SplitElements::File { path }) => {
                             self.pass.skip_records = skip;
                             Cursor::AwaitFile(path)
@@ -280,6 +374,89 @@ impl Source {
             }
             Some(split) => self.pass.queue.push_back(split),
         }
+        Ok(())
+    }
+
+    /// The rows `start..stop` of a source whose positions are rows, as pieces of its files
+    /// (`None` when there are none).
+    fn row_pieces(&self, start: u64, stop: u64) -> Option<Box<RowsCursor>> {
+        let (SourceDef::Files(files), Some((starts, _))) = (&self.def, &self.row_starts) else {
+            return None;
+        };
+        let rows = files.rows.as_deref()?;
+        let first = starts.partition_point(|s| *s <= start).checked_sub(1)?;
+        let mut pieces: VecDeque<RowsRequest> = VecDeque::new();
+        for ((path, file_start), file_rows) in files.paths.iter().zip(starts).zip(rows).skip(first)
+        {
+            if *file_start >= stop {
+                break;
+            }
+            let from = start.max(*file_start) - file_start;
+            let to = stop.min(file_start.saturating_add(*file_rows)) - file_start;
+            if from < to {
+                pieces.push_back(RowsRequest {
+                    path: path.clone(),
+                    start: from,
+                    stop: Some(to),
+                    file_rows: Some(*file_rows),
+                });
+            }
+        }
+        let want = pieces.pop_front()?;
+        Some(RowsCursor::new(want, pieces))
+    }
+
+    /// Accepts rows of the columnar file the source asked for: `chunk` holds rows from the
+    /// request's `start` on, and `last` says none follow it (in the request's range). Rows
+    /// past the request's `stop` are left out; a chunk that ends the file before `stop` is an
+    /// error (the file changed since its rows were counted).
+    pub(super) fn provide_rows(
+        &mut self,
+        path: &str,
+        chunk: Chunk,
+        last: bool,
+    ) -> Result<(), DatasetError> {
+        let rows = match &mut self.pass.cursor {
+            Cursor::Rows(rows) if rows.chunk.is_none() && rows.want.path == path => rows,
+            Cursor::Rows(rows) if rows.chunk.is_none() => {
+                return Err(precondition(format!(
+                    "rows of file {} were provided, but the pipeline asked for {}",
+                    quoted(path),
+                    quoted(&rows.want.path)
+                )));
+            }
+            _ => {
+                return Err(precondition(format!(
+                    "rows of file {} were provided, but the pipeline did not ask for rows",
+                    quoted(path)
+                )));
+            }
+        };
+        let mut n = chunk.rows();
+        let mut last = last;
+        if let Some(stop) = rows.want.stop {
+            let left = stop.saturating_sub(rows.want.start);
+            if n >= left {
+                n = left;
+                last = true;
+            } else if last {
+                return Err(precondition(format!(
+                    "file {} ended at row {}, before row {stop} (it changed since its rows were \
+                     counted)",
+                    quoted(path),
+                    rows.want.start.saturating_add(n)
+                )));
+            }
+        }
+        if n == 0 && !last {
+            return Err(precondition(format!(
+                "rows of file {} were provided without a row and without the end",
+                quoted(path)
+            )));
+        }
+        rows.want.start = rows.want.start.saturating_add(n);
+        rows.chunk = Some((Arc::new(chunk), 0, n));
+        rows.last = last;
         Ok(())
     }
 

@@ -28,6 +28,14 @@ pub enum SplitElements {
     },
     /// A `splits` source's item, which is itself the single element.
     Item(Value),
+    /// The rows `start..stop` of a source split by rows (counted across its files, in path
+    /// order).
+    Rows {
+        /// The first row (inclusive).
+        start: u64,
+        /// The end row (exclusive).
+        stop: u64,
+    },
 }
 
 /// Checks a `split_size` job option: it must be at least 1.
@@ -50,24 +58,41 @@ pub(super) fn positions(source: &SourceDef) -> Option<u64> {
     }
 }
 
+/// The rows of a source whose positions are rows (a Parquet source split by rows, its row
+/// counts known), in all.
+pub fn total_rows(source: &SourceDef) -> Option<u64> {
+    match source {
+        SourceDef::Files(f) => {
+            f.row_positions().map(|rows| rows.iter().fold(0u64, |n, r| n.saturating_add(*r)))
+        }
+        _ => None,
+    }
+}
+
+/// The number of positions split into chunks of `split_size`: elements of a `range` or
+/// `list`, rows of a source split by rows.
+fn chunked_positions(source: &SourceDef) -> Option<u64> {
+    match source {
+        SourceDef::Range(_) | SourceDef::List(_) => positions(source),
+        SourceDef::Files(_) => total_rows(source),
+        SourceDef::Splits(_) => None,
+    }
+}
+
 fn len_u64(len: usize) -> u64 {
     u64::try_from(len).unwrap_or(u64::MAX)
 }
 
-/// Split `index` of a range/list source as `(start, stop)` without building JSON.
+/// Split `index` of a range/list source (or of a source split by rows) as `(start, stop)`
+/// without building JSON.
 pub fn chunk_at(source: &SourceDef, split_size: u64, index: u64) -> Option<(u64, u64)> {
-    match source {
-        SourceDef::Range(_) | SourceDef::List(_) => {
-            let len = positions(source)?;
-            let size = split_size.max(1);
-            let start = index.checked_mul(size)?;
-            if start >= len {
-                return None;
-            }
-            Some((start, start.saturating_add(size).min(len)))
-        }
-        _ => None,
+    let len = chunked_positions(source)?;
+    let size = split_size.max(1);
+    let start = index.checked_mul(size)?;
+    if start >= len {
+        return None;
     }
+    Some((start, start.saturating_add(size).min(len)))
 }
 
 /// The element at `position` (0-based) of a `range` or `list` source, or the item at that
@@ -91,6 +116,9 @@ pub fn element_at(source: &SourceDef, position: u64) -> Option<Value> {
 /// `split_size` is only used for `range` and `list`; a 0 (refused by
 /// [`validate_split_size`]) is treated as 1.
 pub fn num_splits(source: &SourceDef, split_size: u64) -> u64 {
+    if let Some(rows) = total_rows(source) {
+        return rows.div_ceil(split_size.max(1));
+    }
     match source {
         SourceDef::Range(_) | SourceDef::List(_) => {
             positions(source).unwrap_or(0).div_ceil(split_size.max(1))
@@ -107,6 +135,10 @@ pub fn num_splits(source: &SourceDef, split_size: u64) -> u64 {
 /// `a = index * split_size`, `b = min(a + split_size, len)`; `files`: the path as a JSON
 /// string; `splits`: the item itself. `split_size` 0 is treated as 1.
 pub fn split_at(source: &SourceDef, split_size: u64, index: u64) -> Option<Value> {
+    if total_rows(source).is_some() {
+        let (start, stop) = chunk_at(source, split_size, index)?;
+        return Some(json!({"start": start, "stop": stop}));
+    }
     match source {
         SourceDef::Range(_) | SourceDef::List(_) => {
             let len = positions(source)?;
@@ -144,29 +176,12 @@ pub(super) fn elements_of_split_with(
 ) -> Result<SplitElements, DatasetError> {
     match source {
         SourceDef::Range(_) | SourceDef::List(_) => {
-            let len = positions(source).unwrap_or(0);
-            let chunk = split.as_object().and_then(|obj| {
-                if obj.len() != 2 {
-                    return None;
-                }
-                Some((obj.get("start")?.as_u64()?, obj.get("stop")?.as_u64()?))
-            });
-            let Some((start, stop)) = chunk else {
-                return Err(invalid(format!(
-                    "invalid split {} for a {} source: expected {{\"start\": a, \"stop\": b}} \
-                     with non-negative integers a <= b",
-                    brief(split),
-                    source.kind()
-                )));
-            };
-            if start > stop || stop > len {
-                return Err(invalid(format!(
-                    "split {} is outside the {} source, which has {len} elements",
-                    brief(split),
-                    source.kind()
-                )));
-            }
+            let (start, stop) = chunk_of(source, split, "elements")?;
             Ok(SplitElements::Positions { start, stop })
+        }
+        SourceDef::Files(_) if total_rows(source).is_some() => {
+            let (start, stop) = chunk_of(source, split, "rows")?;
+            Ok(SplitElements::Rows { start, stop })
         }
         SourceDef::Files(_) => match split {
             Value::String(path) if is_known_path(path) => {
@@ -183,6 +198,34 @@ pub(super) fn elements_of_split_with(
         },
         SourceDef::Splits(_) => Ok(SplitElements::Item(split.clone())),
     }
+}
+
+/// A chunk split `{"start": a, "stop": b}` of a source cut into chunks, checked against the
+/// source's positions (`what` names them in messages).
+fn chunk_of(source: &SourceDef, split: &Value, what: &str) -> Result<(u64, u64), DatasetError> {
+    let len = chunked_positions(source).unwrap_or(0);
+    let chunk = split.as_object().and_then(|obj| {
+        if obj.len() != 2 {
+            return None;
+        }
+        Some((obj.get("start")?.as_u64()?, obj.get("stop")?.as_u64()?))
+    });
+    let Some((start, stop)) = chunk else {
+        return Err(invalid(format!(
+            "invalid split {} for a {} source: expected {{\"start\": a, \"stop\": b}} with \
+             non-negative integers a <= b",
+            brief(split),
+            source.kind()
+        )));
+    };
+    if start > stop || stop > len {
+        return Err(invalid(format!(
+            "split {} is outside the {} source, which has {len} {what}",
+            brief(split),
+            source.kind()
+        )));
+    }
+    Ok((start, stop))
 }
 
 #[cfg(test)]

@@ -62,7 +62,11 @@ impl ResumePlan {
             SourceDef::Range(r) => (r.len(), false),
             SourceDef::List(l) => (len_u64(l.elements.len()), false),
             SourceDef::Splits(s) => (len_u64(s.items.len()), false),
-            SourceDef::Files(f) => (len_u64(f.paths.len()), true),
+            SourceDef::Files(f) => match f.row_positions() {
+                // Positions are rows: resumed like a range.
+                Some(rows) => (rows.iter().fold(0u64, |n, r| n.saturating_add(*r)), false),
+                None => (len_u64(f.paths.len()), true),
+            },
         };
         let check = |what: &str, r: &SourceRange| {
             if r.start >= r.stop || r.stop > n {

@@ -115,8 +115,6 @@ mod task;
 #[cfg(test)]
 mod tests;
 
-use serde_json::Value;
-
 pub use self::task::Task;
 use crate::code::Code;
 use crate::dispatch::TaskId;
@@ -149,6 +147,11 @@ pub enum Action {
         /// One of the source's paths, as the dataset names it.
         path: String,
     },
+    /// Read these rows of a columnar file of the `files` source (beneath the worker's data
+    /// roots) and hand the next chunk of them, or why they could not be read, to
+    /// [`Task::handle_rows`]. The next request of the same file usually starts where the
+    /// chunk ended: a driver keeps its reader open for it.
+    ReadRows(crate::dataset::RowsRequest),
 }
 
 /// What one [`Task::produce`] call did.
@@ -237,7 +240,7 @@ pub enum Read {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadReply {
     /// The elements, in order.
-    pub elements: Vec<Value>,
+    pub elements: Vec<crate::dataset::Element>,
     /// The task is over and the dispatcher knows it.
     pub end_of_sequence: bool,
     /// Where `elements` come from (read positions), as runs covering them in order: a

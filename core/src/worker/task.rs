@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::{Action, Event, FetchSplits, Gone, Read, ReadReply, RunState, SplitFailure, TaskError};
 use super::{MAX_CONSUMERS, MAX_SPLITS, PRODUCE_CHUNK, Produced, TaskView};
 use crate::code::Code;
-use crate::dataset::{Limits, Pipeline, Sharding, SourceDef, Step, approx_bytes};
+use crate::dataset::{Chunk, Element, Limits, Pipeline, RowsRequest, Sharding, SourceDef, Step};
 use crate::dispatch::wire::{SPLIT_RETRY_AFTER_MS, SplitId, SplitsReply, TaskDef};
 use crate::dispatch::{Millis, ShardingPolicy};
 use crate::position::OriginRun;
@@ -56,7 +56,7 @@ pub struct Task {
     /// Get-splits refused with `FAILED_PRECONDITION` in a row.
     preconditions: u32,
     /// Produced elements with their weights.
-    buf: VecDeque<(Value, u64)>,
+    buf: VecDeque<(Element, u64)>,
     /// The sum of the weights in `buf`.
     buf_bytes: u64,
     /// Where the elements of `buf` come from, as runs covering them in order (`Some` while
@@ -85,17 +85,19 @@ enum Need {
     Splits { repetition: u64, asked: bool },
     /// This file's contents (`asked`: its read is under way).
     File { path: String, asked: bool },
+    /// Rows of this columnar file (`asked`: their read is under way).
+    Rows { request: RowsRequest, asked: bool },
 }
 
 #[derive(Debug)]
 struct Rounds {
     round: u64,
-    slots: Option<Vec<Value>>,
+    slots: Option<Vec<Element>>,
     taken: Vec<bool>,
 }
 
 /// Takes the first `n` elements of `buf`, whose weights sum to `buf_bytes`.
-fn take_front(buf: &mut VecDeque<(Value, u64)>, buf_bytes: &mut u64, n: usize) -> Vec<Value> {
+fn take_front(buf: &mut VecDeque<(Element, u64)>, buf_bytes: &mut u64, n: usize) -> Vec<Element> {
     let n = n.min(buf.len());
     let mut taken = Vec::with_capacity(n);
     for (element, weight) in buf.drain(..n) {
@@ -195,7 +197,13 @@ impl Task {
         }
         match &mut self.need {
             Need::Nothing => self.room().map(|_| Action::Produce),
-            Need::File { asked: true, .. } | Need::Splits { asked: true, .. } => None,
+            Need::File { asked: true, .. }
+            | Need::Splits { asked: true, .. }
+            | Need::Rows { asked: true, .. } => None,
+            Need::Rows { request, asked } => {
+                *asked = true;
+                Some(Action::ReadRows(request.clone()))
+            }
             Need::File { path, asked } => {
                 *asked = true;
                 Some(Action::ReadFile { path: path.clone() })
@@ -264,7 +272,7 @@ impl Task {
         while elements.len() < room.min(PRODUCE_CHUNK) && weight < room_bytes {
             match pipeline.next() {
                 Step::Element(e) => {
-                    let w = approx_bytes(&e);
+                    let w = e.approx_bytes();
                     weight = weight.saturating_add(w);
                     elements.push((e, w));
                 }
@@ -300,6 +308,7 @@ impl Task {
             }
             Some(Step::Error(e)) => self.fail(TaskError::failed(id, e.code(), e.message())),
             Some(Step::NeedFile { path }) => self.need = Need::File { path, asked: false },
+            Some(Step::NeedRows(request)) => self.need = Need::Rows { request, asked: false },
             Some(Step::NeedSplit { repetition }) => {
                 self.need = Need::Splits { repetition, asked: false };
             }
@@ -379,6 +388,31 @@ impl Task {
             Ok(bytes) => {
                 if let Some(p) = self.pipeline.as_mut() {
                     p.provide_file(path, bytes);
+                }
+                self.emit(Event::Runnable);
+            }
+            Err(e) => self.fail(TaskError::failed(self.def.task_id, e.code, &e.detail)),
+        }
+    }
+
+    /// The answer to [`Action::ReadRows`]: a chunk of the rows asked for and whether it is
+    /// the last (see [`Pipeline::provide_rows`]), or why they could not be read (the task
+    /// fails). An answer for another path or start than asked for is ignored.
+    pub fn handle_rows(
+        &mut self,
+        _now: Millis,
+        request: &RowsRequest,
+        rows: Result<(Chunk, bool), TaskError>,
+    ) {
+        let Need::Rows { request: wanted, asked: true } = &self.need else { return };
+        if wanted != request || self.stopped {
+            return;
+        }
+        self.need = Need::Nothing;
+        match rows {
+            Ok((chunk, last)) => {
+                if let Some(p) = self.pipeline.as_mut() {
+                    p.provide_rows(&request.path, chunk, last);
                 }
                 self.emit(Event::Runnable);
             }
@@ -574,7 +608,7 @@ impl Task {
 
     /// Buffers produced `elements` weighing `weight`, which `runs` cover when origins are
     /// tracked (`None`: an element without origin came, and origins are no longer tracked).
-    fn push(&mut self, elements: Vec<(Value, u64)>, weight: u64, runs: Option<Vec<OriginRun>>) {
+    fn push(&mut self, elements: Vec<(Element, u64)>, weight: u64, runs: Option<Vec<OriginRun>>) {
         self.produced += elements.len() as u64;
         self.buf_bytes = self.buf_bytes.saturating_add(weight);
         self.buf.extend(elements);
@@ -669,7 +703,7 @@ impl Task {
             }
         }
         let slots = rr.slots.as_ref()?;
-        let element = slots.get(i).cloned().unwrap_or(Value::Null);
+        let element = slots.get(i).cloned().unwrap_or(Element::Value(Value::Null));
         if let Some(t) = rr.taken.get_mut(i)
             && !*t
         {

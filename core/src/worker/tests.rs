@@ -49,7 +49,9 @@ fn read(task: &mut Task, max: usize) -> Option<Result<ReadReply, TaskError>> {
 
 fn elements(task: &mut Task, max: usize) -> Vec<Value> {
     match read(task, max) {
-        Some(Ok(r)) => r.elements,
+        Some(Ok(r)) => {
+            r.elements.into_iter().map(|e| e.into_value().expect("a JSON element")).collect()
+        }
         other => panic!("expected elements, got {other:?}"),
     }
 }
@@ -333,6 +335,40 @@ fn files_are_asked_for_and_their_failure_fails_the_task() {
 }
 
 #[test]
+fn rows_are_asked_for_chunk_by_chunk_and_their_failure_fails_the_task() {
+    use crate::dataset::{Chunk, Element, RowsRequest};
+    let files =
+        json!({"source": {"files": {"paths": ["a.parquet", "b.parquet"], "format": "parquet"}}});
+    let mut task = Task::new(def(files, "OFF", 1, None), 8, Limits::default());
+    assert!(read(&mut task, 1).is_none());
+    let want =
+        |path: &str, start| RowsRequest { path: path.into(), start, stop: None, file_rows: None };
+    assert_eq!(pump(&mut task), Some(Action::ReadRows(want("a.parquet", 0))));
+    assert_eq!(pump(&mut task), None, "asked once");
+    let chunk = |rows| Chunk::new(rows, rows * 10, std::sync::Arc::new(()));
+    task.handle_rows(Millis(0), &want("a.parquet", 5), Ok((chunk(1), true))); // not asked for
+    task.handle_rows(Millis(0), &want("a.parquet", 0), Ok((chunk(2), false)));
+    assert_eq!(pump(&mut task), Some(Action::ReadRows(want("a.parquet", 2))));
+    task.handle_rows(Millis(0), &want("a.parquet", 2), Ok((chunk(1), true)));
+    assert_eq!(pump(&mut task), Some(Action::ReadRows(want("b.parquet", 0))));
+    let reply = read(&mut task, 10).unwrap().unwrap();
+    let indices: Vec<u64> = reply
+        .elements
+        .iter()
+        .map(|e| match e {
+            Element::Row(r) => r.index,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(indices, [0, 1, 0]);
+    let corrupt = TaskError::new(Code::InvalidArgument, "file \"b.parquet\" is not a Parquet file");
+    task.handle_rows(Millis(0), &want("b.parquet", 0), Err(corrupt));
+    let e = read(&mut task, 1).unwrap().unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert_eq!(e.detail, "task 7 failed: file \"b.parquet\" is not a Parquet file");
+}
+
+#[test]
 fn coordinated_rounds_hand_each_consumer_its_element() {
     let mut task = Task::new(def(range(100), "OFF", 1, Some(2)), 4, Limits::default());
     let round = |task: &mut Task, consumer, round| {
@@ -344,7 +380,7 @@ fn coordinated_rounds_hand_each_consumer_its_element() {
     let a = round(&mut task, 0, 3).unwrap().unwrap().elements;
     assert_eq!(round(&mut task, 0, 3).unwrap().unwrap().elements, a, "asked again: the same");
     let b = round(&mut task, 1, 3).unwrap().unwrap().elements;
-    assert_eq!((a, b), (vec![json!(0)], vec![json!(1)]));
+    assert_eq!((a, b), (vec![json!(0).into()], vec![json!(1).into()]));
     let e = round(&mut task, 0, 3).unwrap().unwrap_err();
     assert!(e.detail.contains("the current round has already reached 4"), "{e}");
     assert_eq!(round(&mut task, 1, 4).unwrap().unwrap().elements, [json!(3)]);
@@ -423,7 +459,10 @@ impl Cluster {
 }
 
 fn values(replies: &[ReadReply]) -> Vec<u64> {
-    replies.iter().flat_map(|r| r.elements.iter().map(|e| e.as_u64().unwrap())).collect()
+    replies
+        .iter()
+        .flat_map(|r| r.elements.iter().map(|e| e.as_value().and_then(Value::as_u64).unwrap()))
+        .collect()
 }
 
 /// A worker process that dies with splits it did not acknowledge: the next process at the

@@ -26,7 +26,7 @@ pub(crate) mod replay;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
-use shardwise_core::dataset::{DatasetDef, Pipeline, Sharding, Step};
+use shardwise_core::dataset::{DatasetDef, Element, Pipeline, Sharding, Step};
 use shardwise_core::dispatch::framing::{Tail, segment_header};
 use shardwise_core::dispatch::journal::{decode_updates, encode_update};
 use shardwise_core::dispatch::wire::{
@@ -170,9 +170,11 @@ pub(crate) fn run_local(
     let mut out = Vec::new();
     loop {
         match p.next() {
-            Step::Element(v) => out.push(v),
+            Step::Element(Element::Value(v)) => out.push(v),
             Step::NeedFile { path } => p.provide_file(&path, &files[&path]),
             Step::NeedSplit { .. } => panic!("a static pipeline asked for a split"),
+            Step::Element(other) => panic!("not a JSON element: {other:?}"),
+            Step::NeedRows(r) => panic!("these datasets have no columnar files: {r:?}"),
             Step::Yield => {}
             Step::End => return out,
             Step::Error(e) => panic!("{e}"),
@@ -890,7 +892,7 @@ impl Sim {
         let mut eos = false;
         while out.len() < max {
             match p.next() {
-                Step::Element(v) => {
+                Step::Element(Element::Value(v)) => {
                     let rep = p.repetition();
                     log.elements.push((rep, v.clone()));
                     out.push((rep, v));
@@ -903,6 +905,8 @@ impl Sim {
                     t.need_split = Some(repetition);
                     break;
                 }
+                Step::Element(other) => panic!("not a JSON element: {other:?}"),
+                Step::NeedRows(r) => panic!("the simulation has no columnar files: {r:?}"),
                 Step::Yield => {}
                 Step::End => {
                     eos = !eos_after_ack;

@@ -140,6 +140,7 @@ pub async fn get_elements(
 
 fn reply(read: ReadResult) -> Response {
     let ReadResult { elements, end_of_sequence, origin } = read;
+    let elements = elements.into_iter().filter_map(|e| e.into_value()).collect();
     let body =
         serde_json::to_vec(&Elements { elements, end_of_sequence, origin }).unwrap_or_default();
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()

@@ -327,6 +327,15 @@ impl Task {
                     m.handle_file(self.now(), &path, contents);
                     self.dispatch_events(&mut m, &shared);
                 }
+                Some(Action::ReadRows(request)) => {
+                    let failed = machine::TaskError::new(
+                        Code::FailedPrecondition,
+                        format!("file {:?}: columnar files are not read yet", request.path),
+                    );
+                    let mut m = self.lock();
+                    m.handle_rows(self.now(), &request, Err(failed));
+                    self.dispatch_events(&mut m, &shared);
+                }
                 None => match timeout {
                     Some(at) => {
                         let at = self.epoch + Duration::from_millis(at.0);

@@ -9,12 +9,15 @@ fn splits_can_be_queued_and_stale_ones_are_dropped() {
     assert_eq!(p.next(), Step::NeedSplit { repetition: 0 });
     p.provide_split(0, Some(json!({"start": 0, "stop": 2})));
     p.provide_split(0, Some(json!({"start": 5, "stop": 7})));
-    assert_eq!(p.next_batch(10), (ints([0, 1, 5]), Some(Step::NeedSplit { repetition: 1 })));
+    assert_eq!(
+        values(p.next_batch(10)),
+        (ints([0, 1, 5]), Some(Step::NeedSplit { repetition: 1 }))
+    );
     // The rest of repetition 0 (the take ended the pass) is stale now.
     p.provide_split(0, Some(json!({"start": 7, "stop": 9})));
     p.provide_split(0, None);
     p.provide_split(1, Some(json!({"start": 9, "stop": 10})));
-    assert_eq!(p.next(), Step::Element(json!(9)));
+    assert_eq!(p.next(), Step::Element(json!(9).into()));
     assert_eq!(p.next(), Step::NeedSplit { repetition: 1 });
     p.provide_split(1, None);
     assert_eq!(p.next(), Step::End);
@@ -69,11 +72,11 @@ fn unexpected_inputs_fail_the_pipeline() {
 #[test]
 fn next_batch_reports_what_stopped_it() {
     let mut p = Pipeline::new(&range(5), Sharding::Off).unwrap();
-    assert_eq!(p.next_batch(0), (vec![], None));
-    assert_eq!(p.next_batch(2), (ints([0, 1]), None));
-    assert_eq!(p.next_batch(10), (ints([2, 3, 4]), Some(Step::End)));
+    assert_eq!(values(p.next_batch(0)), (vec![], None));
+    assert_eq!(values(p.next_batch(2)), (ints([0, 1]), None));
+    assert_eq!(values(p.next_batch(10)), (ints([2, 3, 4]), Some(Step::End)));
     let mut p = Pipeline::new(&range(5), Sharding::Dynamic).unwrap();
-    assert_eq!(p.next_batch(10), (vec![], Some(Step::NeedSplit { repetition: 0 })));
+    assert_eq!(values(p.next_batch(10)), (vec![], Some(Step::NeedSplit { repetition: 0 })));
 }
 
 #[test]

@@ -122,11 +122,11 @@ fn every_definition_error_names_its_path() {
         (json!({"source": {"files": {"paths": []}}}), "source.files.format is required"),
         (
             json!({"source": {"files": {"paths": [], "format": "csv"}}}),
-            "source.files.format must be one of \"lines\", \"jsonl\" or \"bytes\", got \"csv\"",
+            "source.files.format must be one of \"lines\", \"jsonl\", \"bytes\", \"parquet\", \"arrow\" or \"tfrecord\", got \"csv\"",
         ),
         (
             json!({"source": {"files": {"paths": [], "format": null}}}),
-            "source.files.format must be one of \"lines\", \"jsonl\" or \"bytes\", got null",
+            "source.files.format must be one of \"lines\", \"jsonl\", \"bytes\", \"parquet\", \"arrow\" or \"tfrecord\", got null",
         ),
         (json!({"source": {"files": {"format": "lines"}}}), "source.files.paths is required"),
         (
@@ -335,7 +335,7 @@ fn buffers_are_bounded_in_bytes_at_run_time() {
     let limits = Limits { max_buffered_bytes: 10_000 };
     let run_limited = |d: &DatasetDef| -> Result<Vec<Value>, DatasetError> {
         let mut p = Pipeline::with_limits(d, Sharding::Off, limits)?;
-        let (out, stop) = p.next_batch(1_000_000);
+        let (out, stop) = values(p.next_batch(1_000_000));
         match stop {
             Some(Step::End) => Ok(out),
             Some(Step::Error(e)) => Err(e),
@@ -369,7 +369,7 @@ fn buffers_are_bounded_in_bytes_at_run_time() {
     let endless = def_json(json!({"source": {"range": {"stop": 10}}, "transforms": [
         {"repeat": null}, {"shuffle": {"buffer": 1000, "seed": 1}}]}));
     let mut p = Pipeline::new(&endless, Sharding::Off).unwrap();
-    assert_eq!(p.next_batch(5000).0.len(), 5000);
+    assert_eq!(values(p.next_batch(5000)).0.len(), 5000);
 }
 
 /// A `skip` of 2^64 - 1 over an endless `repeat` discards elements forever: one `next` call
@@ -387,11 +387,11 @@ fn long_skips_yield_instead_of_spinning() {
     let long =
         def_json(json!({"source": {"range": {"stop": skip + 2}}, "transforms": [{"skip": skip}]}));
     let mut p = Pipeline::new(&long, Sharding::Off).unwrap();
-    let (none, stop) = p.next_batch(10);
+    let (none, stop) = values(p.next_batch(10));
     assert_eq!((none, stop), (vec![], Some(Step::Yield)));
     assert_eq!(p.next(), Step::Yield);
     let skip = i64::try_from(skip).unwrap();
-    assert_eq!(p.next_batch(10), (ints([skip, skip + 1]), Some(Step::End)));
+    assert_eq!(values(p.next_batch(10)), (ints([skip, skip + 1]), Some(Step::End)));
 }
 
 #[test]

@@ -9,8 +9,8 @@ fn files_are_requested_one_at_a_time() {
     assert_eq!(p.next(), Step::NeedFile { path: "a".into() });
     assert_eq!(p.next(), Step::NeedFile { path: "a".into() }, "asked again until provided");
     p.provide_file("a", b"1\r\n2");
-    assert_eq!(p.next(), Step::Element(json!("1")));
-    assert_eq!(p.next(), Step::Element(json!("2")));
+    assert_eq!(p.next(), Step::Element(json!("1").into()));
+    assert_eq!(p.next(), Step::Element(json!("2").into()));
     assert_eq!(p.next(), Step::NeedFile { path: "b".into() });
     p.provide_file("b", b"");
     assert_eq!(p.next(), Step::End);
@@ -23,7 +23,7 @@ fn jsonl_errors_name_file_and_line() {
     let mut p = Pipeline::new(&d, Sharding::Off).unwrap();
     assert_eq!(p.next(), Step::NeedFile { path: "data/x.jsonl".into() });
     p.provide_file("data/x.jsonl", b"{\"a\": 1}\n\n[1, 2\n3\n");
-    assert_eq!(p.next(), Step::Element(json!({"a": 1})));
+    assert_eq!(p.next(), Step::Element(json!({"a": 1}).into()));
     let Step::Error(err) = p.next() else { panic!("expected an error") };
     assert_eq!(err.code(), "INVALID_ARGUMENT");
     assert!(err.message().starts_with("file \"data/x.jsonl\" line 3 is not valid JSON"), "{err}");

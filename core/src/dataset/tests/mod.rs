@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::*;
 
 mod caller;
+mod columnar;
 mod definitions;
 mod files;
 mod origins;
@@ -34,11 +35,49 @@ fn with(mut base: DatasetDef, transforms: Value) -> DatasetDef {
     base
 }
 
+/// The JSON values of a batch of elements (panics on rows), with the step that stopped it.
+fn values((elements, step): (Vec<Element>, Option<Step>)) -> (Vec<Value>, Option<Step>) {
+    let values = elements.into_iter().map(|e| e.into_value().expect("a JSON element")).collect();
+    (values, step)
+}
+
 fn ints(values: impl IntoIterator<Item = i64>) -> Vec<Value> {
     values.into_iter().map(Value::from).collect()
 }
 
 type Files = HashMap<String, Vec<u8>>;
+
+/// Rows per chunk of the fake columnar files.
+const FAKE_CHUNK_ROWS: u64 = 3;
+
+/// Serves a pipeline's request for rows of a fake columnar file: `files` holds its row count
+/// as decimal text, its row `i` is `{"file": path, "row": i}`, and chunks hold
+/// [`FAKE_CHUNK_ROWS`] rows (the payload is the rows as JSON values).
+fn provide_fake_rows(p: &mut Pipeline, files: &Files, req: &RowsRequest) {
+    let text = std::str::from_utf8(&files[&req.path]).unwrap();
+    let n: u64 = text.trim().parse().unwrap();
+    let stop = req.stop.unwrap_or(n).min(n);
+    let end = (req.start + FAKE_CHUNK_ROWS).min(stop);
+    let rows: Vec<Value> =
+        (req.start.min(end)..end).map(|i| json!({"file": req.path, "row": i})).collect();
+    let count = rows.len() as u64;
+    let chunk = Chunk::new(count, count * 100, std::sync::Arc::new(rows));
+    p.provide_rows(&req.path, chunk, end >= stop);
+}
+
+/// An element as JSON: a value as it is, a fake row as its JSON value, a batch of rows as an
+/// array of them.
+fn json_of(element: Element) -> Value {
+    let row = |r: &Row| {
+        let rows: &Vec<Value> = r.chunk.data().downcast_ref().expect("a fake chunk");
+        rows[usize::try_from(r.index).unwrap()].clone()
+    };
+    match element {
+        Element::Value(v) => v,
+        Element::Row(r) => row(&r),
+        Element::Rows(rows) => Value::Array(rows.iter().map(row).collect()),
+    }
+}
 
 const NONE: [Value; 0] = [];
 
@@ -52,8 +91,9 @@ fn run_with(
     let mut out = Vec::new();
     for _ in 0..1_000_000 {
         match pipeline.next() {
-            Step::Element(v) => out.push(v),
+            Step::Element(e) => out.push(json_of(e)),
             Step::NeedFile { path } => pipeline.provide_file(&path, &files[&path]),
+            Step::NeedRows(r) => provide_fake_rows(&mut pipeline, files, &r),
             Step::NeedSplit { .. } => panic!("a static pipeline asked for a split"),
             Step::Yield => {}
             Step::End => return Ok(out),
@@ -131,10 +171,11 @@ fn run_dynamic_limited(
                 continue;
             }
             match pipelines[w].next() {
-                Step::Element(v) => {
-                    outputs[w].push(v);
+                Step::Element(e) => {
+                    outputs[w].push(json_of(e));
                     total += 1;
                 }
+                Step::NeedRows(r) => provide_fake_rows(&mut pipelines[w], files, &r),
                 Step::NeedSplit { repetition } => {
                     let split = dispatcher.get_split(repetition);
                     pipelines[w].provide_split(repetition, split);

@@ -16,7 +16,8 @@ fn read_with_origins(
     let mut out = Vec::new();
     for _ in 0..1_000_000 {
         match p.next() {
-            Step::Element(v) => out.push((v, p.origin())),
+            Step::Element(e) => out.push((json_of(e), p.origin())),
+            Step::NeedRows(r) => provide_fake_rows(&mut p, files, &r),
             Step::NeedSplit { repetition } => match splits.take() {
                 Some(splits) => {
                     for s in splits {
@@ -148,7 +149,7 @@ fn pipelines_that_buffer_or_count_across_splits_and_static_pipelines_have_no_ori
     assert_eq!(p.next(), Step::NeedSplit { repetition: 0 });
     assert_eq!(p.origin(), None);
     p.provide_split_at(0, Some((json!({"start": 0, "stop": 3}), at(0, 3, 0))));
-    assert_eq!(p.next(), Step::Element(json!(0)));
+    assert_eq!(p.next(), Step::Element(json!(0).into()));
     assert_eq!(p.origin(), origin(0, 3, 0, false));
 }
 
@@ -157,10 +158,24 @@ fn pipelines_that_buffer_or_count_across_splits_and_static_pipelines_have_no_ori
 #[test]
 fn origins_taken_per_batch_are_the_runs_of_the_elements_origins() {
     use crate::position::OriginRun;
-    let files: Files =
-        [("/d/a".to_owned(), b"x\ny\nz\n".to_vec()), ("/d/b".to_owned(), b"p\nq\n".to_vec())]
-            .into_iter()
-            .collect();
+    let files: Files = [
+        ("/d/a".to_owned(), b"x\ny\nz\n".to_vec()),
+        ("/d/b".to_owned(), b"p\nq\n".to_vec()),
+        ("/p/a".to_owned(), b"7".to_vec()),
+        ("/p/b".to_owned(), b"0".to_vec()),
+        ("/p/c".to_owned(), b"5".to_vec()),
+    ]
+    .into_iter()
+    .collect();
+    let parquet = |split: &str| {
+        let mut v = json!({"source": {"files": {
+            "paths": ["/p/a", "/p/b", "/p/c"], "format": "parquet", "split": split,
+        }}});
+        if split == "rows" {
+            v["source"]["files"]["rows"] = json!([7, 0, 5]);
+        }
+        def_json(v)
+    };
     type Splits = Vec<(Value, Option<SplitPositions>)>;
     let cases: Vec<(DatasetDef, Splits)> = vec![
         (
@@ -175,6 +190,23 @@ fn origins_taken_per_batch_are_the_runs_of_the_elements_origins() {
         (
             def(r#"{"source": {"files": {"paths": ["/d/a", "/d/b"], "format": "lines"}}}"#),
             vec![(json!("/d/b"), at(1, 2, 0)), (json!("/d/a"), at(0, 1, 1))],
+        ),
+        (
+            parquet("files"),
+            vec![
+                (json!("/p/c"), at(2, 3, 0)),
+                (json!("/p/a"), at(0, 1, 4)),
+                (json!("/p/b"), at(1, 2, 0)),
+            ],
+        ),
+        (
+            // Splits by rows: one inside a file, one across the empty file, one resumed.
+            parquet("rows"),
+            vec![
+                (json!({"start": 0, "stop": 4}), at(0, 4, 0)),
+                (json!({"start": 4, "stop": 12}), at(4, 12, 0)),
+                (json!({"start": 0, "stop": 4}), at(0, 4, 2)),
+            ],
         ),
     ];
     for (def, splits) in cases {
@@ -199,6 +231,7 @@ fn origins_taken_per_batch_are_the_runs_of_the_elements_origins() {
                         None => p.provide_split_at(repetition, None),
                     },
                     Step::NeedFile { path } => p.provide_file(&path, &files[&path]),
+                    Step::NeedRows(r) => provide_fake_rows(&mut p, &files, &r),
                     Step::Yield => {}
                     Step::End => break,
                     Step::Error(e) => panic!("{e}"),

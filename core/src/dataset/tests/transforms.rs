@@ -32,7 +32,7 @@ fn take_and_skip_on_infinite_repeat() {
     // Lazily: the first elements of an endless pipeline come out one by one.
     let endless = with(range(1_000_000_000), json!([{"repeat": null}, {"skip": 5}]));
     let mut p = Pipeline::new(&endless, Sharding::Off).unwrap();
-    let (first, stop) = p.next_batch(3);
+    let (first, stop) = values(p.next_batch(3));
     assert_eq!((first, stop), (ints([5, 6, 7]), None));
     assert_eq!(run_off(&with(range(5), json!([{"take": 0}]))), NONE);
     assert_eq!(run_off(&with(range(5), json!([{"skip": 10}]))), NONE);
@@ -78,7 +78,7 @@ fn nested_repeats_use_contiguous_repetitions() {
     let mut out = Vec::new();
     loop {
         match p.next() {
-            Step::Element(v) => out.push(v),
+            Step::Element(Element::Value(v)) => out.push(v),
             Step::NeedSplit { repetition } => {
                 if seen.last() != Some(&repetition) {
                     seen.push(repetition);

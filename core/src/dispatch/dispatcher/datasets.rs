@@ -26,6 +26,17 @@ impl Dispatcher {
         req.dataset
             .validate()
             .map_err(|e| DispatchError::InvalidArgument(e.message().to_owned()))?;
+        if let crate::dataset::SourceDef::Files(f) = &req.dataset.source
+            && f.split == crate::dataset::FileSplit::Rows
+            && f.rows.is_none()
+        {
+            return Err(DispatchError::FailedPrecondition(
+                "a parquet source split by rows needs the row count of every file: the \
+                 dispatcher reads them from the files' footers when it has a --data-root \
+                 holding them (or give them as \"rows\")"
+                    .to_owned(),
+            ));
+        }
         let metadata = req.metadata.clone().unwrap_or(Value::Null);
         if crate::json::nested_deeper_than(&metadata, crate::json::MAX_NESTING) {
             // Journaled inside a record, deeper metadata could not be replayed.

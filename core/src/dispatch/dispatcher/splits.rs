@@ -273,6 +273,10 @@ fn split_of(
     };
     let split = match source {
         SourceDef::Range(_) | SourceDef::List(_) => Split::Chunk { start: at.start, stop: at.stop },
+        // Positions are rows: a split is a range of them.
+        SourceDef::Files(f) if f.row_positions().is_some() => {
+            Split::Chunk { start: at.start, stop: at.stop }
+        }
         // One position per split: the path or item at it.
         SourceDef::Files(_) | SourceDef::Splits(_) => Split::Item(split_at(source, 1, at.start)?),
     };
