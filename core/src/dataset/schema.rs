@@ -12,7 +12,10 @@ use utoipa::openapi::schema::{
 };
 use utoipa::openapi::{KnownFormat, Ref, RefOr, SchemaFormat};
 
-use super::def::DatasetDef;
+use super::columnar::{
+    DType, MAX_COLUMN_NAME_BYTES, MAX_COLUMNS, MAX_TENSOR_DIMS, MAX_TENSOR_VALUES,
+};
+use super::def::{DatasetDef, FileFormat};
 use super::{MAX_BATCH_TRANSFORMS, MAX_BUFFER_ELEMENTS, MAX_TRANSFORMS};
 use crate::json::MAX_NESTING;
 
@@ -135,30 +138,115 @@ fn components() -> Vec<(String, RefOr<Schema>)> {
         ),
         (
             "FilesArgs",
-            closed("The files of a `files` source and how they are decoded.")
-                .property(
-                    "paths",
-                    ArrayBuilder::new()
-                        .items(ObjectBuilder::new().schema_type(Type::String))
-                        .description(Some(
-                            "The files, in order (one split each under DYNAMIC sharding).",
-                        )),
-                )
-                .required("paths")
-                .property("format", reference("FileFormat"))
-                .required("format")
-                .into(),
+            closed(
+                "The files of a `files` source and how they are decoded. `columns`, `tensors`, \
+                 `split` and `rows` apply to the columnar formats (`parquet`, `arrow`, \
+                 `tfrecord`), whose rows are served as JSON objects or, with `Accept: \
+                 application/vnd.apache.arrow.stream`, as Arrow record batches.",
+            )
+            .property(
+                "paths",
+                ArrayBuilder::new().items(ObjectBuilder::new().schema_type(Type::String)).description(
+                    Some("The files, in order (one split each under DYNAMIC sharding, unless split by rows)."),
+                ),
+            )
+            .required("paths")
+            .property("format", reference("FileFormat"))
+            .required("format")
+            .property(
+                "columns",
+                ArrayBuilder::new()
+                    .items(ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(MAX_COLUMN_NAME_BYTES)))
+                    .max_items(Some(MAX_COLUMNS))
+                    .unique_items(true)
+                    .description(Some(
+                        "The columns to read, in this order (default: all of the file's). A file \
+                         without one of them fails its task, naming the column.",
+                    )),
+            )
+            .property(
+                "tensors",
+                ArrayBuilder::new().items(reference("TensorDecl")).max_items(Some(MAX_COLUMNS)).description(Some(
+                    "Declared tensor columns, checked against every file (a file whose column \
+                     disagrees fails its task, naming the column). For `tfrecord` files, the \
+                     `tf.train.Example` features decoded into columns (without them, a record \
+                     is one `binary` column `record`).",
+                )),
+            )
+            .property(
+                "split",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["files", "rows"]))
+                    .default(Some("files".into()))
+                    .description(Some(
+                        "How DYNAMIC sharding cuts the source: `files` (a split is a file), or \
+                         for `parquet` `rows`: splits are ranges of the job's `split_size` rows \
+                         (default 1024) counted across the files in path order, so that a few \
+                         large files are shared by many workers, and read positions count rows. \
+                         The dispatcher reads every file's row count from its footer when the \
+                         dataset is registered (it needs a `--data-root` holding the files) and \
+                         records them as `rows`.",
+                    )),
+            )
+            .property(
+                "rows",
+                ArrayBuilder::new().items(uint("Rows of the file.")).description(Some(
+                    "With `split: rows`: the row count of every file, in path order. Filled in \
+                     by the dispatcher; a worker refuses a file whose count differs (it changed \
+                     since).",
+                )),
+            )
+            .into(),
+        ),
+        (
+            "TensorDecl",
+            closed(
+                "A tensor column: every row holds one tensor of `dtype` and `shape`. A scalar \
+                 (`shape` `[]`) is a plain column of that type; any other shape is served as an \
+                 Arrow fixed-size list of `product(shape)` values with the canonical \
+                 `arrow.fixed_shape_tensor` extension type (read without a copy by NumPy, \
+                 PyTorch and JAX). A file may hold it as a fixed-size list or as a list whose \
+                 every row has `product(shape)` values.",
+            )
+            .property("name", ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(MAX_COLUMN_NAME_BYTES)).description(Some("The column (or feature) name.")))
+            .required("name")
+            .property(
+                "dtype",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(DType::NAMES))
+                    .description(Some(
+                        "The values' type. `string` and `binary` only as scalars; `tfrecord` \
+                         features decode to `float32` (float_list), `int64` (int64_list), \
+                         `string` or `binary` (bytes_list).",
+                    )),
+            )
+            .required("dtype")
+            .property(
+                "shape",
+                ArrayBuilder::new()
+                    .items(uint("A dimension (at least 1).").minimum(Some(1)))
+                    .max_items(Some(MAX_TENSOR_DIMS))
+                    .description(Some(format!(
+                        "The dimensions (default `[]`, a scalar); at most {MAX_TENSOR_VALUES} \
+                         values per row."
+                    ))),
+            )
+            .into(),
         ),
         (
             "FileFormat",
             ObjectBuilder::new()
                 .schema_type(Type::String)
-                .enum_values(Some(["lines", "jsonl", "bytes"]))
+                .enum_values(Some(FileFormat::NAMES))
                 .description(Some(
                     "How a file's bytes become elements. `lines`: one string per line, without \
                      the line break; `jsonl`: one JSON value per non-blank line; `bytes`: the \
                      whole file as one base64 string (RFC 4648 standard alphabet, padded), for \
-                     text and binary files alike.",
+                     text and binary files alike. Columnar, one row per element: `parquet` \
+                     (read a row group at a time; snappy, gzip, lz4 and zstd pages), `arrow` \
+                     (an Arrow IPC file), `tfrecord` (records with their CRC-32C checked).",
                 ))
                 .into(),
         ),
