@@ -76,6 +76,8 @@
 //!
 //! * [`rest`]: JSON over HTTP to a dispatcher or a worker, with failover between dispatcher
 //!   replicas and the retry rule; the worker's calls to its dispatcher use it too.
+//! * [`arrow_stream`]: the elements of columnar datasets as Arrow IPC streams (the media type,
+//!   the compression header, the origins in the schema metadata) and their decoding.
 //! * [`problem`]: RFC 9457 problem details, the error body of every answer.
 //! * [`tls`]: the clients' TLS settings (the system's roots and a CA file) and the PEM file
 //!   reading the servers' settings share.
@@ -87,6 +89,7 @@
 // size (an RFC 9457 object with optional members) costs nothing that matters.
 #![allow(clippy::result_large_err)]
 
+pub mod arrow_stream;
 mod driver;
 pub mod problem;
 pub mod rest;
