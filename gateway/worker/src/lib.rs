@@ -35,6 +35,7 @@
 //! The `shardwise worker` command is [`WorkerArgs`] (its flags, a `clap::Args` the command
 //! line flattens) and [`run`]; a program or a test embeds a worker with [`start`], which
 //! returns its [`Running`] handle. [`routes`] is what the OpenAPI document is assembled from.
+//! [`DataRoots`] opens the files of `files` datasets beneath the operator's data roots.
 //! The crate stands on `shardwise-core` (the worker's state machine and the pipelines),
 //! `shardwise-http` (the servers' kit) and `shardwise-client` (the REST client with failover):
 //! no gRPC, no Kubernetes client, no etcd, no journal (a test reads its manifest).
@@ -62,7 +63,7 @@ use shardwise_core::dispatch::wire::{
 };
 use tokio::sync::{Notify, watch};
 
-use self::files::DataRoots;
+pub use self::files::DataRoots;
 use self::task::{Gone, Task};
 use self::unknown::Unknown;
 use shardwise_client::rest::{Backoff, CallError, DispatcherUrls, Failover};
