@@ -35,7 +35,9 @@
 //! The `shardwise worker` command is [`WorkerArgs`] (its flags, a `clap::Args` the command
 //! line flattens) and [`run`]; a program or a test embeds a worker with [`start`], which
 //! returns its [`Running`] handle. [`routes`] is what the OpenAPI document is assembled from.
-//! [`DataRoots`] opens the files of `files` datasets beneath the operator's data roots.
+//! [`DataRoots`] opens the files of `files` datasets beneath the operator's data roots, and
+//! [`columnar`] reads the columnar ones (Parquet, Arrow IPC files, TFRecord) into Arrow record
+//! batches.
 //! The crate stands on `shardwise-core` (the worker's state machine and the pipelines),
 //! `shardwise-http` (the servers' kit) and `shardwise-client` (the REST client with failover):
 //! no gRPC, no Kubernetes client, no etcd, no journal (a test reads its manifest).
@@ -44,6 +46,7 @@
 // error path, so its size (an RFC 9457 object with optional members) costs nothing that matters.
 #![allow(clippy::result_large_err)]
 
+pub mod columnar;
 mod files;
 pub mod routes;
 mod task;
