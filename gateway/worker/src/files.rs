@@ -51,9 +51,10 @@ struct Root {
     dev: u64,
 }
 
-/// The data roots of a worker and its file size limit.
+/// The data roots of a worker and its file size limit: what opens the files of `files`
+/// datasets (see the module documentation).
 #[derive(Debug, Clone)]
-pub(crate) struct DataRoots {
+pub struct DataRoots {
     roots: Arc<Vec<Root>>,
     max_file_bytes: u64,
 }
@@ -69,7 +70,7 @@ enum Opened {
 impl DataRoots {
     /// Canonicalizes and opens `dirs` (each must be an existing directory; the error names
     /// it).
-    pub(crate) fn new(dirs: &[PathBuf], max_file_bytes: u64) -> Result<DataRoots, StartError> {
+    pub fn new(dirs: &[PathBuf], max_file_bytes: u64) -> Result<DataRoots, StartError> {
         let mut roots = Vec::with_capacity(dirs.len());
         for dir in dirs {
             let canonical = std::fs::canonicalize(dir)
@@ -101,6 +102,21 @@ impl DataRoots {
     }
 
     fn read_blocking(&self, path: &str) -> Result<Vec<u8>, Problem> {
+        let (file, len) = self.open_blocking(path)?;
+        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        file.take(self.max_file_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|_| refused(path))?;
+        self.check_size(path, u64::try_from(bytes.len()).unwrap_or(u64::MAX))?;
+        Ok(bytes)
+    }
+
+    /// Opens the file at `path` (a path of a `files` source) for reading, or says why not:
+    /// the open file and its length (at most `--max-file-bytes`) when it was opened. Blocking.
+    ///
+    /// A reader that reads the file in parts should read no further than that length: the
+    /// file may grow (or shrink) after it was opened.
+    pub fn open_blocking(&self, path: &str) -> Result<(std::fs::File, u64), Problem> {
         if self.roots.is_empty() {
             return Err(Problem::new(
                 Code::FailedPrecondition,
@@ -109,40 +125,25 @@ impl DataRoots {
                  datasets",
             ));
         }
-        let refused = || {
-            Problem::new(
-                Code::FailedPrecondition,
-                format!(
-                    "path {} is not a readable file under this worker's data roots",
-                    shown(path)
-                ),
-            )
-        };
-        let (root, rest) = self.locate(path).ok_or_else(refused)?;
+        let (root, rest) = self.locate(path).ok_or_else(|| refused(path))?;
         // Opened as a path only: a FIFO or device is never opened for reading.
         let Opened::Found(_, st) = open_beneath(root, &rest, OFlags::PATH)? else {
-            return Err(refused());
+            return Err(refused(path));
         };
         check_status(path, root, &st)?;
         self.check_size(path, size(&st))?;
         // Opened again to read, beneath the root the same way; what was opened must be what
         // was checked (a swap in between is refused, not followed).
         let Opened::Found(fd, again) = open_beneath(root, &rest, OFlags::RDONLY)? else {
-            return Err(refused());
+            return Err(refused(path));
         };
         if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
-            return Err(refused());
+            return Err(refused(path));
         }
         check_status(path, root, &again)?;
         let len = size(&again);
         self.check_size(path, len)?;
-        let file = std::fs::File::from(fd);
-        let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-        file.take(self.max_file_bytes.saturating_add(1))
-            .read_to_end(&mut bytes)
-            .map_err(|_| refused())?;
-        self.check_size(path, u64::try_from(bytes.len()).unwrap_or(u64::MAX))?;
-        Ok(bytes)
+        Ok((std::fs::File::from(fd), len))
     }
 
     /// The root `path` is under and its rest relative to that root: an absolute path under a
@@ -302,6 +303,14 @@ fn open_by_components(root: &Root, rest: &Path, flags: OFlags) -> Option<OwnedFd
     rustix::fs::openat(at, *last, flags, Mode::empty()).ok()
 }
 
+/// The one answer for a path that does not resolve to something beneath a root.
+fn refused(path: &str) -> Problem {
+    Problem::new(
+        Code::FailedPrecondition,
+        format!("path {} is not a readable file under this worker's data roots", shown(path)),
+    )
+}
+
 fn not_regular(path: &str) -> Problem {
     Problem::new(
         Code::FailedPrecondition,
@@ -310,7 +319,7 @@ fn not_regular(path: &str) -> Problem {
 }
 
 /// `path` as a JSON string literal, cut to a bounded length.
-fn shown(path: &str) -> String {
+pub(crate) fn shown(path: &str) -> String {
     let mut cut: String = path.chars().take(SHOWN_PATH_CHARS).collect();
     if cut.len() < path.len() {
         cut.push('…');

@@ -35,8 +35,10 @@
 //! The `shardwise worker` command is [`WorkerArgs`] (its flags, a `clap::Args` the command
 //! line flattens) and [`run`]; a program or a test embeds a worker with [`start`], which
 //! returns its [`Running`] handle. [`routes`] is what the OpenAPI document is assembled from.
-//! [`columnar_out`] turns the rows of columnar datasets into Arrow record batches, IPC streams
-//! and JSON objects.
+//! [`DataRoots`] opens the files of `files` datasets beneath the operator's data roots,
+//! [`columnar`] reads the columnar ones (Parquet, Arrow IPC files, TFRecord) into Arrow record
+//! batches, and [`columnar_out`] turns the rows a task serves back into record batches, IPC
+//! streams and JSON objects.
 //! The crate stands on `shardwise-core` (the worker's state machine and the pipelines),
 //! `shardwise-http` (the servers' kit) and `shardwise-client` (the REST client with failover):
 //! no gRPC, no Kubernetes client, no etcd, no journal (a test reads its manifest).
@@ -45,6 +47,7 @@
 // error path, so its size (an RFC 9457 object with optional members) costs nothing that matters.
 #![allow(clippy::result_large_err)]
 
+pub mod columnar;
 pub mod columnar_out;
 mod files;
 pub mod routes;
@@ -65,7 +68,7 @@ use shardwise_core::dispatch::wire::{
 };
 use tokio::sync::{Notify, watch};
 
-use self::files::DataRoots;
+pub use self::files::DataRoots;
 use self::task::{Gone, Task};
 use self::unknown::Unknown;
 use shardwise_client::rest::{Backoff, CallError, DispatcherUrls, Failover};
