@@ -317,7 +317,7 @@ impl Stream for ElementStream {
             match self.rx.poll_recv(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(batch))) => {
-                    self.positions.arrived(&batch);
+                    self.positions.arrived(batch.elements.len(), batch.origin.as_deref());
                     self.pending = batch.elements.into();
                 }
                 Poll::Ready(Some(Err(e))) => {
