@@ -5,6 +5,8 @@
 //! - pyarrow, reading the workers' HTTP streams in plain Python, gets every row of every
 //!   format exactly once from two workers in a `distributed_epoch`, with the tensors as NumPy
 //!   arrays of their declared shape that share the Arrow buffers (no copy), compressed or not;
+//! - the Rust client's record batch stream gets every row exactly once too, and a read position
+//!   it takes inside a row group resumes, on three workers, exactly the rows not read;
 //! - the JSON route serves the same rows as objects;
 //! - a file whose schema disagrees with the declared tensors, and a TFRecord file with a
 //!   corrupted record, are task errors that name the column or the record, and the workers go
@@ -17,7 +19,9 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
-use shardwise_gateway::client::{DistributeOptions, distribute};
+use shardwise_core::position::ReadPosition;
+use shardwise_gateway::client::arrow_stream::IpcCompression;
+use shardwise_gateway::client::{DistributeOptions, distribute, distribute_batches};
 use shardwise_tests::{Dispatcher, TempDir, Worker, assert_ran, run_bounded, runtime, tf};
 
 /// The files of `tests/tf/columnar.py make`, made once per test process.
@@ -212,4 +216,99 @@ fn bad_files_are_task_errors_and_the_workers_go_on() {
     let mut ids: Vec<i64> = rows.iter().map(|r| r["id"].as_i64().expect("an id")).collect();
     ids.sort_unstable();
     assert_eq!(ids, want);
+}
+
+/// The ids of `batches`, in order.
+fn ids_of(batches: &[arrow_array::RecordBatch]) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            let ids = b.column_by_name("id").expect("an id column");
+            let ids = ids.as_any().downcast_ref::<arrow_array::Int64Array>().expect("int64 ids");
+            ids.values().to_vec()
+        })
+        .collect()
+}
+
+/// Record batches of a `distributed_epoch` read of `dataset` by the Rust client: all of them,
+/// or (with `stop_after`) those handed out until at least that many rows were, with the
+/// position then.
+fn rust_read(
+    url: &str,
+    dataset: &Value,
+    stop_after: Option<usize>,
+    options: DistributeOptions,
+) -> (Vec<arrow_array::RecordBatch>, Option<ReadPosition>) {
+    let def = DatasetDef::from_json(dataset).expect("a valid dataset");
+    runtime().block_on(async {
+        let mut stream = distribute_batches(url, def, options);
+        let mut out = Vec::new();
+        let mut rows = 0;
+        loop {
+            if stop_after.is_some_and(|n| rows >= n) {
+                return (out, Some(stream.position().expect("a position")));
+            }
+            let next = tokio::time::timeout(Duration::from_secs(60), stream.next())
+                .await
+                .expect("a batch or the end within 60 s");
+            match next {
+                None => return (out, None),
+                Some(Ok(b)) => {
+                    rows += b.num_rows();
+                    out.push(b);
+                }
+                Some(Err(e)) => panic!("{e}"),
+            }
+        }
+    })
+}
+
+#[test]
+fn the_rust_client_reads_record_batches_exactly_once_from_two_workers() {
+    let (d, _workers) = cluster(2);
+    for (name, dataset, want) in datasets() {
+        let (batches, _) = rust_read(&d.url, &dataset, None, options());
+        let mut ids = ids_of(&batches);
+        ids.sort_unstable();
+        assert_eq!(ids, want, "{name}: every row exactly once");
+        let image = batches[0].schema().field_with_name("image").expect("an image").clone();
+        assert_eq!(
+            image.metadata().get("ARROW:extension:name").map(String::as_str),
+            Some("arrow.fixed_shape_tensor"),
+            "{name}: {image:?}"
+        );
+    }
+    // Compressed streams decode to the same rows.
+    let (_, dataset, want) = datasets().swap_remove(2);
+    let zstd = DistributeOptions { arrow_compression: Some(IpcCompression::Zstd), ..options() };
+    let (batches, _) = rust_read(&d.url, &dataset, None, zstd);
+    let mut ids = ids_of(&batches);
+    ids.sort_unstable();
+    assert_eq!(ids, want);
+}
+
+#[test]
+fn a_position_taken_mid_row_group_resumes_exactly_the_rest_on_three_workers() {
+    // Row groups of 7 rows, splits of 5: after 12 rows, the position is inside a row group
+    // (and inside a split) of some file.
+    let dataset = datasets().swap_remove(0).1;
+    let (before, position) = {
+        let (d, _workers) = cluster(1);
+        let one_at_a_time = DistributeOptions { elements_per_request: 3, ..options() };
+        rust_read(&d.url, &dataset, Some(12), one_at_a_time)
+    };
+    let position = position.expect("a position");
+    // 12 rows of splits of 5: a split read part way, inside the row group of rows 7..14.
+    assert!(position.partial.iter().any(|p| p.consumed > 0), "{position:?}");
+    let (d, _workers) = cluster(3);
+    let resumed = DistributeOptions { resume_from: Some(position.clone()), ..options() };
+    let (after, _) = rust_read(&d.url, &dataset, None, resumed);
+    let (before, after) = (ids_of(&before), ids_of(&after));
+    let mut all: Vec<i64> = before.iter().chain(&after).copied().collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..50).collect::<Vec<_>>(),
+        "before {before:?}, after {after:?}, at {position:?}"
+    );
 }

@@ -46,6 +46,11 @@ pub struct ElementsQuery {
     max: Option<u32>,
 }
 
+/// An Arrow IPC stream (the body of an element read that asked for Arrow).
+#[derive(Debug, ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct ArrowStream(pub Vec<u8>);
+
 /// `GET /v1/tasks/{task_id}/elements`.
 #[utoipa::path(
     get,
@@ -61,9 +66,7 @@ pub struct ElementsQuery {
                    409 `FAILED_PRECONDITION`.",
     params(
         ("task_id" = String, Path, description = "The task id.", pattern = "^[0-9]{1,19}$"),
-        ElementsQuery
-    ),
-    params(
+        ElementsQuery,
         ("Accept" = Option<String>, Header, description = "`application/vnd.apache.arrow.stream` \
          for an Arrow IPC stream (columnar datasets only: parquet, arrow and tfrecord files); \
          JSON otherwise."),
@@ -81,8 +84,10 @@ pub struct ElementsQuery {
          schema metadata `shardwise.origin` holds the rows' origin runs (JSON, as `origin` \
          below) when the read has positions. An empty stream (no batch) means nothing arrived \
          within about half a second: ask again.",
-         body = Elements,
-         content_type = "application/json",
+         content(
+             (Elements = "application/json"),
+             (ArrowStream = "application/vnd.apache.arrow.stream"),
+         ),
          headers(("shardwise-end-of-sequence" = String, description = "`true` when the task is over (Arrow replies; JSON replies say it in the body), `false` otherwise."))),
         (status = 406, description = "Arrow was asked for a dataset whose elements are JSON \
          values (`FAILED_PRECONDITION`).", body = Problem, content_type = "application/problem+json"),

@@ -15,35 +15,18 @@ use arrow_array::RecordBatch;
 use arrow_ipc::CompressionType;
 use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
 use arrow_schema::{Schema, SchemaRef};
+pub use shardwise_client::arrow_stream::IpcCompression;
 use shardwise_client::arrow_stream::ORIGIN_KEY;
 use shardwise_core::position::OriginRun;
 use shardwise_http::{Code, Problem};
 
 use super::check_same_columns;
 
-/// A codec for the record batches of a stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IpcCompression {
-    /// Arrow's `LZ4_FRAME`: fast, a modest ratio.
-    Lz4,
-    /// Arrow's `ZSTD`: a better ratio for more CPU.
-    Zstd,
-}
-
-impl IpcCompression {
-    /// The name in the request header: `lz4` or `zstd`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IpcCompression::Lz4 => "lz4",
-            IpcCompression::Zstd => "zstd",
-        }
-    }
-
-    fn codec(self) -> CompressionType {
-        match self {
-            IpcCompression::Lz4 => CompressionType::LZ4_FRAME,
-            IpcCompression::Zstd => CompressionType::ZSTD,
-        }
+/// Arrow's IPC codec of a compression the client asked for.
+fn codec(compression: IpcCompression) -> CompressionType {
+    match compression {
+        IpcCompression::Lz4 => CompressionType::LZ4_FRAME,
+        IpcCompression::Zstd => CompressionType::ZSTD,
     }
 }
 
@@ -111,7 +94,7 @@ pub fn write_stream(
     }
     let schema = Schema::new_with_metadata(base.fields().clone(), metadata);
     let options = IpcWriteOptions::default()
-        .try_with_compression(compression.map(IpcCompression::codec))
+        .try_with_compression(compression.map(codec))
         .map_err(|e| internal("the IPC options", &e))?;
     let mut writer = StreamWriter::try_new_with_options(Vec::new(), &schema, options)
         .map_err(|e| internal("the stream's schema", &e))?;
