@@ -6,13 +6,16 @@
 //! {"source": S, "transforms": [T, ...]}
 //! S: {"range": {"start"?: 0, "stop": n, "step"?: 1}} | {"list": {"elements": [...]}}
 //!  | {"files": {"paths": [...], "format": "lines" | "jsonl" | "bytes"}} | {"splits": {"items": [...]}}
+//!  | {"files": {"paths": [...], "format": "parquet" | "arrow" | "tfrecord", "columns"?: [...],
+//!             "tensors"?: [{"name", "dtype", "shape"?}], "split"?: "files" | "rows", "rows"?: [...]}}
 //! T: {"repeat": n | null} | {"take": n} | {"skip": n} | {"shuffle": {"buffer": n, "seed": s}}
 //!  | {"batch": {"size": n, "drop_remainder"?: false}} | {"shard_hint": {}}
 //! ```
 //!
 //! [`DatasetDef`] is the typed form ([`DatasetDef::from_json`], `str::parse` with duplicate
-//! keys refused, [`DatasetDef::to_json`]). Elements are [`serde_json::Value`]s: `range` yields
-//! bare integers, `batch` yields arrays.
+//! keys refused, [`DatasetDef::to_json`]). Elements are [`Element`]s: JSON values (`range`
+//! yields bare integers, `batch` arrays), or for the columnar formats rows the core moves
+//! without looking inside them (see [`columnar`](self::Chunk) and `docs/columnar.md`).
 //!
 //! **Dispatcher side** (DYNAMIC sharding): [`num_splits`] and [`split_at`] describe one pass
 //! over the source as numbered splits, in O(1), so the dispatcher only keeps counters. A split

@@ -173,22 +173,7 @@ fn components() -> Vec<(String, RefOr<Schema>)> {
                      is one `binary` column `record`).",
                 )),
             )
-            .property(
-                "split",
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .enum_values(Some(["files", "rows"]))
-                    .default(Some("files".into()))
-                    .description(Some(
-                        "How DYNAMIC sharding cuts the source: `files` (a split is a file), or \
-                         for `parquet` `rows`: splits are ranges of the job's `split_size` rows \
-                         (default 1024) counted across the files in path order, so that a few \
-                         large files are shared by many workers, and read positions count rows. \
-                         The dispatcher reads every file's row count from its footer when the \
-                         dataset is registered (it needs a `--data-root` holding the files) and \
-                         records them as `rows`.",
-                    )),
-            )
+            .property("split", reference("FileSplit"))
             .property(
                 "rows",
                 ArrayBuilder::new().items(uint("Rows of the file.")).description(Some(
@@ -211,17 +196,7 @@ fn components() -> Vec<(String, RefOr<Schema>)> {
             )
             .property("name", ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(MAX_COLUMN_NAME_BYTES)).description(Some("The column (or feature) name.")))
             .required("name")
-            .property(
-                "dtype",
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .enum_values(Some(DType::NAMES))
-                    .description(Some(
-                        "The values' type. `string` and `binary` only as scalars; `tfrecord` \
-                         features decode to `float32` (float_list), `int64` (int64_list), \
-                         `string` or `binary` (bytes_list).",
-                    )),
-            )
+            .property("dtype", reference("DType"))
             .required("dtype")
             .property(
                 "shape",
@@ -235,6 +210,27 @@ fn components() -> Vec<(String, RefOr<Schema>)> {
             )
             .into(),
         ),
+        ("FileSplit", ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["files", "rows"]))
+                    .default(Some("files".into()))
+                    .description(Some(
+                        "How DYNAMIC sharding cuts the source: `files` (a split is a file), or \
+                         for `parquet` `rows`: splits are ranges of the job's `split_size` rows \
+                         (default 1024) counted across the files in path order, so that a few \
+                         large files are shared by many workers, and read positions count rows. \
+                         The dispatcher reads every file's row count from its footer when the \
+                         dataset is registered (it needs a `--data-root` holding the files) and \
+                         records them as `rows`.",
+                    )).into()),
+        ("DType", ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(DType::NAMES))
+                    .description(Some(
+                        "The values' type. `string` and `binary` only as scalars; `tfrecord` \
+                         features decode to `float32` (float_list), `int64` (int64_list), \
+                         `string` or `binary` (bytes_list).",
+                    )).into()),
         (
             "FileFormat",
             ObjectBuilder::new()
