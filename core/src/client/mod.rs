@@ -12,6 +12,11 @@
 //! sequence; and the release of the lease. [`Positions`] folds the origins of the elements
 //! handed out into a read position.
 //!
+//! A read's payload is generic ([`Rows`]): JSON elements by default (the [`Elements`] answer),
+//! or any other form of the same rows a client decodes (the Rust client's Arrow record
+//! batches, many rows to a batch). The reader only counts a payload's rows (none: nothing
+//! arrived, ask again) and hands it out whole; positions count rows.
+//!
 //! It does no IO and reads no clock: calls come out of [`Reader::poll_transmit`] as values,
 //! their outcomes go back in with the time (`handle_*`), and the elements come out of
 //! [`Reader::poll_event`]. The caller runs the loop; here over a fake transport (a dispatcher
@@ -183,20 +188,58 @@ pub trait CallFailure {
     fn is_not_found(&self) -> bool;
 }
 
-/// Elements of one read, with their origins when the worker gave them.
+/// What a read's payload must say for the reader and [`Positions`]: how many rows (elements)
+/// it holds. The reader is generic over its payload so that one state machine serves JSON
+/// elements (`Vec<Value>`, one element per value) and other forms of the same rows (a client's
+/// Arrow record batches, one element per row), without the core knowing those forms.
+pub trait Rows {
+    /// How many rows (elements) it holds: what read positions count.
+    fn rows(&self) -> usize;
+    /// It holds no row: a read that found nothing within the worker's wait.
+    fn is_empty(&self) -> bool {
+        self.rows() == 0
+    }
+}
+
+impl Rows for Vec<Value> {
+    fn rows(&self) -> usize {
+        self.len()
+    }
+}
+
+/// One read's reply as [`Reader::handle_elements`] takes it: its payload, the task's end and
+/// the payload's origins. The JSON answer, [`Elements`], converts into a `Reply` of
+/// `Vec<Value>`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Batch {
-    /// The elements, in order.
-    pub elements: Vec<Value>,
+pub struct Reply<P = Vec<Value>> {
+    /// The rows read, in order (none when nothing arrived within the worker's wait).
+    pub elements: P,
+    /// The task is over: nothing more will come (see [`Elements::end_of_sequence`]).
+    pub end_of_sequence: bool,
+    /// Where the rows come from, runs covering them in order (see [`Elements::origin`]).
+    pub origin: Option<Vec<OriginRun>>,
+}
+
+impl From<Elements> for Reply {
+    fn from(e: Elements) -> Reply {
+        Reply { elements: e.elements, end_of_sequence: e.end_of_sequence, origin: e.origin }
+    }
+}
+
+/// The rows of one read, with their origins when the worker gave them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch<P = Vec<Value>> {
+    /// The rows (elements), in order: never empty.
+    pub elements: P,
     /// Where they come from (see [`Elements::origin`]).
     pub origin: Option<Vec<OriginRun>>,
 }
 
 /// What the reader hands out.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Event<E> {
-    /// Elements read.
-    Batch(Batch),
+pub enum Event<E, P = Vec<Value>> {
+    /// Rows read.
+    Batch(Batch<P>),
     /// The read is over: every element was handed out. The last event.
     End,
     /// The read failed. The last event.

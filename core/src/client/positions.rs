@@ -1,10 +1,12 @@
 //! The read position of a stream: the origins of the elements handed to the caller, folded.
+//!
+//! Positions count rows (elements): a read's payload is whatever the stream hands out (JSON
+//! values one by one, Arrow record batches of many rows), and the stream says how many rows
+//! of the current read it holds back; the origin runs cover the rows in order either way.
 
 use crate::dataset::DatasetDef;
 use crate::dispatch::ShardingPolicy;
 use crate::position::{OriginRun, PositionTracker, ReadPosition};
-
-use super::Batch;
 
 /// The origins of the elements a reader handed to its caller, folded into a [`ReadPosition`].
 ///
@@ -21,7 +23,7 @@ pub struct Positions {
     tracker: PositionTracker,
     /// The current batch's runs (`None`: it came without origins that cover it).
     runs: Option<Vec<OriginRun>>,
-    /// The current batch's elements.
+    /// The current batch's rows.
     batch_len: usize,
 }
 
@@ -55,20 +57,21 @@ impl Positions {
         Positions { dataset_id, repetition, unavailable, tracker, runs: None, batch_len: 0 }
     }
 
-    /// A new batch (every element of the previous one was handed out): the previous one is
-    /// folded.
-    pub fn arrived(&mut self, batch: &Batch) {
+    /// A new batch of `rows` rows whose origins are `origin` (every row of the previous one
+    /// was handed out): the previous one is folded. Origins that do not cover exactly `rows`
+    /// rows count as none.
+    pub fn arrived(&mut self, rows: usize, origin: Option<&[OriginRun]>) {
         if self.unavailable.is_none() {
             self.unavailable = fold(&mut self.tracker, self.runs.as_deref(), self.batch_len);
         }
-        self.batch_len = batch.elements.len();
-        self.runs = batch.origin.clone().filter(|runs| {
+        self.batch_len = rows;
+        self.runs = origin.map(<[OriginRun]>::to_vec).filter(|runs| {
             let covered = runs.iter().try_fold(0u64, |n, r| n.checked_add(r.count));
             covered == Some(self.batch_len as u64) && runs.iter().all(|r| r.count > 0)
         });
     }
 
-    /// The position, `pending` elements of the current batch not handed out yet; why there is
+    /// The position, `pending` rows of the current batch not handed out yet; why there is
     /// none when the read has no exact positions.
     pub fn position(&self, pending: usize) -> Result<ReadPosition, String> {
         let mut tracker = self.tracker.clone();

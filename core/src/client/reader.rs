@@ -5,8 +5,9 @@ use std::collections::{HashMap, VecDeque};
 use crate::dispatch::wire::{ClientHeartbeat, ClientHeartbeatReply, TaskInfo};
 use crate::dispatch::{ClientId, Millis, TargetWorkers, TaskId};
 
-use super::wire::Elements;
-use super::{Backoff, Batch, Call, CallFailure, Event, ReadError, Transmit};
+use serde_json::Value;
+
+use super::{Backoff, Batch, Call, CallFailure, Event, ReadError, Reply, Rows, Transmit};
 
 /// The shortest gap between heartbeats the reader asks for at the end of an epoch.
 pub const NUDGE_GAP: Millis = Millis(20);
@@ -204,9 +205,10 @@ enum Phase {
 /// [`Reader::handle_elements`], [`Reader::handle_released`], [`Reader::handle_error`]) and the
 /// time ([`Reader::handle_timeout`] at [`Reader::poll_timeout`]), and hands out what it read
 /// with [`Reader::poll_event`]. `E` is the transport's error, handed back in a
-/// [`ReadError`] when it ends the read.
+/// [`ReadError`] when it ends the read; `P` is a read's payload (JSON elements by default),
+/// which the reader only counts ([`Rows`]) and hands out as it came.
 #[derive(Debug)]
-pub struct Reader<E> {
+pub struct Reader<E, P = Vec<Value>> {
     config: ReaderConfig,
     now: Millis,
     heartbeats: Heartbeats,
@@ -215,15 +217,15 @@ pub struct Reader<E> {
     spread: Spread,
     rounds: Rounds,
     phase: Phase,
-    events: VecDeque<Event<E>>,
+    events: VecDeque<Event<E, P>>,
     /// The end or the error, handed out after the lease is released.
-    outcome: Option<Event<E>>,
+    outcome: Option<Event<E, P>>,
 }
 
-impl<E: CallFailure> Reader<E> {
+impl<E: CallFailure, P: Rows> Reader<E, P> {
     /// A reader of the iteration `config` holds a lease of, created at `now`; its first
     /// heartbeat is due at once.
-    pub fn new(mut config: ReaderConfig, now: Millis) -> Reader<E> {
+    pub fn new(mut config: ReaderConfig, now: Millis) -> Reader<E, P> {
         config.max_outstanding_requests = config.max_outstanding_requests.max(1);
         Reader {
             config,
@@ -354,7 +356,7 @@ impl<E: CallFailure> Reader<E> {
 
     /// What was read, then the end of the read or why it failed (after the lease is
     /// released).
-    pub fn poll_event(&mut self) -> Option<Event<E>> {
+    pub fn poll_event(&mut self) -> Option<Event<E, P>> {
         self.events.pop_front()
     }
 
@@ -442,8 +444,10 @@ impl<E: CallFailure> Reader<E> {
         self.update();
     }
 
-    /// A read's reply from the worker of `task`.
-    pub fn handle_elements(&mut self, now: Millis, task: TaskId, reply: Elements) {
+    /// A read's reply from the worker of `task` (an [`Elements`](super::Elements) answer, or a
+    /// [`Reply`] of another payload).
+    pub fn handle_elements(&mut self, now: Millis, task: TaskId, reply: impl Into<Reply<P>>) {
+        let reply = reply.into();
         self.tick(now);
         if !self.is_reading() {
             return;
@@ -580,7 +584,7 @@ impl<E: CallFailure> Reader<E> {
         self.end(Some(Event::Failed(error)));
     }
 
-    fn end(&mut self, outcome: Option<Event<E>>) {
+    fn end(&mut self, outcome: Option<Event<E, P>>) {
         self.outcome = outcome;
         self.heartbeats.in_flight = false;
         self.spread = Spread::default();

@@ -560,13 +560,12 @@ fn positions_count_only_elements_handed_out() {
     let r = |start, stop| SourceRange { start, stop };
     let run =
         |start, stop, offset, count, end| OriginRun { split: r(start, stop), offset, count, end };
-    let batch = |n: i64, origin| Batch { elements: (0..n).map(Value::from).collect(), origin };
     let mut p = new(&dataset, ShardingPolicy::Dynamic, None);
     assert_eq!(
         p.position(0).unwrap(),
         ReadPosition { dataset_id: "ds".into(), ..ReadPosition::default() }
     );
-    p.arrived(&batch(5, Some(vec![run(0, 2, 0, 2, true), run(10, 20, 4, 3, false)])));
+    p.arrived(5, Some(&[run(0, 2, 0, 2, true), run(10, 20, 4, 3, false)]));
     // Nothing handed out yet: the batch is buffered, not consumed.
     assert_eq!(p.position(5).unwrap().done, []);
     // Three of five handed out (two pending).
@@ -575,7 +574,7 @@ fn positions_count_only_elements_handed_out() {
     assert_eq!(got.partial, [PartialSplit { split: r(10, 20), consumed: 5 }]);
     assert_eq!(p.position(0).unwrap().partial, [PartialSplit { split: r(10, 20), consumed: 7 }]);
     // The next batch folds the whole previous one.
-    p.arrived(&batch(1, Some(vec![run(10, 20, 7, 1, false)])));
+    p.arrived(1, Some(&[run(10, 20, 7, 1, false)]));
     let got = p.position(1).unwrap();
     assert_eq!(
         (got.done.as_slice(), got.partial.as_slice()),
@@ -584,10 +583,10 @@ fn positions_count_only_elements_handed_out() {
     assert_eq!(p.position(0).unwrap().partial, [PartialSplit { split: r(10, 20), consumed: 8 }]);
     // Origins that do not cover their elements count as none, once an element is handed
     // out, and for good.
-    p.arrived(&batch(1, Some(vec![run(2, 4, 0, 2, true)])));
+    p.arrived(1, Some(&[run(2, 4, 0, 2, true)]));
     assert!(p.position(1).is_ok(), "not handed out yet");
     assert!(p.position(0).unwrap_err().contains("without origin"));
-    p.arrived(&batch(1, Some(vec![run(4, 6, 0, 1, false)])));
+    p.arrived(1, Some(&[run(4, 6, 0, 1, false)]));
     assert!(p.position(1).unwrap_err().contains("without origin"));
     // Resuming goes on from the position; its repetition is the position's.
     let from = ReadPosition {
@@ -623,3 +622,5 @@ fn backoff_doubles_up_to_its_cap() {
     huge.next_delay();
     assert_eq!(huge.next_delay(), Millis(u64::MAX));
 }
+
+mod rows;

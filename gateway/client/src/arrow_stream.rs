@@ -10,6 +10,12 @@
 //! value is known, the batches are not compressed. A compressed stream says so itself (each
 //! record batch names its codec), so a reader needs nothing but the body.
 //!
+//! **The answer.** A 2xx answer is `Content-Type:` [`ARROW_STREAM`], its `max` counting rows,
+//! with the response header [`END_OF_SEQUENCE_HEADER`] (`true` or `false`), the task's end as
+//! the JSON answer's `end_of_sequence` says it. A read that found nothing within the worker's
+//! wait is a valid stream of no record batch. Errors are problem details
+//! (`application/problem+json`) with the usual statuses, as for every call.
+//!
 //! **Origins.** One stream answers one read, so its schema's metadata describes exactly its
 //! rows: under [`ORIGIN_KEY`], the origin runs of the read's elements (a JSON array of
 //! [`OriginRun`]s, the form the JSON answer uses), when the read has exact positions. The
@@ -41,6 +47,30 @@ pub const COMPRESSION_HEADER: &str = "shardwise-arrow-compression";
 
 /// The schema metadata key of a stream's origin runs (a JSON array of [`OriginRun`]).
 pub const ORIGIN_KEY: &str = "shardwise.origin";
+
+/// The response header of an Arrow read that says whether the task is over: `true` or
+/// `false`.
+pub const END_OF_SEQUENCE_HEADER: &str = "shardwise-end-of-sequence";
+
+/// A codec a client may ask for ([`COMPRESSION_HEADER`]): each record batch's buffers
+/// compressed with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpcCompression {
+    /// Arrow's `LZ4_FRAME`: fast, a modest ratio.
+    Lz4,
+    /// Arrow's `ZSTD`: a better ratio for more CPU.
+    Zstd,
+}
+
+impl IpcCompression {
+    /// Its name in [`COMPRESSION_HEADER`]: `lz4` or `zstd`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpcCompression::Lz4 => "lz4",
+            IpcCompression::Zstd => "zstd",
+        }
+    }
+}
 
 /// The most bytes the compressed buffers of one stream may declare they decompress to, in
 /// all, for [`decode_stream`]: 4 GiB.

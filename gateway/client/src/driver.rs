@@ -1,8 +1,11 @@
-//! The tokio side of [`crate::distribute`]: sets the read up (version, dataset, job,
-//! iteration), then drives the core's [`Reader`] until it is done: it makes the calls the
-//! machine asks for, all at once (the machine bounds the element reads in flight by
-//! `max_outstanding_requests`), feeds their outcomes and the time back, and hands what it
-//! read to the stream, waiting for room in the stream's channel.
+//! The tokio side of [`crate::distribute`] and [`crate::distribute_batches`]: sets the read up
+//! (version, dataset, job, iteration), then drives the core's [`Reader`] until it is done: it
+//! makes the calls the machine asks for, all at once (the machine bounds the element reads in
+//! flight by `max_outstanding_requests`), feeds their outcomes and the time back, and hands
+//! what it read to the stream, waiting for room in the stream's channel.
+//!
+//! The two streams share this loop; they differ only in how an element read is asked for and
+//! decoded, a [`Fetch`] (JSON elements or Arrow record batches).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use shardwise_core::Millis;
 use shardwise_core::client::{
-    Batch, Call, CallFailure, Elements, Event, ReadError, Reader, ReaderConfig, Transmit,
+    Batch, Call, CallFailure, Event, ReadError, Reader, ReaderConfig, Reply, Rows, Transmit,
 };
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{
@@ -24,6 +27,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::time::Instant;
 
+use crate::fetch::Fetch;
 use crate::problem::{Code, Problem};
 use crate::rest::{Backoff, CallError, DispatcherUrls, Failover, Rest, UrlListError};
 use crate::{ClientError, DistributeOptions, fingerprint, validate};
@@ -37,18 +41,20 @@ impl CallFailure for CallError {
     }
 }
 
-/// What the stream receives.
-type Item = Result<Batch, ClientError>;
+/// What the stream receives: the payloads of reads, or the error that ended the read.
+pub(crate) type Item<P> = Result<Batch<P>, ClientError>;
 
-/// Sets the read up and runs it; what it read, then its error if it failed, go to `tx`.
-pub(super) async fn read(
+/// Sets the read up and runs it, reading elements with `fetch`; what it read, then its error
+/// if it failed, go to `tx`.
+pub(crate) async fn read<F: Fetch>(
     urls: Result<DispatcherUrls, UrlListError>,
     dataset: DatasetDef,
     options: DistributeOptions,
-    tx: mpsc::Sender<Item>,
+    fetch: F,
+    tx: mpsc::Sender<Item<F::Payload>>,
 ) {
     match setup(urls, dataset, &options).await {
-        Ok((reader, dispatcher)) => drive(reader, dispatcher, tx).await,
+        Ok((reader, dispatcher)) => drive(reader, dispatcher, fetch, tx).await,
         Err(e) => drop(tx.send(Err(e)).await),
     }
 }
@@ -98,11 +104,11 @@ fn millis(d: Duration) -> Millis {
 
 /// Checks the options and the dispatcher's protocol, registers the dataset, gets or creates
 /// the job and the iteration: a reader of its lease.
-async fn setup(
+async fn setup<P: Rows>(
     urls: Result<DispatcherUrls, UrlListError>,
     dataset: DatasetDef,
     options: &DistributeOptions,
-) -> Result<(Reader<CallError>, Failover), ClientError> {
+) -> Result<(Reader<CallError, P>, Failover), ClientError> {
     validate(options)?;
     let urls = urls.map_err(|e| ClientError::InvalidArgument(format!("dispatcher: {e}")))?;
     let tls = crate::tls::client_config(options.ca_file.as_deref())
@@ -167,16 +173,16 @@ async fn setup(
 }
 
 /// A call's outcome.
-enum Outcome {
+enum Outcome<P> {
     Heartbeat(Result<ClientHeartbeatReply, CallError>),
-    Elements(TaskId, Result<Elements, CallError>),
+    Elements(TaskId, Result<Reply<P>, CallError>),
     Release(Result<Value, CallError>),
 }
 
-type Pending = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+type Pending<P> = Pin<Box<dyn Future<Output = Outcome<P>> + Send>>;
 
-/// The call `t` asks for, to run.
-fn perform(dispatcher: &Failover, t: Transmit) -> Pending {
+/// The call `t` asks for, to run (element reads with `fetch`).
+fn perform<F: Fetch>(dispatcher: &Failover, fetch: &F, t: Transmit) -> Pending<F::Payload> {
     match t {
         Transmit::Heartbeat { client_id, request } => {
             let rest = dispatcher.clone();
@@ -187,16 +193,14 @@ fn perform(dispatcher: &Failover, t: Transmit) -> Pending {
         }
         Transmit::GetElements { task, worker_address, max, round } => {
             let rest = worker_rest(dispatcher, &worker_address);
-            let query: Vec<(&str, String)> = match round {
+            let query: Vec<(&'static str, String)> = match round {
                 Some((consumer, round)) => {
                     vec![("consumer_index", consumer.to_string()), ("round", round.to_string())]
                 }
                 None => max.map(|m| ("max", m.to_string())).into_iter().collect(),
             };
-            Box::pin(async move {
-                let path = format!("/v1/tasks/{task}/elements");
-                Outcome::Elements(task, rest.get(&path, &query).await)
-            })
+            let read = fetch.get_elements(rest, format!("/v1/tasks/{task}/elements"), query);
+            Box::pin(async move { Outcome::Elements(task, read.await) })
         }
         Transmit::Release { client_id } => {
             let rest = dispatcher.clone();
@@ -214,7 +218,7 @@ fn worker_rest(dispatcher: &Failover, address: &str) -> Rest {
     dispatcher.with_base(format!("{scheme}://{address}"))
 }
 
-fn feed(reader: &mut Reader<CallError>, now: Millis, outcome: Outcome) {
+fn feed<P: Rows>(reader: &mut Reader<CallError, P>, now: Millis, outcome: Outcome<P>) {
     match outcome {
         Outcome::Heartbeat(Ok(reply)) => reader.handle_heartbeat(now, reply),
         Outcome::Heartbeat(Err(e)) => reader.handle_error(now, Call::Heartbeat, e),
@@ -247,14 +251,19 @@ fn client_error(e: ReadError<CallError>) -> ClientError {
     }
 }
 
-/// Runs `reader` until it is done. Dropping the stream closes `tx`: the reader stops and
-/// releases its lease.
-async fn drive(mut reader: Reader<CallError>, dispatcher: Failover, tx: mpsc::Sender<Item>) {
+/// Runs `reader` until it is done, reading elements with `fetch`. Dropping the stream closes
+/// `tx`: the reader stops and releases its lease.
+async fn drive<F: Fetch>(
+    mut reader: Reader<CallError, F::Payload>,
+    dispatcher: Failover,
+    fetch: F,
+    tx: mpsc::Sender<Item<F::Payload>>,
+) {
     let start = Instant::now();
     let clock = || millis(start.elapsed());
-    let mut calls: FuturesUnordered<Pending> = FuturesUnordered::new();
+    let mut calls: FuturesUnordered<Pending<F::Payload>> = FuturesUnordered::new();
     // An item the stream's channel had no room for.
-    let mut held: Option<Item> = None;
+    let mut held: Option<Item<F::Payload>> = None;
     let mut closed = false;
     let mut reading = true;
     loop {
@@ -281,7 +290,7 @@ async fn drive(mut reader: Reader<CallError>, dispatcher: Failover, tx: mpsc::Se
             calls.clear();
         }
         while let Some(t) = reader.poll_transmit() {
-            calls.push(perform(&dispatcher, t));
+            calls.push(perform(&dispatcher, &fetch, t));
         }
         if reader.is_done() && (held.is_none() || closed) {
             return;

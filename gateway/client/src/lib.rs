@@ -1,5 +1,6 @@
 //! The Rust client: [`distribute`] reads a dataset through a dispatcher and its workers as a
-//! [`Stream`] of JSON elements.
+//! [`Stream`] of JSON elements, and [`distribute_batches`] reads a columnar dataset's rows as
+//! Arrow record batches.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), shardwise_client::ClientError> {
@@ -60,10 +61,47 @@
 //! [`DistributeOptions::resume_from`] set to it, on a job over the same dataset with any
 //! number of workers, reads only what the position has not consumed.
 //!
+//! **Record batches.** The rows of a columnar dataset (`files` of the `parquet`, `arrow` or
+//! `tfrecord` formats) travel better as columns: [`distribute_batches`] is the same read,
+//! whose element reads ask workers for Arrow IPC streams ([`arrow_stream`]), optionally
+//! compressed ([`DistributeOptions::arrow_compression`]), and whose stream hands out
+//! [`RecordBatch`](arrow_array::RecordBatch)es. `elements_per_request` then counts rows, and
+//! [`RecordBatchStream::position`] counts the rows of the batches handed out (a position
+//! resumes either stream):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), shardwise_client::ClientError> {
+//! use futures::StreamExt;
+//! use shardwise_client::arrow_stream::IpcCompression;
+//! use shardwise_client::{DistributeOptions, distribute_batches};
+//! use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
+//!
+//! let dataset = r#"{"source": {"files": {"paths": ["/data/train.parquet"],
+//!                                         "format": "parquet", "split": "rows"}}}"#;
+//! let options = DistributeOptions {
+//!     processing_mode: ProcessingMode::Named(NamedMode::DistributedEpoch),
+//!     arrow_compression: Some(IpcCompression::Lz4),
+//!     ..DistributeOptions::default()
+//! };
+//! let dispatcher = "http://127.0.0.1:5050";
+//! let mut batches = distribute_batches(dispatcher, dataset.parse().unwrap(), options);
+//! while let Some(batch) = batches.next().await {
+//!     let batch = batch?;
+//!     println!("{} rows of {} columns", batch.num_rows(), batch.num_columns());
+//!     let checkpoint = batches.position()?; // save it with the model
+//! #   let _ = checkpoint;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! An answer that is not an Arrow stream ends the read with [`ClientError::Protocol`];
+//! refusals are problems, retried or not as for JSON reads.
+//!
 //! **How it runs.** The reader's logic (task lists, round robin, rounds and blocks, retries,
 //! lost workers, the end of the read) is [`shardwise_core::client::Reader`], a sans-IO state
 //! machine; this module drives it on tokio: it makes the calls the machine asks for, feeds
-//! their outcomes and the time back, and hands the elements to the stream.
+//! their outcomes and the time back, and hands the elements to the stream. Both streams run
+//! the same loop; only how an element read is asked for and decoded differs.
 //!
 //! The stream reads inside a tokio runtime (it spawns its reader there): created outside one,
 //! its only item is [`ClientError::NoRuntime`].
@@ -90,7 +128,9 @@
 #![allow(clippy::result_large_err)]
 
 pub mod arrow_stream;
+mod batches;
 mod driver;
+mod fetch;
 pub mod problem;
 pub mod rest;
 pub mod tls;
@@ -111,8 +151,12 @@ use tokio::sync::mpsc;
 
 use shardwise_core::client::wire::MAX_ELEMENTS;
 
+use crate::arrow_stream::IpcCompression;
+use crate::fetch::Fetch;
 use crate::rest::{CallError, DispatcherUrls, UrlListError};
 
+/// The stream of Arrow record batches.
+pub use crate::batches::{RecordBatchStream, distribute_batches};
 /// Problem details, the error body of every answer.
 pub use crate::problem::Problem;
 /// The status classes of every error (defined in core, where the state machines use them).
@@ -157,10 +201,15 @@ pub struct DistributeOptions {
     /// A PEM file of CA certificates trusted for `https://` dispatchers and workers, besides
     /// the system's roots (default: the system's roots only).
     pub ca_file: Option<std::path::PathBuf>,
-    /// Resume a `distributed_epoch` read where [`ElementStream::position`] was taken: the
-    /// iteration (of the position's repetition, whatever `repetition` says) hands out only
-    /// what the position has not consumed, and this stream's positions go on from it.
+    /// Resume a `distributed_epoch` read where [`ElementStream::position`] (or
+    /// [`RecordBatchStream::position`]) was taken: the iteration (of the position's
+    /// repetition, whatever `repetition` says) hands out only what the position has not
+    /// consumed, and this stream's positions go on from it.
     pub resume_from: Option<ReadPosition>,
+    /// [`distribute_batches`] only: the codec workers compress record batches with (asked for
+    /// with the [`arrow_stream::COMPRESSION_HEADER`] header; a worker that does not support
+    /// it answers uncompressed). Default `None`: uncompressed, the cheapest on a fast network.
+    pub arrow_compression: Option<IpcCompression>,
 }
 
 impl Default for DistributeOptions {
@@ -183,11 +232,12 @@ impl Default for DistributeOptions {
             unavailable_timeout: Duration::from_secs(3600),
             ca_file: None,
             resume_from: None,
+            arrow_compression: None,
         }
     }
 }
 
-/// Why a [`distribute`] stream ended with an error.
+/// Why a [`distribute`] (or [`distribute_batches`]) stream ended with an error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
@@ -237,7 +287,8 @@ pub enum ClientError {
          #[tokio::main] or Runtime::block_on)"
     )]
     NoRuntime,
-    /// A 2xx answer that is not what the API documents.
+    /// A 2xx answer that is not what the API documents (for [`distribute_batches`], one that
+    /// is not a whole Arrow IPC stream with its end-of-sequence header).
     #[error("{context}: unexpected answer: {detail}")]
     Protocol {
         /// Which call.
@@ -297,9 +348,7 @@ impl ElementStream {
     /// has a transform that buffers or counts across splits (the error says which), or an
     /// element came without origin.
     pub fn position(&self) -> Result<ReadPosition, ClientError> {
-        self.positions.position(self.pending.len()).map_err(|why| {
-            ClientError::FailedPrecondition(format!("this stream has no read position: {why}"))
-        })
+        self.positions.position(self.pending.len()).map_err(no_position)
     }
 }
 
@@ -317,7 +366,7 @@ impl Stream for ElementStream {
             match self.rx.poll_recv(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(batch))) => {
-                    self.positions.arrived(&batch);
+                    self.positions.arrived(batch.elements.len(), batch.origin.as_deref());
                     self.pending = batch.elements.into();
                 }
                 Poll::Ready(Some(Err(e))) => {
@@ -397,6 +446,18 @@ pub fn distribute(
     dataset: DatasetDef,
     options: DistributeOptions,
 ) -> ElementStream {
+    let (rx, positions) = start(dispatchers, dataset, options, fetch::Json);
+    ElementStream { rx, pending: VecDeque::new(), done: false, positions }
+}
+
+/// Starts a read whose element reads `fetch` makes, on the current tokio runtime: the
+/// stream's channel and its positions.
+fn start<F: Fetch>(
+    dispatchers: impl Dispatchers,
+    dataset: DatasetDef,
+    options: DistributeOptions,
+    fetch: F,
+) -> (mpsc::Receiver<driver::Item<F::Payload>>, Positions) {
     let (tx, rx) = mpsc::channel(options.max_outstanding_requests.clamp(2, 1024));
     let positions = Positions::new(
         &dataset,
@@ -406,16 +467,20 @@ pub fn distribute(
         options.repetition,
         options.resume_from.as_ref(),
     );
-    let stream = ElementStream { rx, pending: VecDeque::new(), done: false, positions };
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             let urls = dispatchers.into_urls();
-            runtime.spawn(driver::read(urls, dataset, options, tx));
+            runtime.spawn(driver::read(urls, dataset, options, fetch, tx));
         }
         // The channel holds at least two items: this one fits.
         Err(_) => drop(tx.try_send(Err(ClientError::NoRuntime))),
     }
-    stream
+    (rx, positions)
+}
+
+/// A stream's answer to `position()` when it has none.
+fn no_position(why: String) -> ClientError {
+    ClientError::FailedPrecondition(format!("this stream has no read position: {why}"))
 }
 
 /// A stable id for a dataset definition: FNV-1a over its canonical JSON, twice (128 bits).
@@ -476,93 +541,4 @@ fn validate(options: &DistributeOptions) -> Result<(), ClientError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fingerprints_are_stable_and_distinct() {
-        let a: DatasetDef = r#"{"source": {"range": {"stop": 10}}}"#.parse().unwrap();
-        let b: DatasetDef = r#"{"source": {"range": {"stop": 10, "step": 1}}}"#.parse().unwrap();
-        let c: DatasetDef = r#"{"source": {"range": {"stop": 11}}}"#.parse().unwrap();
-        assert_eq!(fingerprint(&a), fingerprint(&b), "canonical form");
-        assert_ne!(fingerprint(&a), fingerprint(&c));
-        assert_eq!(fingerprint(&a).len(), 35);
-    }
-
-    #[test]
-    fn options_are_validated() {
-        let ok = DistributeOptions::default();
-        assert!(validate(&ok).is_ok());
-        let bad = [
-            DistributeOptions { num_consumers: Some(2), ..ok.clone() },
-            DistributeOptions {
-                num_consumers: Some(2),
-                consumer_index: Some(2),
-                job_name: Some("j".into()),
-                ..ok.clone()
-            },
-            DistributeOptions { num_consumers: Some(2), consumer_index: Some(0), ..ok.clone() },
-            DistributeOptions { consumer_index: Some(0), ..ok.clone() },
-            DistributeOptions { max_outstanding_requests: 0, ..ok.clone() },
-            DistributeOptions { elements_per_request: 0, ..ok.clone() },
-            DistributeOptions { target_workers: TargetWorkers::Local, ..ok.clone() },
-        ];
-        for o in bad {
-            assert_eq!(validate(&o).unwrap_err().code(), "INVALID_ARGUMENT", "{o:?}");
-        }
-    }
-
-    #[test]
-    fn positions_say_why_a_read_has_none() {
-        let dataset: DatasetDef = r#"{"source": {"range": {"stop": 100}}}"#.parse().unwrap();
-        let stream = |options: &DistributeOptions| ElementStream {
-            rx: mpsc::channel(2).1,
-            pending: VecDeque::new(),
-            done: false,
-            positions: Positions::new(
-                &dataset,
-                "ds".into(),
-                options.processing_mode.policy(),
-                options.num_consumers.is_some(),
-                options.repetition,
-                options.resume_from.as_ref(),
-            ),
-        };
-        let dynamic = DistributeOptions {
-            processing_mode: ProcessingMode::Named(NamedMode::DistributedEpoch),
-            ..DistributeOptions::default()
-        };
-        assert_eq!(stream(&dynamic).position().unwrap().dataset_id, "ds");
-        let err = stream(&DistributeOptions::default()).position().unwrap_err();
-        assert_eq!(err.code(), Code::FailedPrecondition);
-        let why = "failed precondition: this stream has no read position: read positions need";
-        assert!(err.to_string().starts_with(why), "{err}");
-        let from = ReadPosition { dataset_id: "ds".into(), ..ReadPosition::default() };
-        assert_eq!(
-            validate(&DistributeOptions {
-                resume_from: Some(from),
-                ..DistributeOptions::default()
-            })
-            .unwrap_err()
-            .code(),
-            Code::InvalidArgument
-        );
-    }
-
-    /// Outside a tokio runtime there is nothing to spawn the reader on: the stream says so as
-    /// its only item instead of panicking.
-    #[test]
-    fn outside_a_runtime_the_stream_says_so() {
-        use futures::StreamExt;
-        let dataset: DatasetDef = r#"{"source": {"range": {"stop": 10}}}"#.parse().unwrap();
-        assert!(tokio::runtime::Handle::try_current().is_err());
-        let mut stream = distribute("127.0.0.1:1", dataset, DistributeOptions::default());
-        let first = futures::executor::block_on(stream.next());
-        let Some(Err(e)) = first else { panic!("{first:?}") };
-        assert_eq!(e, ClientError::NoRuntime);
-        assert_eq!(e.code(), Code::FailedPrecondition);
-        assert!(e.to_string().contains("tokio runtime"), "{e}");
-        assert!(futures::executor::block_on(stream.next()).is_none());
-        assert!(stream.position().is_err(), "a parallel_epochs read has no position");
-    }
-}
+mod tests;

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use reqwest::header::HeaderMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -198,10 +199,54 @@ impl Rest {
         self.send(self.http.delete(format!("{}{path}", self.base))).await
     }
 
+    /// `GET path` with query parameters and request headers, for an answer that is not JSON:
+    /// a 2xx answer's headers and body (refused as [`CallError::Decode`] past `max_body`
+    /// bytes, before more is read) go to `decode`; any other answer is a problem, as for every
+    /// call.
+    pub async fn get_with<T>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        headers: &[(&str, &str)],
+        max_body: usize,
+        decode: impl FnOnce(&HeaderMap, &[u8]) -> Result<T, CallError>,
+    ) -> Result<T, CallError> {
+        let mut req = self.http.get(format!("{}{path}", self.base)).query(query);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let mut res = self.respond(req).await?;
+        let too_large = || CallError::Decode(format!("the answer is larger than {max_body} bytes"));
+        if res.content_length().is_some_and(|n| n > max_body as u64) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) =
+            res.chunk().await.map_err(|e| CallError::Transport(error_chain(&e)))?
+        {
+            if chunk.len() > max_body.saturating_sub(body.len()) {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        decode(res.headers(), &body)
+    }
+
     async fn send<T: DeserializeOwned>(
         &self,
-        mut req: reqwest::RequestBuilder,
+        req: reqwest::RequestBuilder,
     ) -> Result<T, CallError> {
+        let res = self.respond(req).await?;
+        let bytes = res.bytes().await.map_err(|e| CallError::Transport(error_chain(&e)))?;
+        serde_json::from_slice(&bytes).map_err(|e| CallError::Decode(e.to_string()))
+    }
+
+    /// Sends `req`: its 2xx answer (the body not read yet), or why the call failed (a
+    /// non-2xx answer is read as a problem).
+    async fn respond(
+        &self,
+        mut req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, CallError> {
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
@@ -219,10 +264,10 @@ impl Rest {
                 .map(str::to_owned);
             return Err(CallError::Redirect { from: res.url().to_string(), location });
         }
-        let bytes = res.bytes().await.map_err(|e| CallError::Transport(error_chain(&e)))?;
         if status.is_success() {
-            return serde_json::from_slice(&bytes).map_err(|e| CallError::Decode(e.to_string()));
+            return Ok(res);
         }
+        let bytes = res.bytes().await.map_err(|e| CallError::Transport(error_chain(&e)))?;
         let problem = serde_json::from_slice::<Problem>(&bytes).unwrap_or_else(|_| {
             let code = code_of_status(status.as_u16());
             let mut p = Problem::new(
@@ -743,6 +788,23 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code(), Code::NotFound, "{e}");
         assert_eq!(leader_n.load(Ordering::SeqCst), before);
+    }
+
+    #[tokio::test]
+    async fn raw_answers_are_bounded_and_refusals_stay_problems() {
+        use axum::response::IntoResponse;
+        let (base, _, _) = fake(|path| match path {
+            "/big" => "0123456789".repeat(10).into_response(),
+            _ => problem_answer(&Problem::new(Code::NotFound, "no such task")),
+        })
+        .await;
+        let rest = Rest::new(http_client(Duration::from_secs(5)), base, None);
+        let len = |_: &HeaderMap, body: &[u8]| Ok(body.len());
+        assert_eq!(rest.get_with("/big", &[], &[("accept", "x/y")], 100, len).await, Ok(100));
+        let e = rest.get_with("/big", &[], &[], 99, len).await.unwrap_err();
+        assert!(matches!(&e, CallError::Decode(d) if d.contains("larger than 99")), "{e}");
+        let e = rest.get_with("/other", &[], &[], 99, len).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound, "{e}");
     }
 
     #[test]

@@ -141,9 +141,10 @@ pub struct DispatcherArgs {
     #[arg(long, env = "SHARDWISE_DEPLOYMENT_MODE", value_enum)]
     pub deployment_mode: Option<DeploymentMode>,
     /// A directory under which the dispatcher may glob the file patterns of TensorFlow's
-    /// `Dataset.list_files` to compute a DYNAMIC dataset's split providers (repeatable; the
-    /// variable is comma separated). A pattern (or a match) outside every root is refused with
-    /// the reason; without one, DYNAMIC sharding of `list_files` is refused.
+    /// `Dataset.list_files` to compute a DYNAMIC dataset's split providers, and read the
+    /// footers of the files of a Parquet source split by rows (repeatable; the variable is
+    /// comma separated). A pattern (or a match) outside every root is refused with the reason;
+    /// without one, DYNAMIC sharding of `list_files` and Parquet splits by rows are refused.
     #[arg(
         long = "data-root",
         env = "SHARDWISE_DATA_ROOT",
@@ -504,6 +505,15 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     config.validate().map_err(StartError::Config)?;
     let data_roots =
         crate::tf::files::DataRoots::new(&args.data_roots).map_err(StartError::DataRoot)?;
+    // A footer is read, never a whole file: no size limit applies.
+    let parquet_roots = if args.data_roots.is_empty() {
+        None
+    } else {
+        Some(
+            shardwise_worker::DataRoots::new(&args.data_roots, u64::MAX)
+                .map_err(|e| StartError::DataRoot(e.to_string()))?,
+        )
+    };
     let cluster = match &args.cluster_config {
         None => None,
         Some(path) => {
@@ -586,6 +596,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         max_resolve_tasks: args.max_resolve_tasks,
         routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),
         pusher,
+        parquet_roots,
     };
     let app = router(state, args.limits(), tokens);
     let requests = grpc::budget::ReplyBudgets::new(

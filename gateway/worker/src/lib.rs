@@ -51,6 +51,7 @@ pub mod columnar;
 pub mod columnar_out;
 mod files;
 pub mod routes;
+mod rows;
 mod task;
 mod unknown;
 

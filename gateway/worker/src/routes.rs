@@ -7,15 +7,20 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 use shardwise_core::dispatch::{IterationId, JobId, ShardingPolicy, TaskId};
 use utoipa::{IntoParams, ToSchema};
 
+use super::columnar_out::{
+    IpcCompression, parse_compression, record_batches, schema_of, to_json, write_stream,
+};
 use super::task::{Gone, ReadResult};
 use super::{Lookup, Shared};
+use shardwise_client::arrow_stream::{ARROW_STREAM, COMPRESSION_HEADER};
+use shardwise_core::dataset::Element;
 pub use shardwise_http::elements::{DEFAULT_MAX_ELEMENTS, Elements, MAX_ELEMENTS};
 use shardwise_http::{Code, Problem, auth};
 
@@ -58,11 +63,35 @@ pub struct ElementsQuery {
         ("task_id" = String, Path, description = "The task id.", pattern = "^[0-9]{1,19}$"),
         ElementsQuery
     ),
-    responses((status = 200, description = "The next elements, and whether the task is over.", body = Elements))
+    params(
+        ("Accept" = Option<String>, Header, description = "`application/vnd.apache.arrow.stream` \
+         for an Arrow IPC stream (columnar datasets only: parquet, arrow and tfrecord files); \
+         JSON otherwise."),
+        ("shardwise-arrow-compression" = Option<String>, Header, description = "With Arrow: \
+         `lz4` or `zstd` (Arrow IPC's LZ4 frame and Zstandard buffer compression), or `none`; \
+         a comma-separated list in order of preference, like `Accept-Encoding` (the first value \
+         the worker knows wins; unknown values are passed over). Default: uncompressed."),
+    ),
+    responses(
+        (status = 200, description = "The next elements, and whether the task is over. With \
+         `Accept: application/vnd.apache.arrow.stream`, one Arrow IPC stream (schema, record \
+         batches, end-of-stream marker) holding the next rows, `max` counting rows (a `batch` \
+         transform's batch is one record batch of that many rows); fixed-shape tensors are \
+         fixed-size lists with the `arrow.fixed_shape_tensor` extension type. The stream's \
+         schema metadata `shardwise.origin` holds the rows' origin runs (JSON, as `origin` \
+         below) when the read has positions. An empty stream (no batch) means nothing arrived \
+         within about half a second: ask again.",
+         body = Elements,
+         content_type = "application/json",
+         headers(("shardwise-end-of-sequence" = String, description = "`true` when the task is over (Arrow replies; JSON replies say it in the body), `false` otherwise."))),
+        (status = 406, description = "Arrow was asked for a dataset whose elements are JSON \
+         values (`FAILED_PRECONDITION`).", body = Problem, content_type = "application/problem+json"),
+    )
 )]
 pub async fn get_elements(
     State(w): State<WorkerState>,
     Path(raw): Path<String>,
+    headers: HeaderMap,
     query: Result<Query<ElementsQuery>, QueryRejection>,
 ) -> Result<Response, Problem> {
     let Query(q) = query.map_err(|e| {
@@ -76,6 +105,11 @@ pub async fn get_elements(
             format!("max must be in 1..={MAX_ELEMENTS}, not {max}"),
         ));
     }
+    let arrow = wants_arrow(&headers).then(|| {
+        parse_compression(
+            headers.get_all(COMPRESSION_HEADER).iter().filter_map(|v| v.to_str().ok()),
+        )
+    });
     let shared = &w.0;
     let task = match shared.lookup(id) {
         Lookup::Live(t) => t,
@@ -103,8 +137,19 @@ pub async fn get_elements(
                 ),
             ));
         }
-        Lookup::Gone(g) => return g.answer(id).map(reply),
+        Lookup::Gone(g) => return g.answer(id).and_then(|r| reply(r, arrow, None)),
     };
+    let columnar = super::rows::files_of(&task.def).is_some_and(|f| f.format.is_columnar());
+    if arrow.is_some() && !columnar {
+        return Err(Problem::new(
+            Code::FailedPrecondition,
+            format!(
+                "task {id}'s elements are JSON values: Arrow streams serve the rows of parquet, \
+                 arrow and tfrecord files; read it as JSON"
+            ),
+        )
+        .with_status(406, "Not Acceptable"));
+    }
     let read = match (task.def.num_consumers, q.consumer_index, q.round) {
         (Some(n), Some(i), Some(_)) if i >= n => {
             return Err(Problem::new(
@@ -135,15 +180,54 @@ pub async fn get_elements(
             ));
         }
     };
-    Ok(reply(read))
+    reply(read, arrow, task.schema())
 }
 
-fn reply(read: ReadResult) -> Response {
+/// Whether the request's `Accept` names the Arrow stream media type (with a non-zero `q`).
+fn wants_arrow(headers: &HeaderMap) -> bool {
+    headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).any(|accept| {
+        accept.split(',').any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0))
+            });
+            media.eq_ignore_ascii_case(ARROW_STREAM) && !refused
+        })
+    })
+}
+
+/// A read's answer: JSON (rows as objects), or, when `arrow` is asked (with its compression),
+/// one Arrow IPC stream of the rows, `schema` giving the columns of a read without rows.
+fn reply(
+    read: ReadResult,
+    arrow: Option<Option<IpcCompression>>,
+    schema: Option<arrow_schema::SchemaRef>,
+) -> Result<Response, Problem> {
     let ReadResult { elements, end_of_sequence, origin } = read;
-    let elements = elements.into_iter().filter_map(|e| e.into_value()).collect();
-    let body =
-        serde_json::to_vec(&Elements { elements, end_of_sequence, origin }).unwrap_or_default();
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+    let Some(compression) = arrow else {
+        let elements = elements
+            .into_iter()
+            .map(|e| match e {
+                Element::Value(v) => Ok(v),
+                rows => to_json(&rows),
+            })
+            .collect::<Result<Vec<_>, Problem>>()?;
+        let body = serde_json::to_vec(&Elements { elements, end_of_sequence, origin })
+            .map_err(|e| Problem::new(Code::Internal, format!("encoding the elements: {e}")))?;
+        let json = HeaderValue::from_static("application/json");
+        return Ok(([(header::CONTENT_TYPE, json)], body).into_response());
+    };
+    let schema = schema_of(&elements).or(schema);
+    let batches = record_batches(&elements)?;
+    let body = write_stream(schema.as_ref(), &batches, origin.as_deref(), compression)?;
+    let end = HeaderValue::from_static(if end_of_sequence { "true" } else { "false" });
+    let headers = [
+        (header::CONTENT_TYPE, HeaderValue::from_static(ARROW_STREAM)),
+        (header::HeaderName::from_static("shardwise-end-of-sequence"), end),
+    ];
+    Ok((headers, body).into_response())
 }
 
 /// How far a task is.

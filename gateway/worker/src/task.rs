@@ -22,6 +22,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Shared;
+use super::columnar::ReadOptions;
+use super::rows::{RowsReads, files_of};
 use shardwise_client::rest::CallError;
 use shardwise_http::{Code, Problem};
 
@@ -78,6 +80,11 @@ pub(crate) struct Task {
     runnable: Notify,
     /// The driver, once the first read spawned it.
     driver: Mutex<Driver>,
+    /// The task's limits (columnar chunks are sized by them).
+    limits: Limits,
+    /// (Columnar datasets) The columns of the task's rows, once its first chunk was read:
+    /// an Arrow read without rows answers a stream of this schema.
+    schema: std::sync::OnceLock<arrow_schema::SchemaRef>,
 }
 
 #[derive(Debug, Default)]
@@ -98,6 +105,8 @@ impl Task {
             epoch: Instant::now(),
             readable: Notify::new(),
             runnable: Notify::new(),
+            limits,
+            schema: std::sync::OnceLock::new(),
             driver: Mutex::default(),
         }
     }
@@ -244,6 +253,18 @@ impl Task {
         }
     }
 
+    /// The columns of the task's rows, once its first chunk of a columnar file was read.
+    pub(crate) fn schema(&self) -> Option<arrow_schema::SchemaRef> {
+        self.schema.get().cloned()
+    }
+
+    /// How the task's columnar chunks are sized: about a sixteenth of its buffer's bytes (at
+    /// most 8 MiB), and never a chunk over the whole buffer.
+    fn read_options(&self) -> ReadOptions {
+        let max = self.limits.max_buffered_bytes;
+        ReadOptions { chunk_bytes: (max / 16).clamp(1, 8 << 20), max_chunk_bytes: max }
+    }
+
     /// First-come-first-served read of up to `max` elements, waiting at most `wait` for one.
     pub(crate) async fn read(
         self: &Arc<Self>,
@@ -271,6 +292,8 @@ impl Task {
     async fn drive(self: Arc<Self>, shared: Arc<Shared>) {
         let id = self.def.task_id;
         let path = format!("/v1/iterations/{}/splits", self.def.iteration_id);
+        let files = files_of(&self.def).map(|f| Arc::new(f.clone()));
+        let mut rows = RowsReads::default();
         loop {
             let woken = self.runnable.notified();
             tokio::pin!(woken);
@@ -328,12 +351,22 @@ impl Task {
                     self.dispatch_events(&mut m, &shared);
                 }
                 Some(Action::ReadRows(request)) => {
-                    let failed = machine::TaskError::new(
-                        Code::FailedPrecondition,
-                        format!("file {:?}: columnar files are not read yet", request.path),
-                    );
+                    let read = match &files {
+                        Some(files) => {
+                            rows.next(&shared.files, files, &request, self.read_options()).await
+                        }
+                        None => Err(machine::TaskError::new(
+                            Code::Internal,
+                            "rows were asked for by a dataset without files",
+                        )),
+                    };
+                    if let (Ok((chunk, _)), None) = (&read, self.schema.get())
+                        && let Some(batch) = chunk.data().downcast_ref::<arrow_array::RecordBatch>()
+                    {
+                        let _ = self.schema.set(batch.schema());
+                    }
                     let mut m = self.lock();
-                    m.handle_rows(self.now(), &request, Err(failed));
+                    m.handle_rows(self.now(), &request, read);
                     self.dispatch_events(&mut m, &shared);
                 }
                 None => match timeout {

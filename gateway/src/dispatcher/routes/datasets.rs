@@ -2,6 +2,7 @@
 //! `DELETE /v1/datasets/{dataset_id}`.
 
 use axum::extract::{Path, State};
+use shardwise_core::dataset::{FileSplit, SourceDef};
 use shardwise_core::dispatch::wire::{
     DatasetDeleted, DatasetInfo, DatasetRegistered, RegisterDataset,
 };
@@ -32,9 +33,31 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 )]
 pub(super) async fn register_dataset(
     State(s): State<AppState>,
-    Body(req): Body<RegisterDataset>,
+    Body(mut req): Body<RegisterDataset>,
 ) -> ApiResult {
+    count_rows(&s, &mut req).await?;
     ok(&s.driver.call(req).await?)
+}
+
+/// Fills in the row counts of a Parquet source split by rows from its files' footers, read
+/// beneath `--data-root` (without a root the core refuses the split, saying why).
+async fn count_rows(s: &AppState, req: &mut RegisterDataset) -> Result<(), Problem> {
+    let (SourceDef::Files(files), Some(roots)) = (&mut req.dataset.source, &s.parquet_roots) else {
+        return Ok(());
+    };
+    if files.split != FileSplit::Rows || files.rows.is_some() {
+        return Ok(());
+    }
+    let (roots, paths) = (roots.clone(), files.paths.clone());
+    let counted = tokio::task::spawn_blocking(move || {
+        shardwise_worker::columnar::parquet_row_counts(&roots, &paths)
+    })
+    .await
+    .map_err(|e| Problem::new(Code::Internal, format!("the footer reader stopped: {e}")))?;
+    files.rows = Some(counted.map_err(|p| {
+        Problem::new(p.code, format!("counting the rows of the parquet files: {}", p.detail))
+    })?);
+    Ok(())
 }
 
 /// `GET /v1/datasets/{dataset_id}`.

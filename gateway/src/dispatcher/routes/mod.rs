@@ -50,6 +50,9 @@ pub struct AppState {
     /// Pushes new tasks of TensorFlow datasets to TensorFlow workers (`ProcessTask`), for
     /// REST and gRPC alike.
     pub pusher: Arc<super::grpc::push::Pusher>,
+    /// `--data-root`, opened as a worker opens it: the dispatcher reads the row counts of a
+    /// Parquet source split by rows from its files' footers (`None` without a root).
+    pub parquet_roots: Option<shardwise_worker::DataRoots>,
 }
 
 /// The API routes and their part of the OpenAPI document (before state and layers): every

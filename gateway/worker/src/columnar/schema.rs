@@ -92,7 +92,16 @@ impl Plan {
             let (conv, out) = match tensor {
                 None => {
                     let t = strip(field.data_type());
-                    let out = Field::new(field.name(), t.clone(), field.is_nullable());
+                    // An extension type the file names (a tensor written by pyarrow, say)
+                    // is what the column is: it is kept, the rest of the metadata is not.
+                    let extension: HashMap<String, String> = field
+                        .metadata()
+                        .iter()
+                        .filter(|(k, _)| *k == EXTENSION_NAME_KEY || *k == EXTENSION_METADATA_KEY)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    let out = Field::new(field.name(), t.clone(), field.is_nullable())
+                        .with_metadata(extension);
                     (Conv::Pass(t), out)
                 }
                 Some(t) => declared(path, field, t)?,

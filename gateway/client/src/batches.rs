@@ -1,0 +1,106 @@
+//! [`distribute_batches`]: the read of [`crate::distribute`], with the rows of a columnar
+//! dataset as Arrow record batches instead of JSON elements.
+//!
+//! Every element read asks the worker for one Arrow IPC stream (`Accept:`
+//! [`ARROW_STREAM`](crate::arrow_stream::ARROW_STREAM), compressed as
+//! [`DistributeOptions::arrow_compression`] says) and decodes it with
+//! [`decode_stream`](crate::arrow_stream::decode_stream); the stream hands out its record
+//! batches one by one, in order. Everything else (the dispatcher calls, task lists,
+//! retries, coordinated reads, the end of the read, the lease) is the JSON stream's, driven by
+//! the same loop.
+//!
+//! **Positions count rows.** A record batch handed out is all its rows consumed; the batches
+//! of a read not handed out yet are not. The read's origin runs (the stream's schema
+//! metadata) cover its rows in order, so a position taken between two batches is exact.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use arrow_array::RecordBatch;
+use futures::Stream;
+use shardwise_core::client::{Batch, Positions};
+use shardwise_core::dataset::DatasetDef;
+use shardwise_core::position::ReadPosition;
+use tokio::sync::mpsc;
+
+use crate::fetch::{Arrow, RecordBatches};
+use crate::{ClientError, Dispatchers, DistributeOptions, no_position, start};
+
+/// The record batches of a [`distribute_batches`] call. Dropping it stops the reads and
+/// releases the client lease.
+#[derive(Debug)]
+pub struct RecordBatchStream {
+    rx: mpsc::Receiver<Result<Batch<RecordBatches>, ClientError>>,
+    /// The current read's batches not handed out yet.
+    pending: VecDeque<RecordBatch>,
+    /// Their rows.
+    pending_rows: usize,
+    done: bool,
+    positions: Positions,
+}
+
+impl RecordBatchStream {
+    /// Where the caller is in the read: every row of the record batches this stream handed
+    /// out (and, when it resumed, everything its [`DistributeOptions::resume_from`] covered),
+    /// not those still buffered in the client. Save it with a model checkpoint; resume with
+    /// [`DistributeOptions::resume_from`], with this stream or [`crate::distribute`].
+    ///
+    /// `FAILED_PRECONDITION` ([`ClientError::FailedPrecondition`]) when the read has no exact
+    /// positions, as [`crate::ElementStream::position`] says.
+    pub fn position(&self) -> Result<ReadPosition, ClientError> {
+        self.positions.position(self.pending_rows).map_err(no_position)
+    }
+}
+
+impl Stream for RecordBatchStream {
+    type Item = Result<RecordBatch, ClientError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(batch) = self.pending.pop_front() {
+                self.pending_rows = self.pending_rows.saturating_sub(batch.num_rows());
+                return Poll::Ready(Some(Ok(batch)));
+            }
+            if self.done {
+                return Poll::Ready(None);
+            }
+            match self.rx.poll_recv(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(read))) => {
+                    let RecordBatches { batches, rows } = read.elements;
+                    self.positions.arrived(rows, read.origin.as_deref());
+                    self.pending = batches.into();
+                    self.pending_rows = rows;
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    self.done = true;
+                    return Poll::Ready(None);
+                }
+            }
+        }
+    }
+}
+
+/// Reads `dataset` through the dispatcher at `dispatchers` as [`crate::distribute`] does, as
+/// Arrow record batches: each worker read is one Arrow IPC stream, whose record batches the
+/// stream hands out in order (a batch has at least one row). For columnar datasets (`files`
+/// sources of the `parquet`, `arrow` and `tfrecord` formats); workers refuse others. Errors,
+/// including bad options and bad URLs, arrive as the stream's last item; an answer that is not
+/// an Arrow stream is [`ClientError::Protocol`].
+pub fn distribute_batches(
+    dispatchers: impl Dispatchers,
+    dataset: DatasetDef,
+    options: DistributeOptions,
+) -> RecordBatchStream {
+    let fetch = Arrow { compression: options.arrow_compression };
+    let (rx, positions) = start(dispatchers, dataset, options, fetch);
+    RecordBatchStream { rx, pending: VecDeque::new(), pending_rows: 0, done: false, positions }
+}
+
+#[cfg(test)]
+mod tests;
