@@ -3,7 +3,7 @@ Shardwise workers, through local pyarrow, and through TensorFlow's tf.data servi
 
     python bench.py --shardwise PATH/TO/shardwise [--gb 1.0] [--tokens-gb GB] [--seconds S]
                     [--only pyarrow,shardwise,tensorflow] [--workers 1,2] [--in-flight 2]
-                    [--call-mb 32] [--no-lz4] [--no-tf-auto] [--repeat N] [--data DIR]
+                    [--rows 64,4096] [--split-rows 128,8192] [--no-lz4] [--no-tf-auto] [--repeat N] [--data DIR]
 
 Writes two datasets (see data.py: `images`, float32 224x224x3 tensors, `--gb` GB; `tokens`,
 int32 ids 2048 a row, `--tokens-gb` GB, default half of `--gb`) as 4 Parquet files each, and
@@ -17,8 +17,9 @@ each contender delivers every row of each dataset into NumPy (contenders.py says
 * TensorFlow's `DispatchServer` and `WorkerServer`s (1 and 2, and its default compression
   `AUTO` with the most) serving the TFRecord copy, `distribute("distributed_epoch")`.
 
-Every contender reads the same number of rows per batch (`--call-mb` MiB of rows: Shardwise's
-`max`, TensorFlow's `batch`, pyarrow's `batch_size`). Prints a markdown table on stdout: GB/s
+Every contender reads the same number of rows per batch (`--rows`, for images and tokens,
+default a row group each, 38.5 and 33.6 MB: Shardwise's `max`, TensorFlow's `batch`, pyarrow's
+`batch_size`); Shardwise's splits are `--split-rows` (two row groups). Prints a markdown table on stdout: GB/s
 and rows/s delivered, the workers' CPU (utime + stime of /proc/PID/stat, before and after) and
 the consumer's per GB, and ratios to local pyarrow and to TensorFlow's best row of the dataset.
 A run is timed from the consumer's first request (Shardwise: registering the dataset;
@@ -161,7 +162,7 @@ def measure(opts, dataset, contender, workers, procs, entry, spec, read):
 
 
 def rows_per_call(opts, spec):
-    return max(1, min(10_000, opts.call_mb * MIB // spec.row_bytes))
+    return opts.rows[spec.name]
 
 
 def run_pyarrow(opts, manifest):
@@ -182,7 +183,8 @@ def run_shardwise(opts, manifest, directory, log_dir):
     counts = opts.workers
     biggest = max(os.path.getsize(p) for e in manifest.values() for p in e["paths"])
     most_rows = max(rows_per_call(opts, data.SPECS[name]) for name in manifest)
-    call_bytes = opts.call_mb * MIB
+    call_bytes = max(rows_per_call(opts, data.SPECS[name]) * data.SPECS[name].row_bytes
+                     for name in manifest)
     worker_args = [
         "--data-root", directory,
         "--max-file-bytes", str(max(64 * MIB, biggest + MIB)),
@@ -221,9 +223,10 @@ def run_shardwise(opts, manifest, directory, log_dir):
                     }
                 }
 
-                def read(tally, dl, definition=definition, rows=rows):
+                def read(tally, dl, definition=definition, rows=rows, name=name):
                     epoch = contenders.ShardwiseEpoch(
-                        dispatcher.address, definition, 2 * rows, rows, opts.in_flight, compression
+                        dispatcher.address, definition, opts.split_rows[name], rows,
+                        opts.in_flight, compression,
                     )
                     epoch.run(tally, dl)
 
@@ -320,6 +323,17 @@ def warm(manifest, tensorflow):
                     pass
 
 
+def per_dataset(option, text, most):
+    """`A,B`: a count for images and one for tokens, each in 1..=most."""
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        counts = []
+    if len(counts) != 2 or not all(1 <= c <= most for c in counts):
+        raise SystemExit(f"{option}: two counts (images,tokens) in 1..={most}, not {text!r}")
+    return dict(zip(data.SPECS, counts))
+
+
 def main():
     roles = {
         "tf-dispatcher": lambda: contenders.tensorflow_dispatcher(),
@@ -336,7 +350,8 @@ def main():
     parser.add_argument("--only", default="pyarrow,shardwise,tensorflow")
     parser.add_argument("--workers", default="1,2", help="worker counts (default 1,2)")
     parser.add_argument("--in-flight", type=int, default=2, help="Shardwise reads per task")
-    parser.add_argument("--call-mb", type=int, default=32, help="MiB of rows per read/batch")
+    parser.add_argument("--rows", default="64,4096", help="rows per read/batch: images,tokens")
+    parser.add_argument("--split-rows", default="128,8192", help="Shardwise split_size: images,tokens")
     parser.add_argument("--no-lz4", dest="lz4", action="store_false")
     parser.add_argument("--no-tf-auto", dest="tf_auto", action="store_false")
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell (the median)")
@@ -347,8 +362,10 @@ def main():
         raise SystemExit(f"--only: {only}")
     if "shardwise" in only and not opts.shardwise:
         raise SystemExit("--shardwise PATH is needed")
-    if opts.repeat < 1 or opts.in_flight < 1 or opts.call_mb < 1:
-        raise SystemExit("--repeat, --in-flight and --call-mb must be at least 1")
+    opts.rows = per_dataset("--rows", opts.rows, 10_000)
+    opts.split_rows = per_dataset("--split-rows", opts.split_rows, 1 << 40)
+    if opts.repeat < 1 or opts.in_flight < 1:
+        raise SystemExit("--repeat and --in-flight must be at least 1")
     opts.workers = sorted({int(n) for n in opts.workers.split(",")})
     if opts.shardwise:
         opts.shardwise = os.path.abspath(opts.shardwise)

@@ -218,7 +218,9 @@ class ShardwiseEpoch:
                     for task in hb["tasks"]:
                         if task["task_id"] in self.tasks:
                             continue
-                        state = {"done": False}
+                        # done: a read saw the end; live: its reads still running (one may
+                        # still hand over rows after a sibling saw the end).
+                        state = {"done": False, "live": self.in_flight}
                         self.tasks[task["task_id"]] = state
                         for _ in range(self.in_flight):
                             t = threading.Thread(
@@ -228,7 +230,7 @@ class ShardwiseEpoch:
                             )
                             t.start()
                             self.threads.append(t)
-                    all_done = all(s["done"] for s in self.tasks.values())
+                    all_done = all(s["live"] == 0 for s in self.tasks.values())
                 if hb["iteration_finished"] and all_done:
                     self.put(None)
                     return
@@ -271,6 +273,9 @@ class ShardwiseEpoch:
             self.put(e)
         finally:
             conn.close()
+            with self.lock:
+                state["live"] -= 1
+            self.changed.set()
 
 
 # ---- TensorFlow ----
