@@ -6,10 +6,11 @@ as TFRecord files of `tf.train.Example`s for TensorFlow's service.
 * `tokens`: `tokens`, int32 token ids, 2048 a row (a FixedShapeTensor of shape [2048], 8 KiB a
   row), and `doc_id`, int64. Row groups of 4096 rows (32 MiB).
 
-Both are split over 4 files, with pyarrow's defaults otherwise: Snappy compression, dictionary
-encoding tried (it gives up on these columns, which have too many distinct values, and falls back
-to plain pages). Tensor values are uniform random numbers (pixels after normalization; token ids
-below 50,257), so Snappy saves little: what a worker reads is about what it serves. The second
+Both are split over 4 files, with pyarrow's defaults otherwise: Snappy compression and
+dictionary encoding. Tensor values are uniform random numbers (pixels after normalization; token
+ids below 50,257): the pixels have too many distinct values for a dictionary (plain pages after
+the first), the token ids fit one (16-bit indices: the files are half the raw size), and Snappy
+saves nothing more on either. The second
 column of each row is its index over the whole dataset, so a reader can check that every row
 arrived exactly once (the sum of the column).
 
