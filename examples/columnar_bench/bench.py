@@ -29,7 +29,6 @@ Needs the TensorFlow venv of the tests (tests/tf/requirements.txt) and a release
 """
 
 import argparse
-import json
 import os
 import queue
 import shutil

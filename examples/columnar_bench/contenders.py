@@ -26,11 +26,12 @@ import threading
 import time
 import urllib.parse
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 ARROW = "application/vnd.apache.arrow.stream"
+# A read that delivers nothing for this long has failed (a worker or the dispatcher hangs).
+STALL_SECONDS = 120
 
 
 class Tally:
@@ -148,12 +149,12 @@ class ShardwiseEpoch:
         self.stop = threading.Event()
         self.changed = threading.Event()
         self.lock = threading.Lock()
-        self.tasks = {}  # task id -> {"done": bool}
+        self.tasks = {}  # task id -> {"done": bool, "live": reads running}
         self.threads = []
-        self.wire_bytes = 0
 
     def run(self, tally, deadline):
         control = Http(self.dispatcher)
+        client = None
         try:
             dataset = control.json("POST", "/v1/datasets", {"dataset": self.definition})
             job = control.json(
@@ -170,7 +171,10 @@ class ShardwiseEpoch:
             self.threads.append(heartbeats)  # first in the list (see the end)
             heartbeats.start()
             while True:
-                item = self.items.get()
+                try:
+                    item = self.items.get(timeout=STALL_SECONDS)
+                except queue.Empty:
+                    raise SystemExit(f"Shardwise read: no rows for {STALL_SECONDS} s") from None
                 if item is None:
                     break
                 if isinstance(item, BaseException):
@@ -194,10 +198,11 @@ class ShardwiseEpoch:
                 readers = self.threads[1:]
             for t in readers:
                 t.join(timeout=60)
-            try:
-                control.call("DELETE", f"/v1/clients/{client}")
-            except (NameError, UnboundLocalError, OSError):
-                pass
+            if client is not None:
+                try:
+                    control.call("DELETE", f"/v1/clients/{client}")
+                except OSError:
+                    pass  # the read is over either way
             control.close()
 
     def put(self, item):
@@ -261,8 +266,6 @@ class ShardwiseEpoch:
                 kind = resp.getheader("content-type")
                 if kind != ARROW:
                     raise ConnectionError(f"task {task_id}: content type {kind}")
-                with self.lock:
-                    self.wire_bytes += len(body)
                 batches = list(pa.ipc.open_stream(pa.py_buffer(body)))
                 if batches:
                     self.put(batches)
