@@ -3,7 +3,8 @@ Shardwise workers, through local pyarrow, and through TensorFlow's tf.data servi
 
     python bench.py --shardwise PATH/TO/shardwise [--gb 1.0] [--tokens-gb GB] [--seconds S]
                     [--only pyarrow,shardwise,tensorflow] [--workers 1,2] [--in-flight 2]
-                    [--rows 64,4096] [--split-rows 128,8192] [--no-lz4] [--no-tf-auto] [--repeat N] [--data DIR]
+                    [--rows 64,4096] [--split-rows 128,8192] [--no-lz4] [--no-tf-auto]
+                    [--repeat N] [--data DIR]
 
 Writes two datasets (see data.py: `images`, float32 224x224x3 tensors, `--gb` GB; `tokens`,
 int32 ids 2048 a row, `--tokens-gb` GB, default half of `--gb`) as 4 Parquet files each, and
@@ -19,9 +20,10 @@ each contender delivers every row of each dataset into NumPy (contenders.py says
 
 Every contender reads the same number of rows per batch (`--rows`, for images and tokens,
 default a row group each, 38.5 and 33.6 MB: Shardwise's `max`, TensorFlow's `batch`, pyarrow's
-`batch_size`); Shardwise's splits are `--split-rows` (two row groups). Prints a markdown table on stdout: GB/s
-and rows/s delivered, the workers' CPU (utime + stime of /proc/PID/stat, before and after) and
-the consumer's per GB, and ratios to local pyarrow and to TensorFlow's best row of the dataset.
+`batch_size`); Shardwise's splits are `--split-rows` (two row groups). Prints a markdown table
+on stdout: GB/s and rows/s delivered, the workers' CPU (utime + stime of /proc/PID/stat,
+before and after) and the consumer's per GB, and ratios to local pyarrow and to TensorFlow's
+best row of the dataset.
 A run is timed from the consumer's first request (Shardwise: registering the dataset;
 TensorFlow: creating the distributed dataset's iterator; pyarrow: opening the first file) to
 the last row delivered; Shardwise's and TensorFlow's workers are started before and idle.
@@ -147,7 +149,9 @@ def measure(opts, dataset, contender, workers, procs, entry, spec, read):
             )
         worker_cpu = sum(cpu1) - sum(cpu0) if procs else None
         results.append(
-            Result(dataset, contender, workers, tally, t1 - t0, worker_cpu, own1 - own0, deadline.hit)
+            Result(
+                dataset, contender, workers, tally, t1 - t0, worker_cpu, own1 - own0, deadline.hit
+            )
         )
     results.sort(key=lambda r: r.gbps)
     r = results[len(results) // 2]
@@ -206,7 +210,8 @@ def run_shardwise(opts, manifest, directory, log_dir):
             workers = []
             for i in range(n):
                 cmd = [opts.shardwise, "worker", "--dispatcher", dispatcher.address, "--port", "0"]
-                workers.append(Proc(f"shardwise worker {i}", cmd + worker_args, listening("worker"), log_dir))
+                role = f"shardwise worker {i}"
+                workers.append(Proc(role, cmd + worker_args, listening("worker"), log_dir))
                 procs.append(workers[-1])
             label = "Shardwise" + (f" ({compression})" if compression else "")
             for name, entry in manifest.items():
@@ -350,7 +355,9 @@ def main():
     parser.add_argument("--workers", default="1,2", help="worker counts (default 1,2)")
     parser.add_argument("--in-flight", type=int, default=2, help="Shardwise reads per task")
     parser.add_argument("--rows", default="64,4096", help="rows per read/batch: images,tokens")
-    parser.add_argument("--split-rows", default="128,8192", help="Shardwise split_size: images,tokens")
+    parser.add_argument(
+        "--split-rows", default="128,8192", help="Shardwise split_size: images,tokens"
+    )
     parser.add_argument("--no-lz4", dest="lz4", action="store_false")
     parser.add_argument("--no-tf-auto", dest="tf_auto", action="store_false")
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell (the median)")
@@ -370,7 +377,10 @@ def main():
         opts.shardwise = os.path.abspath(opts.shardwise)
     tokens_gb = opts.gb / 2 if opts.tokens_gb is None else opts.tokens_gb
 
-    directory = os.path.abspath(opts.data) if opts.data else tempfile.mkdtemp(prefix="columnar-bench-")
+    if opts.data:
+        directory = os.path.abspath(opts.data)
+    else:
+        directory = tempfile.mkdtemp(prefix="columnar-bench-")
     os.makedirs(directory, exist_ok=True)
     log_dir = tempfile.mkdtemp(prefix="columnar-bench-logs-")
     ok = False
@@ -386,8 +396,8 @@ def main():
                 check=True, env=no_proxy_env(), stderr=subprocess.DEVNULL,
             )
         warm(manifest, "tensorflow" in only)
-        print(f"# data ready in {time.monotonic() - t:.1f} s: " + ", ".join(
-            f"{name} {e['rows']} rows" for name, e in manifest.items()), file=sys.stderr, flush=True)
+        ready = ", ".join(f"{name} {e['rows']} rows" for name, e in manifest.items())
+        print(f"# data ready in {time.monotonic() - t:.1f} s: {ready}", file=sys.stderr, flush=True)
         load0 = machine()
         results = []
         if "pyarrow" in only:
