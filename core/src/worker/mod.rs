@@ -68,7 +68,7 @@
 //!     // A client reads; the first read starts the task.
 //!     match task.handle_read(now, Read::Elements { max: 100 }) {
 //!         Some(Ok(reply)) if reply.end_of_sequence => break,
-//!         Some(Ok(reply)) => read.extend(reply.elements),
+//!         Some(Ok(reply)) => read.extend(reply.elements.into_iter().filter_map(|e| e.into_value())),
 //!         Some(Err(e)) => panic!("{e}"),
 //!         None => {} // a real driver waits for `Event::Readable` or the client's deadline
 //!     }
@@ -92,6 +92,7 @@
 //!                 });
 //!             }
 //!             Action::ReadFile { path } => unreachable!("a range has no files: {path}"),
+//!             Action::ReadRows(_) => unreachable!("a range has no columnar files"),
 //!         }
 //!     }
 //!     while let Some(event) = task.poll_event() {
