@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
-use shardwise_core::position::{OriginRun, ReadPosition};
+use shardwise_core::position::{OriginRun, ReadPosition, merge_positions};
 use shardwise_gateway::client::{DistributeOptions, ElementStream, distribute};
 use shardwise_tests::crash::Forwarder;
 use shardwise_tests::{Dispatcher, TempDir, Worker, http, ok, poll_until, runtime};
@@ -318,6 +318,72 @@ fn resume_part_way_through_a_file_skips_the_records_read() {
     let mut got: Vec<i64> = before.into_iter().chain(after).collect();
     got.sort_unstable();
     assert_eq!(got, all, "every record exactly once");
+}
+
+/// Three consumers sharing one job take its tasks' records first come, first served, and stop
+/// with records in their buffers: each position has gaps inside the files under way, their
+/// merge (`merge_positions`) is exact, and one consumer resuming from it on three workers
+/// reads exactly the records nobody handed out (the resumed parts of files stop where the
+/// next consumed range starts).
+#[test]
+fn positions_of_consumers_sharing_a_job_merge_and_resume_exactly_once() {
+    let dir = TempDir::new("resumeshared");
+    let paths: Vec<String> = (0..4)
+        .map(|i| {
+            let path = format!("{}/part-{i}.jsonl", dir.path());
+            let text: String = (0..50).map(|j| format!("{}\n", 100 * i + j)).collect();
+            std::fs::write(&path, text).unwrap();
+            path
+        })
+        .collect();
+    let all: Vec<i64> = (0..4).flat_map(|i| (0..50).map(move |j| 100 * i + j)).collect();
+    let ds = || {
+        DatasetDef::from_json(&json!({"source": {"files": {"paths": paths, "format": "jsonl"}}}))
+            .unwrap()
+    };
+    let d = Dispatcher::start(&[]);
+    let worker =
+        || Worker::start(&d.url, &["--heartbeat-interval", "200ms", "--data-root", dir.path()]);
+    let _workers = [worker(), worker()];
+    await_workers(&d, 2);
+    let shared = || DistributeOptions {
+        elements_per_request: 7,
+        job_name: Some("shared".into()),
+        ..options(None)
+    };
+    let (before, positions) = runtime().block_on(async {
+        let mut streams: Vec<ElementStream> =
+            (0..3).map(|_| distribute(&d.url, ds(), shared())).collect();
+        let mut got = Vec::new();
+        // Five records from each in turn until 120 were handed out.
+        while got.len() < 120 {
+            for stream in &mut streams {
+                for _ in 0..5 {
+                    got.push(next_int(stream).await.expect("more records"));
+                }
+            }
+        }
+        let positions: Vec<ReadPosition> =
+            streams.iter().map(|s| s.position().expect("a position")).collect();
+        (got, positions)
+    });
+    assert_eq!(before.len(), 120);
+    let merged = merge_positions(&positions).expect("positions of one read");
+    println!("merged position: {}", serde_json::to_string(&merged).unwrap());
+    let _third = worker();
+    await_workers(&d, 3);
+    let after = runtime().block_on(async {
+        let resumed = DistributeOptions { elements_per_request: 7, ..options(Some(merged)) };
+        let mut stream = distribute(&d.url, ds(), resumed);
+        let mut got = Vec::new();
+        while let Some(x) = next_int(&mut stream).await {
+            got.push(x);
+        }
+        got
+    });
+    let mut got: Vec<i64> = before.into_iter().chain(after).collect();
+    got.sort_unstable();
+    assert_eq!(got, all, "every record exactly once over both reads");
 }
 
 /// A worker killed with SIGKILL during the resumed read: nothing consumed before the position

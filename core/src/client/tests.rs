@@ -565,22 +565,22 @@ fn positions_count_only_elements_handed_out() {
         p.position(0).unwrap(),
         ReadPosition { dataset_id: "ds".into(), ..ReadPosition::default() }
     );
-    p.arrived(5, Some(&[run(0, 2, 0, 2, true), run(10, 20, 4, 3, false)]));
+    p.arrived(5, Some(&[run(0, 2, 0, 2, true), run(10, 20, 0, 3, false)]));
     // Nothing handed out yet: the batch is buffered, not consumed.
     assert_eq!(p.position(5).unwrap().done, []);
     // Three of five handed out (two pending).
     let got = p.position(2).unwrap();
     assert_eq!(got.done, [r(0, 2)]);
-    assert_eq!(got.partial, [PartialSplit { split: r(10, 20), consumed: 5 }]);
-    assert_eq!(p.position(0).unwrap().partial, [PartialSplit { split: r(10, 20), consumed: 7 }]);
+    assert_eq!(got.partial, [PartialSplit::prefix(r(10, 20), 1)]);
+    assert_eq!(p.position(0).unwrap().partial, [PartialSplit::prefix(r(10, 20), 3)]);
     // The next batch folds the whole previous one.
-    p.arrived(1, Some(&[run(10, 20, 7, 1, false)]));
+    p.arrived(1, Some(&[run(10, 20, 3, 1, false)]));
     let got = p.position(1).unwrap();
     assert_eq!(
         (got.done.as_slice(), got.partial.as_slice()),
-        ([r(0, 2)].as_slice(), [PartialSplit { split: r(10, 20), consumed: 7 }].as_slice())
+        ([r(0, 2)].as_slice(), [PartialSplit::prefix(r(10, 20), 3)].as_slice())
     );
-    assert_eq!(p.position(0).unwrap().partial, [PartialSplit { split: r(10, 20), consumed: 8 }]);
+    assert_eq!(p.position(0).unwrap().partial, [PartialSplit::prefix(r(10, 20), 4)]);
     // Origins that do not cover their elements count as none, once an element is handed
     // out, and for good.
     p.arrived(1, Some(&[run(2, 4, 0, 2, true)]));

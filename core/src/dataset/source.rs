@@ -93,6 +93,9 @@ struct Pass {
     split: Option<(SourceRange, u64)>,
     /// (Dynamic) records of the awaited file to pass over (a `files` split resumed part way).
     skip_records: u64,
+    /// (Dynamic) the output offset at which the current split stops (the rest of it was
+    /// consumed before); `None`: its end.
+    until: Option<u64>,
     /// (Dynamic) whether the caller said this repetition has no more splits.
     end_of_splits: bool,
     cursor: Cursor,
@@ -197,6 +200,12 @@ impl Source {
     /// The next element, the end of this pass, or what the caller must provide.
     pub(super) fn next(&mut self) -> Out {
         loop {
+            if let (Some(until), Some((_, next))) = (self.pass.until, self.pass.split)
+                && next >= until
+            {
+                // The rest of the split was consumed before: it ends here (not at its end).
+                self.pass.cursor = Cursor::Empty;
+            }
             match std::mem::take(&mut self.pass.cursor) {
                 Cursor::Empty => {}
                 Cursor::Positions { next, stop } if next < stop => {
@@ -304,6 +313,7 @@ impl Source {
                     self.run_start = skip;
                     self.last_end = false;
                     self.pass.skip_records = 0;
+                    self.pass.until = at.and_then(|at| at.until);
                     // The first `skip` output elements were consumed before (a split resumed
                     // part way): pass over them without producing them.
                     let format = match &self.def {

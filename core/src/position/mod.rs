@@ -26,7 +26,7 @@ mod plan;
 mod tracker;
 
 pub use plan::{PlanError, ResumePlan};
-pub use tracker::PositionTracker;
+pub use tracker::{MergeError, PositionTracker, merge_positions};
 
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +58,10 @@ pub struct SplitPositions {
     /// element it produces has this offset.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub skip: u64,
+    /// The output offset at which the split stops (exclusive): what follows was consumed
+    /// before (a part of a `files` split between two consumed ranges). `None`: its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
 }
 
 impl SplitPositions {
@@ -88,8 +92,9 @@ pub struct OriginRun {
     pub end: bool,
 }
 
-/// A split of which only the first `consumed` output elements were consumed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// A split under way: the output elements of it that were consumed, as a prefix and, when
+/// several consumers read the split, further ranges after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PartialSplit {
@@ -97,6 +102,23 @@ pub struct PartialSplit {
     pub split: SourceRange,
     /// Output elements of the split consumed, from its first.
     pub consumed: u64,
+    /// Further ranges of output offsets consumed after the prefix (`start..stop` are offsets
+    /// in the split's output, not source positions): sorted, disjoint, not touching each
+    /// other or the prefix. Consumers sharing a task take its elements first come, first
+    /// served, so one consumer's part of a split, or several consumers' parts merged
+    /// ([`merge_positions`]), may have gaps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more: Vec<SourceRange>,
+    /// The split's output length, once its last element was consumed (by any consumer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub len: Option<u64>,
+}
+
+impl PartialSplit {
+    /// A split of which the first `consumed` output elements were consumed.
+    pub fn prefix(split: SourceRange, consumed: u64) -> PartialSplit {
+        PartialSplit { split, consumed, more: Vec::new(), len: None }
+    }
 }
 
 /// Where a reader of a `distributed_epoch` is: save it with a model checkpoint, resume with

@@ -12,7 +12,8 @@ pub struct PlanError(pub String);
 
 /// Consecutive splits of a resumed iteration: positions `start..stop` cut into splits of
 /// `size` positions, the first of which is split number `first`; every split of the run skips
-/// its first `skip` output elements (a `files` source's file resumed part way).
+/// its first `skip` output elements and stops at output offset `until` (a part of a `files`
+/// source's file that was not consumed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct PlanRun {
     start: u64,
@@ -20,6 +21,10 @@ struct PlanRun {
     size: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     skip: u64,
+    /// Every split of the run stops at this output offset (a part of a file between two
+    /// consumed ranges); `None`: at its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    until: Option<u64>,
     first: u64,
 }
 
@@ -51,10 +56,15 @@ impl ResumePlan {
         source: &SourceDef,
         split_size: u64,
     ) -> Result<ResumePlan, PlanError> {
-        let entries = position.done.len().saturating_add(position.partial.len());
+        let entries = position
+            .partial
+            .iter()
+            .fold(position.done.len().saturating_add(position.partial.len()), |n, p| {
+                n.saturating_add(p.more.len())
+            });
         if entries > MAX_POSITION_ENTRIES {
             return Err(PlanError(format!(
-                "the position has {entries} done and partial entries; at most \
+                "the position has {entries} done, partial and more entries; at most \
                  {MAX_POSITION_ENTRIES} are accepted"
             )));
         }
@@ -85,10 +95,32 @@ impl ResumePlan {
             check("done range", r)?;
             consumed.push((r.start, r.stop));
         }
-        let mut skips: Vec<(u64, u64)> = Vec::new();
+        // Files resumed part way: the parts of each not consumed, as (file, skip, until).
+        let mut file_parts: std::collections::BTreeMap<u64, FileConsumed> = Default::default();
         for p in &position.partial {
             check("partial split", &p.split)?;
             let len = p.split.stop - p.split.start;
+            let mut at = p.consumed;
+            for r in &p.more {
+                if r.start <= at || r.start >= r.stop {
+                    return Err(PlanError(format!(
+                        "partial split {{\"start\": {}, \"stop\": {}}}: its \"more\" ranges must \
+                         be non-empty, sorted, apart from each other and after the {} consumed \
+                         elements; {{\"start\": {}, \"stop\": {}}} is not",
+                        p.split.start, p.split.stop, p.consumed, r.start, r.stop
+                    )));
+                }
+                at = r.stop;
+            }
+            if p.len.is_some_and(|l| l < at) {
+                return Err(PlanError(format!(
+                    "partial split {{\"start\": {}, \"stop\": {}}} has {} output elements \
+                     consumed up to offset {at}, past its length",
+                    p.split.start,
+                    p.split.stop,
+                    p.len.unwrap_or_default()
+                )));
+            }
             if files {
                 if len != 1 {
                     return Err(PlanError(format!(
@@ -97,63 +129,72 @@ impl ResumePlan {
                         p.split.start, p.split.stop
                     )));
                 }
+                let file = file_parts.entry(p.split.start).or_default();
                 if p.consumed > 0 {
-                    skips.push((p.split.start, p.consumed));
+                    file.add(0, p.consumed);
                 }
-            } else if p.consumed > len {
+                for r in &p.more {
+                    file.add(r.start, r.stop);
+                }
+                file.len = file.len.max(p.len);
+            } else if at > len || p.len.is_some_and(|l| l > len) {
                 return Err(PlanError(format!(
-                    "partial split {{\"start\": {}, \"stop\": {}}} has {len} elements, not {} \
+                    "partial split {{\"start\": {}, \"stop\": {}}} has {len} elements, not {at} \
                      consumed",
-                    p.split.start, p.split.stop, p.consumed
+                    p.split.start, p.split.stop
                 )));
-            } else if p.consumed > 0 {
-                // consumed <= len, so this stays inside the split; saturate all the same.
-                consumed.push((p.split.start, p.split.start.saturating_add(p.consumed)));
+            } else {
+                // Every offset is a position: what was consumed is those positions.
+                // at <= len, so these stay inside the split; saturate all the same.
+                let to_positions = |a: u64, b: u64| {
+                    (p.split.start.saturating_add(a), p.split.start.saturating_add(b))
+                };
+                if p.consumed > 0 {
+                    consumed.push(to_positions(0, p.consumed));
+                }
+                consumed.extend(p.more.iter().map(|r| to_positions(r.start, r.stop)));
             }
         }
         let consumed = merge(consumed);
-        // A file resumed part way is its own run; one in a consumed range is done.
-        skips.sort_unstable();
-        let mut merged_skips: Vec<(u64, u64)> = Vec::with_capacity(skips.len());
-        for (f, k) in skips {
-            if covered(&consumed, f) {
-                continue;
-            }
-            match merged_skips.last_mut() {
-                Some((g, m)) if *g == f => *m = (*m).max(k),
-                _ => merged_skips.push((f, k)),
-            }
-        }
+        // A file resumed part way is cut into the parts not consumed; one in a consumed
+        // range is done.
+        let file_parts: Vec<(u64, Vec<FilePart>)> = file_parts
+            .into_iter()
+            .filter(|(f, _)| !covered(&consumed, *f))
+            .map(|(f, c)| (f, c.gaps()))
+            .collect();
         let size =
             if files || matches!(source, SourceDef::Splits(_)) { 1 } else { split_size.max(1) };
         let mut plan = ResumePlan::default();
         let mut at = 0u64;
-        let mut skip_iter = merged_skips.into_iter().peekable();
+        let mut part_iter = file_parts.into_iter().peekable();
         for (start, stop) in consumed.into_iter().chain(std::iter::once((n, n))) {
             // The gap at..start is left to read; files resumed part way cut it.
             let mut from = at;
-            while let Some(&(f, k)) = skip_iter.peek() {
-                if f >= start {
+            while let Some((f, _)) = part_iter.peek() {
+                if *f >= start {
                     break;
                 }
-                skip_iter.next();
-                plan.push(from, f, size, 0);
+                let Some((f, gaps)) = part_iter.next() else { break };
+                plan.push(from, f, size, 0, None);
                 // f < start <= n, so f + 1 cannot pass the source's end.
-                plan.push(f, f.saturating_add(1), 1, k);
+                for (skip, until) in gaps {
+                    plan.push(f, f.saturating_add(1), 1, skip, until);
+                }
                 from = f.saturating_add(1);
             }
-            plan.push(from, start, size, 0);
+            plan.push(from, start, size, 0, None);
             at = at.max(stop);
         }
         Ok(plan)
     }
 
-    fn push(&mut self, start: u64, stop: u64, size: u64, skip: u64) {
+    fn push(&mut self, start: u64, stop: u64, size: u64, skip: u64, until: Option<u64>) {
         if start >= stop {
             return;
         }
         let count = (stop - start).div_ceil(size.max(1));
-        self.runs.push(PlanRun { start, stop, size, skip, first: self.total });
+        self.runs.push(PlanRun { start, stop, size, skip, until, first: self.total });
         // The runs are disjoint ranges of at most u64::MAX positions with at least one
         // position per split: the total cannot overflow, but saturate rather than wrap.
         self.total = self.total.saturating_add(count);
@@ -178,7 +219,7 @@ impl ResumePlan {
             return None;
         }
         let stop = start.saturating_add(run.size).min(run.stop);
-        Some(SplitPositions { start, stop, skip: run.skip })
+        Some(SplitPositions { start, stop, skip: run.skip, until: run.until })
     }
 }
 
@@ -197,6 +238,44 @@ fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
         }
     }
     out
+}
+
+/// A part of a file left to read: records from `.0` on, up to `.1` (`None`: its end).
+type FilePart = (u64, Option<u64>);
+
+/// What was consumed of one file of a `files` source (its records' output offsets).
+#[derive(Debug, Default)]
+struct FileConsumed {
+    /// Consumed offset ranges, merged: start -> stop.
+    ranges: std::collections::BTreeMap<u64, u64>,
+    /// The file's number of records, when known.
+    len: Option<u64>,
+}
+
+impl FileConsumed {
+    fn add(&mut self, start: u64, stop: u64) {
+        if start < stop {
+            self.ranges.insert(start, stop);
+        }
+    }
+
+    /// The parts not consumed, as (skip, until): from each consumed range's end to the next
+    /// one's start, the last to the file's end (`None` when its length is unknown).
+    fn gaps(&self) -> Vec<FilePart> {
+        let merged = merge(self.ranges.iter().map(|(&s, &e)| (s, e)).collect());
+        let mut gaps = Vec::with_capacity(merged.len() + 1);
+        let mut at = 0;
+        for (start, stop) in merged {
+            if at < start {
+                gaps.push((at, Some(start)));
+            }
+            at = at.max(stop);
+        }
+        if self.len.is_none_or(|len| at < len) {
+            gaps.push((at, None));
+        }
+        gaps
+    }
 }
 
 fn covered(merged: &[(u64, u64)], p: u64) -> bool {
@@ -224,7 +303,7 @@ mod tests {
             done: done.iter().map(|&(s, e)| r(s, e)).collect(),
             partial: partial
                 .iter()
-                .map(|&((s, e), consumed)| PartialSplit { split: r(s, e), consumed })
+                .map(|&((s, e), consumed)| PartialSplit::prefix(r(s, e), consumed))
                 .collect(),
         }
     }
@@ -252,6 +331,84 @@ mod tests {
         // Every position is either consumed or in exactly one split.
         let left: Vec<u64> = splits(&plan).iter().flat_map(|&(s, e, _)| s..e).collect();
         assert_eq!(left, [7].into_iter().chain(13..20).collect::<Vec<_>>());
+    }
+
+    fn partial(
+        split: (u64, u64),
+        consumed: u64,
+        more: &[(u64, u64)],
+        len: Option<u64>,
+    ) -> PartialSplit {
+        PartialSplit {
+            split: r(split.0, split.1),
+            consumed,
+            more: more.iter().map(|&(s, e)| r(s, e)).collect(),
+            len,
+        }
+    }
+
+    #[test]
+    fn gaps_in_a_split_of_positions_are_left_as_positions() {
+        let mut p = pos(&[(0, 4)], &[]);
+        p.partial = vec![partial((4, 12), 1, &[(3, 5), (7, 8)], None)];
+        let plan = ResumePlan::new(&p, &source(r#"{"range": {"stop": 12}}"#), 8).unwrap();
+        // Consumed: 0..5 (done and the prefix), 7..9 and 11: left 5..7 and 9..11.
+        assert_eq!(splits(&plan), vec![(5, 7, 0), (9, 11, 0)]);
+        assert!((0..plan.num_splits()).all(|i| plan.split(i).unwrap().until.is_none()));
+    }
+
+    #[test]
+    fn gaps_in_a_file_are_parts_of_it_that_stop_at_the_next_consumed_range() {
+        let src = source(r#"{"files": {"paths": ["a", "b", "c"], "format": "jsonl"}}"#);
+        let mut p = pos(&[], &[]);
+        p.partial = vec![
+            partial((0, 1), 2, &[(5, 7), (9, 10)], Some(10)),
+            partial((1, 2), 0, &[(3, 4)], None),
+        ];
+        let plan = ResumePlan::new(&p, &src, 1).unwrap();
+        let got: Vec<_> = (0..plan.num_splits())
+            .map(|i| plan.split(i).unwrap())
+            .map(|s| (s.start, s.skip, s.until))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(0, 2, Some(5)), (0, 7, Some(9)), (1, 0, Some(3)), (1, 4, None), (2, 0, None)],
+            "file a's end is known (10): nothing after 9..10; b's is not"
+        );
+        // A plan survives its journal record with the parts.
+        let json = serde_json::to_string(&plan).unwrap();
+        assert_eq!(serde_json::from_str::<ResumePlan>(&json).unwrap(), plan);
+        // Every consumed range known: the file is done.
+        p.partial = vec![partial((0, 1), 4, &[(5, 10)], Some(10))];
+        let plan = ResumePlan::new(&p, &src, 1).unwrap();
+        assert_eq!(splits(&plan), vec![(0, 1, 4), (1, 2, 0), (2, 3, 0)]);
+        assert_eq!(plan.split(0).unwrap().until, Some(5));
+    }
+
+    #[test]
+    fn malformed_more_ranges_and_lengths_are_refused() {
+        let src = source(r#"{"range": {"stop": 20}}"#);
+        for (bad, why) in [
+            (partial((0, 10), 3, &[(2, 5)], None), "after the 3 consumed"),
+            (partial((0, 10), 3, &[(3, 5)], None), "after the 3 consumed"),
+            (partial((0, 10), 0, &[(4, 6), (5, 7)], None), "sorted"),
+            (partial((0, 10), 0, &[(6, 6)], None), "non-empty"),
+            (partial((0, 10), 0, &[(6, 11)], None), "not 11 consumed"),
+            (partial((0, 10), 0, &[(6, 8)], Some(7)), "past its length"),
+            (partial((0, 10), 0, &[], Some(11)), "has 10 elements"),
+        ] {
+            let mut p = pos(&[], &[]);
+            p.partial = vec![bad.clone()];
+            let e = ResumePlan::new(&p, &src, 4).unwrap_err();
+            assert!(e.0.contains(why), "{bad:?}: {e}");
+        }
+        // `more` counts towards the bound on a position's size.
+        let mut p = pos(&[], &[]);
+        let more: Vec<(u64, u64)> =
+            (0..MAX_POSITION_ENTRIES as u64).map(|i| (2 * i + 1, 2 * i + 2)).collect();
+        p.partial = vec![partial((0, 1 << 40), 0, &more, None)];
+        let big = source(r#"{"range": {"stop": 1099511627776}}"#);
+        assert!(ResumePlan::new(&p, &big, 4).unwrap_err().0.contains("more entries"));
     }
 
     #[test]

@@ -64,7 +64,7 @@ fn chunks(chunks: &[(u64, u64)], first_index: u64) -> SplitsReply {
             .collect(),
         positions: chunks
             .iter()
-            .map(|&(start, stop)| SplitPositions { start, stop, skip: 0 })
+            .map(|&(start, stop)| SplitPositions { start, stop, skip: 0, until: None })
             .collect(),
         end_of_splits: false,
         retry_after_ms: None,

@@ -83,22 +83,19 @@ fn positions_count_rows_of_reads_handed_out_batch_by_batch() {
     let none = p.position(5).unwrap();
     assert_eq!((none.done, none.partial), (vec![], vec![]), "no batch handed out yet");
     let got = p.position(4).unwrap();
-    assert_eq!(
-        (got.done, got.partial),
-        (vec![], vec![PartialSplit { split: r(0, 3), consumed: 1 }])
-    );
+    assert_eq!((got.done, got.partial), (vec![], vec![PartialSplit::prefix(r(0, 3), 1)]));
     // The second batch's rows straddle the two splits.
     let got = p.position(1).unwrap();
     assert_eq!(got.done, [r(0, 3)]);
-    assert_eq!(got.partial, [PartialSplit { split: r(10, 20), consumed: 1 }]);
+    assert_eq!(got.partial, [PartialSplit::prefix(r(10, 20), 1)]);
     let got = p.position(0).unwrap();
-    assert_eq!(got.partial, [PartialSplit { split: r(10, 20), consumed: 2 }]);
+    assert_eq!(got.partial, [PartialSplit::prefix(r(10, 20), 2)]);
     // The next read folds the whole previous one.
     p.arrived(3, Some(&[run(10, 20, 2, 3, false)]));
     let got = p.position(3).unwrap();
     assert_eq!(got.done, [r(0, 3)]);
-    assert_eq!(got.partial, [PartialSplit { split: r(10, 20), consumed: 2 }]);
-    assert_eq!(p.position(0).unwrap().partial, [PartialSplit { split: r(10, 20), consumed: 5 }]);
+    assert_eq!(got.partial, [PartialSplit::prefix(r(10, 20), 2)]);
+    assert_eq!(p.position(0).unwrap().partial, [PartialSplit::prefix(r(10, 20), 5)]);
     // More pending rows than the read has: nothing of it handed out.
     assert_eq!(p.position(7).unwrap(), p.position(3).unwrap());
     // Origins that cover another number of rows than the read has count as none.

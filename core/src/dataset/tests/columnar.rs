@@ -237,7 +237,10 @@ fn rows_are_asked_for_piece_by_piece_and_checked() {
     p.next();
     p.provide_split_at(
         0,
-        Some((json!("a"), Some(crate::position::SplitPositions { start: 0, stop: 1, skip: 5 }))),
+        Some((
+            json!("a"),
+            Some(crate::position::SplitPositions { start: 0, stop: 1, skip: 5, until: None }),
+        )),
     );
     assert_eq!(
         p.next(),

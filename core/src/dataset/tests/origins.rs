@@ -39,7 +39,7 @@ fn read_with_origins(
 }
 
 fn at(start: u64, stop: u64, skip: u64) -> Option<SplitPositions> {
-    Some(SplitPositions { start, stop, skip })
+    Some(SplitPositions { start, stop, skip, until: None })
 }
 
 fn origin(start: u64, stop: u64, offset: u64, end: bool) -> Option<ElementOrigin> {
@@ -124,6 +124,36 @@ fn text_files_skip_records_and_know_their_last_record_when_they_emit_it() {
     let l = def(r#"{"source": {"files": {"paths": ["l"], "format": "lines"}}}"#);
     let got = read_with_origins(&l, vec![(json!("l"), at(0, 1, 1))], &files);
     assert_eq!(got, vec![(json!(""), origin(0, 1, 1, false)), (json!("b"), origin(0, 1, 2, true))]);
+}
+
+#[test]
+fn a_split_cut_short_stops_at_its_until_without_an_end_flag() {
+    // The parts of files a resumed read left: records 2..5 of r0, 7.. of r0 (its end), 0..1 of
+    // r1; the cut parts never claim their split's end.
+    let (jsonl, files) = record_files(2);
+    let part = |start, stop, skip, until| Some(SplitPositions { start, stop, skip, until });
+    let got = read_with_origins(
+        &jsonl,
+        vec![
+            (json!("r0.jsonl"), part(0, 1, 2, Some(5))),
+            (json!("r0.jsonl"), part(0, 1, 7, None)),
+            (json!("r1.jsonl"), part(1, 2, 0, Some(1))),
+        ],
+        &files,
+    );
+    let mut want: Vec<_> = (2..5).map(|j| (json!(j), origin(0, 1, j, false))).collect();
+    want.extend((7..10).map(|j| (json!(j), origin(0, 1, j, j == 9))));
+    want.push((json!(10), origin(1, 2, 0, false)));
+    assert_eq!(got, want);
+    // A range's split cut short too (the dispatcher cuts ranges into positions instead, but
+    // the rule is the same for every source).
+    let range = def(r#"{"source": {"range": {"stop": 10}}}"#);
+    let got = read_with_origins(
+        &range,
+        vec![(json!({"start": 0, "stop": 10}), part(0, 10, 1, Some(3)))],
+        &Files::new(),
+    );
+    assert_eq!(got, vec![(json!(1), origin(0, 10, 1, false)), (json!(2), origin(0, 10, 2, false))]);
 }
 
 #[test]

@@ -267,8 +267,10 @@ fn split_of(
     let at = match plan {
         Some(plan) => plan.split(index)?,
         None => match chunk_at(source, split_size, index) {
-            Some((start, stop)) => SplitPositions { start, stop, skip: 0 },
-            None => SplitPositions { start: index, stop: index.checked_add(1)?, skip: 0 },
+            Some((start, stop)) => SplitPositions { start, stop, skip: 0, until: None },
+            None => {
+                SplitPositions { start: index, stop: index.checked_add(1)?, skip: 0, until: None }
+            }
         },
     };
     let split = match source {
