@@ -270,12 +270,9 @@ fn element_replies_carry_origins_only_for_resumable_reads() {
     drop(w);
 }
 
-#[test]
-fn resume_part_way_through_a_file_skips_the_records_read() {
-    // 4 JSON Lines files of 50 records (record j of file i is 100 * i + j): a split is a
-    // file, so a position taken after 75 records has a file under way, which the resumed
-    // read's worker opens and passes over the records already read.
-    let dir = TempDir::new("resumefiles");
+/// 4 JSON Lines files of 50 records in `dir` (record j of file i is 100 * i + j): their
+/// dataset, and every record.
+fn jsonl_parts(dir: &TempDir) -> (DatasetDef, Vec<i64>) {
     let paths: Vec<String> = (0..4)
         .map(|i| {
             let path = format!("{}/part-{i}.jsonl", dir.path());
@@ -284,11 +281,18 @@ fn resume_part_way_through_a_file_skips_the_records_read() {
             path
         })
         .collect();
-    let all: Vec<i64> = (0..4).flat_map(|i| (0..50).map(move |j| 100 * i + j)).collect();
-    let ds = || {
-        DatasetDef::from_json(&json!({"source": {"files": {"paths": paths, "format": "jsonl"}}}))
-            .unwrap()
-    };
+    let all = (0..4).flat_map(|i| (0..50).map(move |j| 100 * i + j)).collect();
+    let ds = json!({"source": {"files": {"paths": paths, "format": "jsonl"}}});
+    (DatasetDef::from_json(&ds).unwrap(), all)
+}
+
+#[test]
+fn resume_part_way_through_a_file_skips_the_records_read() {
+    // 4 JSON Lines files of 50 records (record j of file i is 100 * i + j): a split is a
+    // file, so a position taken after 75 records has a file under way, which the resumed
+    // read's worker opens and passes over the records already read.
+    let dir = TempDir::new("resumefiles");
+    let (ds, all) = jsonl_parts(&dir);
     let d = Dispatcher::start(&[]);
     let worker =
         || Worker::start(&d.url, &["--heartbeat-interval", "200ms", "--data-root", dir.path()]);
@@ -296,7 +300,7 @@ fn resume_part_way_through_a_file_skips_the_records_read() {
     await_workers(&d, 2);
     let opts = |from| DistributeOptions { elements_per_request: 7, ..options(from) };
     let (before, position) = runtime().block_on(async {
-        let mut stream = distribute(&d.url, ds(), opts(None));
+        let mut stream = distribute(&d.url, ds.clone(), opts(None));
         let mut got = Vec::new();
         while got.len() < 75 {
             got.push(next_int(&mut stream).await.expect("more records"));
@@ -308,7 +312,7 @@ fn resume_part_way_through_a_file_skips_the_records_read() {
         "a file under way: {position:?}"
     );
     let after = runtime().block_on(async {
-        let mut stream = distribute(&d.url, ds(), opts(Some(position)));
+        let mut stream = distribute(&d.url, ds.clone(), opts(Some(position)));
         let mut got = Vec::new();
         while let Some(x) = next_int(&mut stream).await {
             got.push(x);
@@ -328,19 +332,7 @@ fn resume_part_way_through_a_file_skips_the_records_read() {
 #[test]
 fn positions_of_consumers_sharing_a_job_merge_and_resume_exactly_once() {
     let dir = TempDir::new("resumeshared");
-    let paths: Vec<String> = (0..4)
-        .map(|i| {
-            let path = format!("{}/part-{i}.jsonl", dir.path());
-            let text: String = (0..50).map(|j| format!("{}\n", 100 * i + j)).collect();
-            std::fs::write(&path, text).unwrap();
-            path
-        })
-        .collect();
-    let all: Vec<i64> = (0..4).flat_map(|i| (0..50).map(move |j| 100 * i + j)).collect();
-    let ds = || {
-        DatasetDef::from_json(&json!({"source": {"files": {"paths": paths, "format": "jsonl"}}}))
-            .unwrap()
-    };
+    let (ds, all) = jsonl_parts(&dir);
     let d = Dispatcher::start(&[]);
     let worker =
         || Worker::start(&d.url, &["--heartbeat-interval", "200ms", "--data-root", dir.path()]);
@@ -353,7 +345,7 @@ fn positions_of_consumers_sharing_a_job_merge_and_resume_exactly_once() {
     };
     let (before, positions) = runtime().block_on(async {
         let mut streams: Vec<ElementStream> =
-            (0..3).map(|_| distribute(&d.url, ds(), shared())).collect();
+            (0..3).map(|_| distribute(&d.url, ds.clone(), shared())).collect();
         let mut got = Vec::new();
         // Five records from each in turn until 120 were handed out.
         while got.len() < 120 {
@@ -374,7 +366,7 @@ fn positions_of_consumers_sharing_a_job_merge_and_resume_exactly_once() {
     await_workers(&d, 3);
     let after = runtime().block_on(async {
         let resumed = DistributeOptions { elements_per_request: 7, ..options(Some(merged)) };
-        let mut stream = distribute(&d.url, ds(), resumed);
+        let mut stream = distribute(&d.url, ds.clone(), resumed);
         let mut got = Vec::new();
         while let Some(x) = next_int(&mut stream).await {
             got.push(x);

@@ -184,7 +184,7 @@ async fn record_batches_come_in_order_with_positions_counting_rows() {
     let options = DistributeOptions { arrow_compression: Some(IpcCompression::Zstd), ..options() };
     let mut s = distribute_batches(base.as_str(), dataset(), options);
     let partial =
-        |consumed| vec![PartialSplit { split: SourceRange { start: 10, stop: 20 }, consumed }];
+        |consumed| vec![PartialSplit::prefix(SourceRange { start: 10, stop: 20 }, consumed)];
 
     assert!(s.position().unwrap().partial.is_empty(), "nothing handed out yet");
     let first = s.next().await.unwrap().unwrap();
