@@ -13,32 +13,22 @@
 //! of a read not handed out yet are not. The read's origin runs (the stream's schema
 //! metadata) cover its rows in order, so a position taken between two batches is exact.
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use arrow_array::RecordBatch;
 use futures::Stream;
-use shardwise_core::client::{Batch, Positions};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::position::ReadPosition;
-use tokio::sync::mpsc;
 
 use crate::fetch::{Arrow, RecordBatches};
-use crate::{ClientError, Dispatchers, DistributeOptions, no_position, start};
+use crate::handout::Handout;
+use crate::{ClientError, Dispatchers, DistributeOptions, start};
 
 /// The record batches of a [`distribute_batches`] call. Dropping it stops the reads and
 /// releases the client lease.
 #[derive(Debug)]
-pub struct RecordBatchStream {
-    rx: mpsc::Receiver<Result<Batch<RecordBatches>, ClientError>>,
-    /// The current read's batches not handed out yet.
-    pending: VecDeque<RecordBatch>,
-    /// Their rows.
-    pending_rows: usize,
-    done: bool,
-    positions: Positions,
-}
+pub struct RecordBatchStream(Handout<RecordBatches>);
 
 impl RecordBatchStream {
     /// Where the caller is in the read: every row of the record batches this stream handed
@@ -49,7 +39,7 @@ impl RecordBatchStream {
     /// `FAILED_PRECONDITION` ([`ClientError::FailedPrecondition`]) when the read has no exact
     /// positions, as [`crate::ElementStream::position`] says.
     pub fn position(&self) -> Result<ReadPosition, ClientError> {
-        self.positions.position(self.pending_rows).map_err(no_position)
+        self.0.position()
     }
 }
 
@@ -57,32 +47,7 @@ impl Stream for RecordBatchStream {
     type Item = Result<RecordBatch, ClientError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            if let Some(batch) = self.pending.pop_front() {
-                self.pending_rows = self.pending_rows.saturating_sub(batch.num_rows());
-                return Poll::Ready(Some(Ok(batch)));
-            }
-            if self.done {
-                return Poll::Ready(None);
-            }
-            match self.rx.poll_recv(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(read))) => {
-                    let RecordBatches { batches, rows } = read.elements;
-                    self.positions.arrived(rows, read.origin.as_deref());
-                    self.pending = batches.into();
-                    self.pending_rows = rows;
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    self.done = true;
-                    return Poll::Ready(Some(Err(e)));
-                }
-                Poll::Ready(None) => {
-                    self.done = true;
-                    return Poll::Ready(None);
-                }
-            }
-        }
+        self.0.poll_next(cx)
     }
 }
 
@@ -99,7 +64,7 @@ pub fn distribute_batches(
 ) -> RecordBatchStream {
     let fetch = Arrow { compression: options.arrow_compression };
     let (rx, positions) = start(dispatchers, dataset, options, fetch);
-    RecordBatchStream { rx, pending: VecDeque::new(), pending_rows: 0, done: false, positions }
+    RecordBatchStream(Handout::new(rx, positions))
 }
 
 #[cfg(test)]

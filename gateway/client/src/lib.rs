@@ -131,18 +131,18 @@ pub mod arrow_stream;
 mod batches;
 mod driver;
 mod fetch;
+mod handout;
 pub mod problem;
 pub mod rest;
 pub mod tls;
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
 use serde_json::Value;
-use shardwise_core::client::{Batch, Positions};
+use shardwise_core::client::Positions;
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
 use shardwise_core::dispatch::{ShardingPolicy, TargetWorkers};
@@ -153,6 +153,7 @@ use shardwise_core::client::wire::MAX_ELEMENTS;
 
 use crate::arrow_stream::IpcCompression;
 use crate::fetch::Fetch;
+use crate::handout::Handout;
 use crate::rest::{CallError, DispatcherUrls, UrlListError};
 
 /// The stream of Arrow record batches.
@@ -330,12 +331,7 @@ impl ClientError {
 /// The elements of a [`distribute`] call. Dropping it stops the reads and releases the
 /// client lease.
 #[derive(Debug)]
-pub struct ElementStream {
-    rx: mpsc::Receiver<Result<Batch, ClientError>>,
-    pending: VecDeque<Value>,
-    done: bool,
-    positions: Positions,
-}
+pub struct ElementStream(Handout<Vec<Value>>);
 
 impl ElementStream {
     /// Where the caller is in the read: every element this stream handed out (and, when it
@@ -348,7 +344,7 @@ impl ElementStream {
     /// has a transform that buffers or counts across splits (the error says which), or an
     /// element came without origin.
     pub fn position(&self) -> Result<ReadPosition, ClientError> {
-        self.positions.position(self.pending.len()).map_err(no_position)
+        self.0.position()
     }
 }
 
@@ -356,29 +352,7 @@ impl Stream for ElementStream {
     type Item = Result<Value, ClientError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            if let Some(v) = self.pending.pop_front() {
-                return Poll::Ready(Some(Ok(v)));
-            }
-            if self.done {
-                return Poll::Ready(None);
-            }
-            match self.rx.poll_recv(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(batch))) => {
-                    self.positions.arrived(batch.elements.len(), batch.origin.as_deref());
-                    self.pending = batch.elements.into();
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    self.done = true;
-                    return Poll::Ready(Some(Err(e)));
-                }
-                Poll::Ready(None) => {
-                    self.done = true;
-                    return Poll::Ready(None);
-                }
-            }
-        }
+        self.0.poll_next(cx)
     }
 }
 
@@ -447,7 +421,7 @@ pub fn distribute(
     options: DistributeOptions,
 ) -> ElementStream {
     let (rx, positions) = start(dispatchers, dataset, options, fetch::Json);
-    ElementStream { rx, pending: VecDeque::new(), done: false, positions }
+    ElementStream(Handout::new(rx, positions))
 }
 
 /// Starts a read whose element reads `fetch` makes, on the current tokio runtime: the

@@ -38,18 +38,18 @@ fn options_are_validated() {
 #[test]
 fn positions_say_why_a_read_has_none() {
     let dataset: DatasetDef = r#"{"source": {"range": {"stop": 100}}}"#.parse().unwrap();
-    let stream = |options: &DistributeOptions| ElementStream {
-        rx: mpsc::channel(2).1,
-        pending: VecDeque::new(),
-        done: false,
-        positions: Positions::new(
-            &dataset,
-            "ds".into(),
-            options.processing_mode.policy(),
-            options.num_consumers.is_some(),
-            options.repetition,
-            options.resume_from.as_ref(),
-        ),
+    let stream = |options: &DistributeOptions| {
+        ElementStream(Handout::new(
+            mpsc::channel(2).1,
+            Positions::new(
+                &dataset,
+                "ds".into(),
+                options.processing_mode.policy(),
+                options.num_consumers.is_some(),
+                options.repetition,
+                options.resume_from.as_ref(),
+            ),
+        ))
     };
     let dynamic = DistributeOptions {
         processing_mode: ProcessingMode::Named(NamedMode::DistributedEpoch),
