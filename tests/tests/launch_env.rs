@@ -429,3 +429,30 @@ fn jax_distributed_starts_from_the_printed_env() {
         None => eprintln!("SKIPPED the IPv6 group: cannot bind [::1]"),
     }
 }
+
+#[test]
+fn dispatcher_serves_the_same_launch() {
+    let request = json!({"resolver": {"simple": {"cluster": {"worker": ["w0:2222", "w0:2223"]},
+                                                 "task_type": "worker", "task_id": 1}},
+                         "launch": {"master_port": 29500}});
+    let cli = run_shardwise(&["resolve"], &request.to_string(), &[]).json();
+    let dir = shardwise_tests::TempDir::new("launch-cluster");
+    let config = dir.0.join("cluster.json");
+    std::fs::write(&config, request.to_string()).expect("write --cluster-config");
+    let config = config.to_str().expect("utf-8 path");
+    let d = shardwise_tests::Dispatcher::start(&["--cluster-config", config]);
+    let r = d.call("POST", "/v1/cluster/resolve", Some(request.clone()));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json(), cli);
+    assert_eq!(cli["launch"]["torch"]["LOCAL_RANK"], "1");
+    // The kept cluster of --cluster-config carries it too.
+    let r = d.call("GET", "/v1/cluster", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["launch"], cli["launch"]);
+    // A launch that cannot be computed is the problem of the whole request.
+    let mut bad = request.clone();
+    bad["launch"]["master_port"] = json!(0);
+    let r = d.call("POST", "/v1/cluster/resolve", Some(bad));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["code"], "INVALID_ARGUMENT");
+}
