@@ -26,14 +26,14 @@
 
 pub mod address;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
 use super::error::ClusterError;
 use super::spec::{ClusterSpec, TaskIndex};
 use crate::echo::{bare, echo};
-use address::{join_host_port, parse_address};
+use address::{HostPort, join_host_port, parse_address};
 
 /// The training jobs when the request names none, in rank order.
 pub const DEFAULT_JOBS: [&str; 2] = ["chief", "worker"];
@@ -218,7 +218,9 @@ pub fn process_group(
     if !jobs.contains(&task_type) {
         return Ok(None);
     }
-    let in_cluster = spec.tasks(task_type).is_ok_and(|tasks| tasks.contains_key(&task_id));
+    // Jobs by name, so that a long job list over a cluster of many jobs stays linear.
+    let by_name: HashMap<&str, &BTreeMap<TaskIndex, String>> = spec.iter().collect();
+    let in_cluster = by_name.get(task_type).is_some_and(|tasks| tasks.contains_key(&task_id));
     if !in_cluster {
         return Err(ClusterError::not_found(format!(
             "task {} is not in the cluster, so it has no rank",
@@ -226,11 +228,11 @@ pub fn process_group(
         )));
     }
     // The group in rank order, each address split (and so checked) once.
-    let mut group = Vec::new();
+    let mut group: Vec<Member<'_>> = Vec::new();
     let mut rank = None;
     for job in jobs {
-        let Ok(tasks) = spec.tasks(job) else { continue };
-        for (&index, address) in tasks {
+        let Some(tasks) = by_name.get(job) else { continue };
+        for (&index, address) in *tasks {
             let split = parse_address(address).map_err(|e| {
                 ClusterError::invalid_input(format!(
                     "the address {} of task {} cannot be used to launch: {e}",
@@ -241,38 +243,41 @@ pub fn process_group(
             if job == task_type && index == task_id {
                 rank = Some(group.len());
             }
-            group.push((job, index, address.as_str(), split));
+            group.push(Member { job, index, address, split });
         }
     }
-    let (Some(rank), Some(&(master_job, master_index, master_address, master))) =
-        (rank, group.first())
-    else {
+    let (Some(rank), Some(master)) = (rank, group.first()) else {
         // The task was found in the cluster above, so it is in the group.
         return Err(ClusterError::invalid_input("the task is missing from its process group"));
     };
-    let master_port = match options.master_port.or(master.port) {
-        Some(port) => port,
-        None => {
-            return Err(ClusterError::invalid_input(format!(
-                "the master, task {} at {}, has no port: give one in the address or as \
-                 launch.master_port",
-                task_name(master_job, master_index),
-                echo(master_address)
-            )));
-        }
+    let Some(master_port) = options.master_port.or(master.split.port) else {
+        return Err(ClusterError::invalid_input(format!(
+            "the master, task {} at {}, has no port: give one in the address or as \
+             launch.master_port",
+            task_name(master.job, master.index),
+            echo(master.address)
+        )));
     };
-    let host = group.get(rank).map(|t| t.3.host).unwrap_or_default();
-    let same_host = |h: &str| h.eq_ignore_ascii_case(host);
-    let local_rank = group.iter().take(rank).filter(|t| same_host(t.3.host)).count();
-    let local_world_size = group.iter().filter(|t| same_host(t.3.host)).count();
+    let host = group.get(rank).map(|m| m.split.host).unwrap_or_default();
+    let same_host = |m: &&Member<'_>| m.split.host.eq_ignore_ascii_case(host);
+    let local_rank = group.iter().take(rank).filter(same_host).count();
+    let local_world_size = group.iter().filter(same_host).count();
     Ok(Some(ProcessGroup {
         rank,
         world_size: group.len(),
         local_rank,
         local_world_size,
-        master_host: master.host.to_owned(),
+        master_host: master.split.host.to_owned(),
         master_port,
     }))
+}
+
+/// One task of a process group being built.
+struct Member<'a> {
+    job: &'a str,
+    index: TaskIndex,
+    address: &'a str,
+    split: HostPort<'a>,
 }
 
 /// Why `task_type`/`task_id` has no rank ([`process_group`] answered `None`): a

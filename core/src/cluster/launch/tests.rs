@@ -309,6 +309,41 @@ fn a_large_group_is_linear() {
     assert_eq!((g.rank, g.world_size, g.local_rank, g.local_world_size), (49_999, 50_000, 7, 8));
 }
 
+#[test]
+fn many_jobs_against_a_long_job_list_stay_linear() {
+    let mut cluster = serde_json::Map::new();
+    for i in 0..100_000 {
+        cluster.insert(format!("j{i}"), json!([]));
+    }
+    cluster.insert("worker".into(), json!(["w0:1"]));
+    let s = spec(Value::Object(cluster));
+    let mut names: Vec<String> = (0..100_000).map(|i| format!("x{i}")).collect();
+    names.push("worker".into());
+    let o = LaunchOptions { jobs: Some(names), master_port: None };
+    let started = std::time::Instant::now();
+    assert_eq!(group(&s, "worker", 0, &o).world_size, 1);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_address_splits_or_is_refused(address in "\\PC{0,40}|[\\[\\]:0-9a-f%.]{0,20}") {
+        let _ = parse_address(&address);
+    }
+
+    #[test]
+    fn host_and_port_round_trip(
+        host in "[a-z0-9][a-z0-9._-]{0,30}|[0-9a-f]{1,4}(:[0-9a-f]{0,4}){1,7}",
+        port in 1u16..,
+    ) {
+        let joined = address::join_host_port(&host, port);
+        proptest::prop_assert_eq!(
+            parse_address(&joined),
+            Ok(HostPort { host: &host, port: Some(port) })
+        );
+    }
+}
+
 mod through_the_request {
     use serde_json::json;
 
