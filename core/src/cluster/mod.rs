@@ -21,12 +21,14 @@ pub use simple::SimpleResolver;
 pub use tfconfig::{TfConfigResolver, render_tf_config};
 pub use union::{UnionResolver, merge_clusters};
 pub mod kubernetes;
+pub mod launch;
 pub mod pods;
 pub mod request;
 pub mod selector;
 pub mod slurm;
 
 pub use kubernetes::{AddressSource, KubernetesConfig, KubernetesResolver, Membership, PodLister};
+pub use launch::{Launch, LaunchOptions, ProcessGroup, process_group};
 pub use request::{ResolveReply, ResolveRequest, Resolver};
 pub use selector::LabelSelector;
 pub use slurm::SlurmResolver;

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::error::{ClusterError, TfException};
 use super::kubernetes::{KubernetesResolver, KubernetesSpec, PodLister, fetch_snapshot};
+use super::launch::{Launch, LaunchOptions, process_group};
 use super::multi_worker::{Role, role};
 use super::resolver::{Accelerators, ClusterResolver, Device, DeviceMatch};
 use super::simple::SimpleResolver;
@@ -40,6 +41,9 @@ pub struct ResolveRequest {
     /// How devices are matched to the task (`exact`, or TensorFlow's `tf_substring`).
     #[serde(default)]
     pub device_match: DeviceMatch,
+    /// Asks for the task's PyTorch and JAX process group too (the reply's `launch`).
+    #[serde(default)]
+    pub launch: Option<LaunchOptions>,
 }
 
 /// One resolver of the contract (externally tagged: `{"simple": {...}}`).
@@ -369,6 +373,24 @@ pub struct ResolveReply {
     /// `CUDA_VISIBLE_DEVICES`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub environment_updates: BTreeMap<String, String>,
+    /// The task's PyTorch environment and JAX arguments, when the request has `launch`
+    /// (absent otherwise, so replies to requests without it are unchanged); `Some(None)`,
+    /// `null` in JSON, for a task that has no rank (a `ps`, an `evaluator`, no task).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_or_null"
+    )]
+    pub launch: Option<Option<Launch>>,
+}
+
+/// A member that may be absent (`None`, through `default`), `null` (`Some(None)`) or a value.
+fn present_or_null<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 impl ResolveRequest {
@@ -415,6 +437,13 @@ impl ResolveRequest {
             (Some(t), Some(i)) => role(&cluster, t, i),
             _ => None,
         };
+        let launch = match &self.launch {
+            Some(options) => Some(
+                process_group(&cluster, task_type.as_deref(), task_id, options)?
+                    .map(|g| g.launch()),
+            ),
+            None => None,
+        };
         Ok(ResolveReply {
             cluster: cluster.as_dict(),
             cluster_def: cluster.cluster_def(),
@@ -432,6 +461,7 @@ impl ResolveRequest {
             num_accelerators,
             role,
             environment_updates: resolver.environment_updates()?,
+            launch,
         })
     }
 

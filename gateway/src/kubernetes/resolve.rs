@@ -1,9 +1,17 @@
-//! `shardwise resolve`: one resolve request from stdin or a file, one JSON answer on stdout.
+//! `shardwise resolve`: one resolve request from stdin or a file, one JSON answer on stdout,
+//! or (`--print torch-env|jax-env`) the task's launcher environment as shell `export` lines.
+//!
+//! The environment forms exist so that a launch script can do
+//! `eval "$(shardwise resolve --print torch-env < request.json)"` before `python train.py`:
+//! nothing but `export` lines ever reaches standard output, every value is shell-quoted, and a
+//! failure prints its problem on standard error with an empty standard output (an `eval` of
+//! it does nothing) and exit status 1.
 
 use std::io::Read;
 use std::path::PathBuf;
 
-use shardwise_core::cluster::request::ResolveRequest;
+use shardwise_core::cluster::launch::{Launch, not_in_group};
+use shardwise_core::cluster::request::{ResolveReply, ResolveRequest};
 use shardwise_core::cluster::slurm::DEFAULT_MAX_TASKS;
 use shardwise_core::cluster::{ClusterError, ClusterResolver};
 
@@ -20,11 +28,30 @@ pub struct ResolveArgs {
     /// Print compact JSON instead of indented JSON.
     #[arg(long)]
     pub compact: bool,
+    /// What to print: the JSON reply, or this task's launcher environment as shell `export`
+    /// lines for `eval`: torchrun's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
+    /// LOCAL_WORLD_SIZE (torch-env), or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
+    /// JAX_PROCESS_ID (jax-env). The environment forms compute the request's `launch` (its
+    /// defaults when it has none) and fail for a task without a rank
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Print::Json)]
+    pub print: Print,
     /// The most tasks a resolved cluster may have: a Slurm hostlist or tasks-per-node list
     /// expanding to more is refused (counted before anything is built), and so is a
     /// cluster of more tasks from any resolver. Raise it for a giant cluster.
     #[arg(long, env = "SHARDWISE_MAX_RESOLVE_TASKS", default_value_t = DEFAULT_MAX_TASKS, value_parser = parse_max_tasks)]
     pub max_resolve_tasks: usize,
+}
+
+/// What `shardwise resolve` prints (`--print`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Print {
+    /// The reply (or the problem) as JSON.
+    #[default]
+    Json,
+    /// `export` lines of PyTorch's `env://` variables.
+    TorchEnv,
+    /// `export` lines of JAX's coordinator address, process count and process id.
+    JaxEnv,
 }
 
 /// `--max-resolve-tasks`: at least 1.
@@ -61,7 +88,14 @@ impl KubeSlot {
 /// `pods` list them from the API `kube` connects to. A cluster of more than `max_tasks`
 /// tasks is refused (`--max-resolve-tasks`).
 pub async fn resolve_text(text: &str, kube: &KubeSlot, max_tasks: usize) -> Outcome {
-    match try_resolve(text, kube, max_tasks).await {
+    let reply = match ResolveRequest::from_json(text) {
+        Ok(request) => resolve_request(&request, kube, max_tasks).await.and_then(|r| {
+            serde_json::to_value(r)
+                .map_err(|e| ClusterError::invalid_input(format!("cannot encode the reply: {e}")))
+        }),
+        Err(e) => Err(e),
+    };
+    match reply {
         Ok(reply) => Outcome { json: reply, exit_code: 0 },
         Err(e) => Outcome {
             json: serde_json::to_value(Problem::from(&e)).unwrap_or_default(),
@@ -70,12 +104,29 @@ pub async fn resolve_text(text: &str, kube: &KubeSlot, max_tasks: usize) -> Outc
     }
 }
 
-async fn try_resolve(
+/// This task's launcher environment from a request text: the request's `launch` options, or
+/// their defaults when it has none. A task without a rank (a `ps`, an `evaluator`, no task) is
+/// a `FAILED_PRECONDITION` saying so.
+pub async fn resolve_launch(
     text: &str,
     kube: &KubeSlot,
     max_tasks: usize,
-) -> Result<serde_json::Value, ClusterError> {
-    let request = ResolveRequest::from_json(text)?;
+) -> Result<Launch, ClusterError> {
+    let mut request = ResolveRequest::from_json(text)?;
+    let options = request.launch.get_or_insert_default().clone();
+    let reply = resolve_request(&request, kube, max_tasks).await?;
+    match reply.launch {
+        Some(Some(launch)) => Ok(launch),
+        _ => Err(not_in_group(reply.task_type.as_deref(), reply.task_id, &options)),
+    }
+}
+
+/// Resolves a decoded request with the host's inputs (see [`resolve_text`]).
+pub async fn resolve_request(
+    request: &ResolveRequest,
+    kube: &KubeSlot,
+    max_tasks: usize,
+) -> Result<ResolveReply, ClusterError> {
     let req = request.clone();
     // Host inputs may run `nvidia-smi`: off the async threads.
     let mut resolver = tokio::task::spawn_blocking(move || {
@@ -97,9 +148,37 @@ async fn try_resolve(
              with --max-resolve-tasks for a larger cluster)"
         )));
     }
-    let reply = request.resolve_with(&resolver)?;
-    serde_json::to_value(reply)
-        .map_err(|e| ClusterError::invalid_input(format!("cannot encode the reply: {e}")))
+    request.resolve_with(&resolver)
+}
+
+/// `export NAME=VALUE` lines, one per variable, each value quoted for a POSIX shell.
+pub fn export_lines<'a>(vars: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    vars.into_iter()
+        .map(|(name, value)| format!("export {name}={}\n", shell_quote(value)))
+        .collect()
+}
+
+/// `value` as one shell word: as it is when it has only characters no shell treats specially,
+/// else in single quotes (a `'` inside written `'\''`).
+pub fn shell_quote(value: &str) -> String {
+    let plain = !value.is_empty()
+        && value.bytes().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(b, b'_' | b'-' | b'.' | b',' | b':' | b'/' | b'@' | b'%' | b'+' | b'=')
+        });
+    if plain { value.to_owned() } else { format!("'{}'", value.replace('\'', r"'\''")) }
+}
+
+/// The `export` lines of `--print torch-env` or `--print jax-env` (`None` for `json`).
+pub fn launch_exports(launch: &Launch, print: Print) -> Option<String> {
+    match print {
+        Print::Json => None,
+        Print::TorchEnv => Some(export_lines(launch.torch.vars())),
+        Print::JaxEnv => {
+            let vars = launch.jax.vars();
+            Some(export_lines(vars.iter().map(|(n, v)| (*n, v.as_str()))))
+        }
+    }
 }
 
 /// Runs `shardwise resolve`; returns the process exit status.
@@ -129,6 +208,21 @@ pub fn run(args: &ResolveArgs) -> i32 {
             return 1;
         }
     };
+    if args.print != Print::Json {
+        let launch =
+            runtime.block_on(resolve_launch(&text, &KubeSlot::default(), args.max_resolve_tasks));
+        return match launch.map(|l| launch_exports(&l, args.print)) {
+            Ok(Some(lines)) => {
+                print!("{lines}");
+                0
+            }
+            Ok(None) => 0,
+            Err(e) => {
+                eprintln!("shardwise resolve: {}: {}", e.code(), e.detail());
+                1
+            }
+        };
+    }
     let outcome =
         runtime.block_on(resolve_text(&text, &KubeSlot::default(), args.max_resolve_tasks));
     let rendered = if args.compact {
@@ -144,4 +238,21 @@ pub fn run(args: &ResolveArgs) -> i32 {
         }
     }
     outcome.exit_code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words() {
+        assert_eq!(shell_quote("10.0.0.1"), "10.0.0.1");
+        assert_eq!(shell_quote("fe80::1%eth0"), "fe80::1%eth0");
+        assert_eq!(shell_quote("[fd00::1]:8470"), "'[fd00::1]:8470'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("$(x)`y`"), "'$(x)`y`'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(export_lines([("A", "1"), ("B", "x y")]), "export A=1\nexport B='x y'\n");
+    }
 }

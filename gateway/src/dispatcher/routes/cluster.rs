@@ -24,7 +24,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
     operation_id = "resolve",
     summary = "Resolve a cluster (the `shardwise resolve` contract).",
     request_body(content = Object, description = "A resolve request.", content_type = "application/json"),
-    responses((status = 200, description = "The resolved cluster, task, role and TF_CONFIG.", body = Object))
+    responses((status = 200, description = "The resolved cluster, task, role and TF_CONFIG, and (when the request has `launch`) the task's PyTorch environment and JAX arguments.", body = Object))
 )]
 pub(super) async fn resolve(State(s): State<AppState>, Body(req): Body<Value>) -> ApiResult {
     let text = req.to_string();
