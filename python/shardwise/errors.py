@@ -140,6 +140,21 @@ class ShardwiseError(Exception):
             f"detail={self.detail!r}, context={self.context!r}, kind={self.kind!r})"
         )
 
+    def __reduce__(self) -> Any:
+        # Pickled whole (a DataLoader worker's exception crosses to the main process so).
+        return (_rebuild, (self.code, self.detail, self._fields()))
+
+    def _fields(self) -> Dict[str, Any]:
+        return {
+            "status": self.status,
+            "title": self.title,
+            "type": self.type,
+            "instance": self.instance,
+            "extra": self.extra,
+            "context": self.context,
+            "kind": self.kind,
+        }
+
     @property
     def is_retryable(self) -> bool:
         """Whether the call may succeed if made again later (with backoff): an
@@ -152,17 +167,9 @@ class ShardwiseError(Exception):
 
     def with_context(self, context: str) -> "ShardwiseError":
         """The same error naming the call ``context`` (a new object)."""
-        return ShardwiseError(
-            self.code,
-            self.detail,
-            status=self.status,
-            title=self.title,
-            type=self.type,
-            instance=self.instance,
-            extra=self.extra,
-            context=context,
-            kind=self.kind,
-        )
+        fields = self._fields()
+        fields["context"] = context
+        return ShardwiseError(self.code, self.detail, **fields)
 
     @classmethod
     def from_response(
@@ -213,6 +220,10 @@ class ShardwiseError(Exception):
         return cls(
             "UNAVAILABLE", f"TLS handshake failed: {reason}", context=context, kind="tls"
         )
+
+
+def _rebuild(code: str, detail: str, fields: Dict[str, Any]) -> ShardwiseError:
+    return ShardwiseError(code, detail, **fields)
 
 
 def _problem(body: bytes) -> Optional[Dict[str, Any]]:
