@@ -289,6 +289,16 @@ class Reader:
         self._error = None
 
     @property
+    def tasks(self) -> List[Dict[str, Any]]:
+        """The tasks this reader reads (or read), in the order it learnt them:
+        ``{"task_id", "worker_address", "done"}`` (``done``: it answered its end, or its
+        worker was lost)."""
+        return [
+            {"task_id": t.task_id, "worker_address": t.address, "done": t.done}
+            for t in self._tasks
+        ]
+
+    @property
     def closed(self) -> bool:
         """The read is over: ended, failed or closed (buffered elements may remain)."""
         return not self._reading
