@@ -50,6 +50,21 @@ class Backoff:
         self._next = self.initial
 
 
+def _object(value: Any, context: str) -> Dict[str, Any]:
+    """An answer that must be a JSON object; a protocol error when it is not."""
+    if not isinstance(value, dict):
+        raise ShardwiseError.protocol(f"not a JSON object: {str(value)[:80]}", context=context)
+    return value
+
+
+def _text(answer: Dict[str, Any], key: str, context: str) -> str:
+    """An answer's id member, as text; a protocol error when it has none."""
+    value = answer.get(key)
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise ShardwiseError.protocol(f"no {key} in the answer", context=context)
+    return str(value)
+
+
 def _id(value: Any, what: str) -> str:
     """An id as a URL path segment (percent-encoded: the servers judge it)."""
     text = str(value)
@@ -142,22 +157,17 @@ class Dispatcher:
                     raise
                 elapsed = time.monotonic() - start
                 if elapsed >= self.unavailable_timeout:
-                    raise ShardwiseError(
-                        e.code,
-                        f"{e.detail} (retried for {elapsed:.1f} s)",
-                        status=e.status,
-                        title=e.title,
-                        type=e.type,
-                        instance=e.instance,
-                        extra=e.extra,
-                        context=e.context,
-                        kind=e.kind,
-                    ) from None
+                    detail = f"{e.detail} (retried for {elapsed:.1f} s)"
+                    raise ShardwiseError(e.code, detail, **e._fields()) from None
                 time.sleep(min(backoff.next_delay(), max(0.0, self.unavailable_timeout - elapsed)))
+
+    def _object(self, method: str, path: str, body: Optional[Any] = None) -> Dict[str, Any]:
+        """:meth:`call` of a route whose answer is a JSON object."""
+        return _object(self.call(method, path, body), f"{method} {path}")
 
     def version(self) -> Dict[str, Any]:
         """``GET /v1/version``: ``{"version", "incarnation", "fault_tolerant"}``."""
-        return self.call("GET", "/v1/version")
+        return self._object("GET", "/v1/version")
 
     def check_version(self) -> Dict[str, Any]:
         """:meth:`version`, raising ``FAILED_PRECONDITION`` when the dispatcher speaks another
@@ -174,17 +184,20 @@ class Dispatcher:
 
     def leader(self) -> Dict[str, Any]:
         """``GET /v1/leader``: this replica's role, the leader's URL and its term."""
-        return self.call("GET", "/v1/leader")
+        return self._object("GET", "/v1/leader")
 
     def status(self) -> Dict[str, Any]:
         """``GET /v1/status``: workers, datasets, jobs, iterations, clients, the journal
         (the ``monitor`` or ``admin`` role)."""
-        return self.call("GET", "/v1/status")
+        return self._object("GET", "/v1/status")
 
     def workers(self) -> List[Dict[str, Any]]:
         """``GET /v1/workers``: every registered worker (``worker_address``, ``tags``,
         ``tasks``, ``alive``...)."""
-        return list(self.call("GET", "/v1/workers")["workers"])
+        workers = self._object("GET", "/v1/workers").get("workers")
+        if not isinstance(workers, list):
+            raise ShardwiseError.protocol("no workers list", context="GET /v1/workers")
+        return workers
 
     def register_dataset(
         self,
@@ -208,16 +221,16 @@ class Dispatcher:
             body["dataset_id"] = dataset_id
         if metadata is not None:
             body["metadata"] = metadata
-        return str(self.call("POST", "/v1/datasets", body)["dataset_id"])
+        return _text(self._object("POST", "/v1/datasets", body), "dataset_id", "POST /v1/datasets")
 
     def dataset(self, dataset_id: str) -> Dict[str, Any]:
         """``GET /v1/datasets/{id}``: ``{"dataset_id", "dataset", "metadata"}`` (the definition
         in its canonical form). ``NOT_FOUND`` for an unknown id."""
-        return self.call("GET", f"/v1/datasets/{_id(dataset_id, 'dataset_id')}")
+        return self._object("GET", f"/v1/datasets/{_id(dataset_id, 'dataset_id')}")
 
     def delete_dataset(self, dataset_id: str) -> Dict[str, Any]:
         """``DELETE /v1/datasets/{id}``: a dataset no job with iterations uses."""
-        return self.call("DELETE", f"/v1/datasets/{_id(dataset_id, 'dataset_id')}")
+        return self._object("DELETE", f"/v1/datasets/{_id(dataset_id, 'dataset_id')}")
 
     def job(
         self,
@@ -240,11 +253,11 @@ class Dispatcher:
             body["target_workers"] = target_workers
         if split_size is not None:
             body["split_size"] = split_size
-        return str(self.call("POST", "/v1/jobs", body)["job_id"])
+        return _text(self._object("POST", "/v1/jobs", body), "job_id", "POST /v1/jobs")
 
     def get_job(self, job_id: str) -> Dict[str, Any]:
         """``GET /v1/jobs/{id}``: the job and its iterations."""
-        return self.call("GET", f"/v1/jobs/{_id(job_id, 'job_id')}")
+        return self._object("GET", f"/v1/jobs/{_id(job_id, 'job_id')}")
 
     def iteration(
         self,
@@ -261,7 +274,7 @@ class Dispatcher:
         body: Dict[str, Any] = {"repetition": repetition}
         if resume_from is not None:
             body["resume_from"] = resume_from
-        return self.call("POST", f"/v1/jobs/{_id(job_id, 'job_id')}/iterations", body)
+        return self._object("POST", f"/v1/jobs/{_id(job_id, 'job_id')}/iterations", body)
 
     def client_heartbeat(
         self, client_id: str, *, known_tasks_version: Optional[int] = None
@@ -272,11 +285,11 @@ class Dispatcher:
         body: Dict[str, Any] = {}
         if known_tasks_version is not None:
             body["known_tasks_version"] = known_tasks_version
-        return self.call("POST", f"/v1/clients/{_id(client_id, 'client_id')}/heartbeat", body)
+        return self._object("POST", f"/v1/clients/{_id(client_id, 'client_id')}/heartbeat", body)
 
     def release_client(self, client_id: str) -> Dict[str, Any]:
         """``DELETE /v1/clients/{id}``: release a client lease."""
-        return self.call("DELETE", f"/v1/clients/{_id(client_id, 'client_id')}")
+        return self._object("DELETE", f"/v1/clients/{_id(client_id, 'client_id')}")
 
     # -- for readers ----------------------------------------------------------------------
 

@@ -186,17 +186,18 @@ class ShardwiseError(Exception):
         p_status = problem.get("status")
         if not isinstance(p_status, int) or isinstance(p_status, bool):
             p_status = status
-        def text(key: str) -> Optional[str]:
-            v = problem.get(key)
+        def member(key: str) -> Optional[str]:
+            v = problem.get(key) if problem is not None else None
             return v if isinstance(v, str) else None
+
         extra = {k: v for k, v in problem.items() if k not in _STANDARD}
         return cls(
             code,
-            text("detail") or "",
+            member("detail") or "",
             status=p_status,
-            title=text("title"),
-            type=text("type"),
-            instance=text("instance"),
+            title=member("title"),
+            type=member("type"),
+            instance=member("instance"),
             extra=extra,
             context=context,
             kind="problem",

@@ -42,7 +42,7 @@ import time
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _arrow
-from .client import Backoff, Dispatcher, ProcessingMode
+from .client import Backoff, Dispatcher, ProcessingMode, _text
 from .errors import ShardwiseError
 from .positions import PositionTracker, _parse_position, parse_runs
 
@@ -171,11 +171,14 @@ class Reader:
                 raise ValueError(f"the dataset is not JSON: {e}") from None
         if not isinstance(dataset, Mapping):
             raise TypeError("a dataset definition is a JSON object")
+        position: Optional[Mapping[str, Any]] = None
         if isinstance(resume_from, str):
             try:
-                resume_from = json.loads(resume_from)
+                position = json.loads(resume_from)
             except ValueError as e:
                 raise ValueError(f"resume_from is not JSON: {e}") from None
+        elif resume_from is not None:
+            position = resume_from
         if format not in ("json", "arrow"):
             raise ValueError(f"format must be 'json' or 'arrow', not {format!r}")
         if arrow_compression is not None and arrow_compression not in _arrow.COMPRESSIONS:
@@ -190,10 +193,10 @@ class Reader:
                 "Local reads require local tf.data workers, but no local worker is found. You "
                 "need to run local tf.data service workers in your training workers."
             )
-        if resume_from is not None:
+        if position is not None:
             if not _is_dynamic(processing_mode):
                 raise ValueError("resume_from needs processing_mode distributed_epoch (DYNAMIC)")
-            _parse_position(resume_from)  # ValueError when malformed
+            _parse_position(position)  # ValueError when malformed
         self.dispatcher = dispatcher
         self.dataset = dataset
         self.format = format
@@ -219,16 +222,17 @@ class Reader:
             target_workers=target_workers,
             split_size=split_size,
         )
-        self.repetition = int(resume_from["repetition"]) if resume_from is not None else repetition
-        lease = dispatcher.iteration(self.job_id, repetition=self.repetition, resume_from=resume_from)
-        self.iteration_id = str(lease["iteration_id"])
-        self.client_id = str(lease["client_id"])
-        self._incarnation = str(lease["incarnation"])
+        self.repetition = int(position["repetition"]) if position is not None else repetition
+        lease = dispatcher.iteration(self.job_id, repetition=self.repetition, resume_from=position)
+        context = f"POST /v1/jobs/{self.job_id}/iterations"
+        self.iteration_id = _text(lease, "iteration_id", context)
+        self.client_id = _text(lease, "client_id", context)
+        self._incarnation = _text(lease, "incarnation", context)
 
         # Positions: unavailable (why), or a tracker with the current read's runs.
         self._unavailable = _positions_unavailable(dataset, processing_mode)
         self._tracker = (
-            PositionTracker.resuming(resume_from) if resume_from is not None else PositionTracker()
+            PositionTracker.resuming(position) if position is not None else PositionTracker()
         )
         self._runs: Optional[List[Dict[str, Any]]] = None
         self._batch_rows = 0
@@ -245,7 +249,7 @@ class Reader:
         self._finished = False
         self._skipped_any = False
         self._have_reply = False
-        self._known: Optional[Tuple[int, List[Mapping[str, Any]]]] = None
+        self._known: Optional[Tuple[Any, List[Dict[str, Any]]]] = None
         self._hb_next_at = 0.0
         self._hb_nudged = False
         self._hb_backoff = Backoff(0.01, 1.0)

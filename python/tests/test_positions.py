@@ -9,7 +9,7 @@ import os
 import random
 import unittest
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 from shardwise import PositionTracker, merge_positions
 from shardwise.positions import MAX_POSITION_ENTRIES

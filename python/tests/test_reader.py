@@ -6,9 +6,9 @@ from __future__ import annotations
 import io
 import json
 import unittest
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
-from fakes import FakeCluster, Request, ok, problem
+from fakes import FakeCluster, ok, problem
 
 from shardwise import Dispatcher, Reader, ShardwiseError, distribute
 
@@ -160,7 +160,7 @@ class Positions(unittest.TestCase):
             self.assertEqual(it, {"repetition": 2, "resume_from": start})
 
     def test_reads_without_exact_positions_say_why(self) -> None:
-        cases = [
+        cases: List[Tuple[Dict[str, Any], Any, str]] = [
             ({"processing_mode": "parallel_epochs"}, RANGE, "distributed_epoch"),
             ({}, {**RANGE, "transforms": [{"shard_hint": None}, {"shuffle": {"buffer": 4, "seed": 1}}]},
              "`shuffle` buffers"),
@@ -220,7 +220,7 @@ class Arrow(unittest.TestCase):
 class Options(unittest.TestCase):
     def test_bad_options_are_refused_before_any_call(self) -> None:
         with FakeCluster({}) as c:
-            bad = [
+            bad: List[Dict[str, Any]] = [
                 {"elements_per_request": 0}, {"elements_per_request": 10_001},
                 {"elements_per_request": True}, {"format": "csv"}, {"arrow_compression": "gzip"},
                 {"heartbeat_interval": 0}, {"target_workers": "SOME"}, {"target_workers": "LOCAL"},

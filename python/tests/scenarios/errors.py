@@ -24,7 +24,7 @@ def refused(call: Callable[[], Any], code: str, status: Any, what: str) -> Shard
         got = call()
     except ShardwiseError as e:
         check(e.code == code and e.status == status, f"{what}: {code} ({status})", e)
-        check(isinstance(e, Exception) and e.detail != "", f"{what}: a detail", e)
+        check(e.detail != "", f"{what}: a detail", e)
         print(f"errors: {what}: {e}")
         return e
     check(False, f"{what}: refused", got)

@@ -8,6 +8,7 @@ Usage: json_exactly_once.py DISPATCHER_URL
 from __future__ import annotations
 
 import sys
+from typing import List
 
 from common import check, check_exactly_once, whole
 
@@ -39,7 +40,7 @@ def main(url: str) -> None:
     readers = [shardwise.distribute(d, DATASET, job_name="shared", elements_per_request=50, **FAST)
                for _ in range(2)]
     check(readers[0].job_id == readers[1].job_id, "one job by name")
-    each = [[], []]
+    each: List[List[int]] = [[], []]
     live = [0, 1]
     while live:
         for i in list(live):
