@@ -44,6 +44,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, U
 from . import _arrow
 from .client import Backoff, Dispatcher, ProcessingMode, _text
 from .errors import ShardwiseError
+from ._readpos import fingerprint, fold, is_dynamic, positions_unavailable
 from .positions import PositionTracker, _parse_position, parse_runs
 
 __all__ = ["distribute", "Reader", "fingerprint", "MAX_ELEMENTS_PER_REQUEST"]
@@ -55,57 +56,6 @@ NUDGE_GAP = 0.02
 #: How long to wait before asking again to release the lease, and how often to ask.
 RELEASE_RETRY = 0.05
 RELEASE_ATTEMPTS = 2
-
-#: Why a transform makes positions inexact (``DatasetDef::check_resumable``).
-_NOT_RESUMABLE = {
-    "shuffle": "`shuffle` buffers elements across splits",
-    "batch": "`batch` makes elements out of several splits",
-    "take": "`take` and `skip` count elements across splits",
-    "skip": "`take` and `skip` count elements across splits",
-    "repeat": "`repeat` makes passes over the source that overlap",
-}
-
-
-def fingerprint(dataset: Mapping[str, Any]) -> str:
-    """A stable id for a dataset definition: FNV-1a over its compact JSON with sorted keys,
-    twice (128 bits), as the Rust client makes it; the same id as the Rust client's when the
-    definition is written in its canonical form (what ``GET /v1/datasets/{id}`` answers)."""
-    text = json.dumps(dataset, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    data = text.encode("utf-8")
-
-    def fnv(h: int) -> int:
-        for b in data:
-            h = ((h ^ b) * 0x0000_0100_0000_01B3) & 0xFFFF_FFFF_FFFF_FFFF
-        return h
-
-    return f"fp-{fnv(0xCBF2_9CE4_8422_2325):016x}{fnv(0x6C62_272E_07BB_0142):016x}"
-
-
-def _is_dynamic(mode: ProcessingMode) -> bool:
-    if isinstance(mode, str):
-        return mode == "distributed_epoch"
-    return isinstance(mode, Mapping) and mode.get("sharding_policy") == "DYNAMIC"
-
-
-def _positions_unavailable(dataset: Mapping[str, Any], mode: ProcessingMode) -> Optional[str]:
-    """Why a read of ``dataset`` in ``mode`` has no exact positions, or ``None``."""
-    if not _is_dynamic(mode):
-        return (
-            "read positions need a distributed_epoch (DYNAMIC) read; this one is "
-            f"{json.dumps(mode)}"
-        )
-    transforms = dataset.get("transforms") or []
-    for t in transforms if isinstance(transforms, list) else []:
-        kind = next(iter(t), None) if isinstance(t, Mapping) and len(t) == 1 else None
-        if kind == "shard_hint":
-            continue
-        why = _NOT_RESUMABLE.get(str(kind), f"the transform {json.dumps(t)[:80]}")
-        return (
-            "read positions are exact only for a source without transforms (shard_hint "
-            f"aside): {why}; shuffle or batch in the trainer instead"
-        )
-    return None
-
 
 class _Task:
     """One task as this reader reads it."""
@@ -137,10 +87,6 @@ class Reader:
     (like :meth:`close`) releases the client lease. Iterating raises :class:`ShardwiseError`
     when the read fails, after handing out everything read before the failure.
     """
-
-    #: The most elements (rows) asked for per request. It may be changed between calls of
-    #: ``next()`` (e.g. to read no more rows than a caller still wants).
-    elements_per_request: int
 
     def __init__(
         self,
@@ -194,13 +140,13 @@ class Reader:
                 "need to run local tf.data service workers in your training workers."
             )
         if position is not None:
-            if not _is_dynamic(processing_mode):
+            if not is_dynamic(processing_mode):
                 raise ValueError("resume_from needs processing_mode distributed_epoch (DYNAMIC)")
             _parse_position(position)  # ValueError when malformed
         self.dispatcher = dispatcher
         self.dataset = dataset
         self.format = format
-        self.elements_per_request = elements_per_request
+        self._count = elements_per_request
         self._compression = arrow_compression
         self._target_workers = target_workers
         self._local_workers = list(local_workers)
@@ -230,7 +176,7 @@ class Reader:
         self._incarnation = _text(lease, "incarnation", context)
 
         # Positions: unavailable (why), or a tracker with the current read's runs.
-        self._unavailable = _positions_unavailable(dataset, processing_mode)
+        self._unavailable = positions_unavailable(dataset, processing_mode)
         self._tracker = (
             PositionTracker.resuming(position) if position is not None else PositionTracker()
         )
@@ -293,6 +239,18 @@ class Reader:
         self._error = None
 
     @property
+    def elements_per_request(self) -> int:
+        """The most elements (rows) asked for per request, 1 to 10,000. It may be changed
+        between calls of ``next()``, e.g. to read no more rows than a caller still wants (a
+        worker answers at most that many)."""
+        return self._count
+
+    @elements_per_request.setter
+    def elements_per_request(self, count: int) -> None:
+        _check_count(count)
+        self._count = count
+
+    @property
     def tasks(self) -> List[Dict[str, Any]]:
         """The tasks this reader reads (or read), in the order it learnt them:
         ``{"task_id", "worker_address", "done"}`` (``done``: it answered its end, or its
@@ -321,7 +279,7 @@ class Reader:
         tracker = self._tracker
         if why is None:
             tracker = tracker.copy()
-            why = _fold(tracker, self._runs, self._batch_rows - self._pending_rows)
+            why = fold(tracker, self._runs, self._batch_rows - self._pending_rows)
         if why is not None:
             raise ShardwiseError(
                 "FAILED_PRECONDITION", f"this reader has no read position: {why}"
@@ -427,10 +385,8 @@ class Reader:
 
     def _read(self, task: _Task, now: float) -> None:
         task.retry_at = None
-        count = self.elements_per_request
-        _check_count(count)
         try:
-            items, rows, end, origin = self._get_elements(task, count)
+            items, rows, end, origin = self._get_elements(task, self._count)
         except ShardwiseError as e:
             now = self._now()
             if e.kind == "problem" and e.code == "NOT_FOUND":
@@ -492,7 +448,7 @@ class Reader:
         handed out): the previous one is folded. Origins that do not cover exactly its rows
         count as none."""
         if self._unavailable is None:
-            self._unavailable = _fold(self._tracker, self._runs, self._batch_rows)
+            self._unavailable = fold(self._tracker, self._runs, self._batch_rows)
         self._batch_rows = rows
         self._runs = None
         if origin is not None:
@@ -559,26 +515,6 @@ def _gave_up(e: ShardwiseError, retried_for: float) -> ShardwiseError:
         context=e.context,
         kind=e.kind if e.kind in ("transport", "redirect") else "problem",
     )
-
-
-def _fold(tracker: PositionTracker, runs: Optional[List[Dict[str, Any]]], handed: int) -> Optional[str]:
-    """Folds the first ``handed`` rows ``runs`` cover into ``tracker``; why the read has no
-    position when rows were handed out without origins."""
-    if runs is None:
-        if handed > 0:
-            return (
-                "an element without origin was handed out (a worker that does not tag "
-                "elements with their origin, or origins that do not cover its elements)"
-            )
-        return None
-    left = handed
-    for run in runs:
-        if left <= 0:
-            break
-        taken = min(left, int(run["count"]))
-        tracker.consumed(run, taken)
-        left -= taken
-    return None
 
 
 def distribute(

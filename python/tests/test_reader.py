@@ -233,6 +233,14 @@ class Options(unittest.TestCase):
                     read(c, **options)
             with self.assertRaises(ValueError):
                 read(c, dataset="{nope")
+            self.assertEqual(c.requests, [])
+            with read(c) as r:
+                r.elements_per_request = 10_000
+                for bad_count in (0, 10_001, 2.5):
+                    with self.assertRaises(ValueError):
+                        r.elements_per_request = bad_count  # type: ignore[assignment]
+                self.assertEqual(r.elements_per_request, 10_000)
+            c.requests.clear()
             with self.assertRaises(TypeError):
                 read(c, dataset="[1]")
             self.assertEqual(c.requests, [])

@@ -23,6 +23,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use shardwise_core::dataset::DatasetDef;
+use shardwise_gateway::client::fingerprint;
 use shardwise_tests::{
     Dispatcher, Run, TempDir, Worker, assert_ran, ok, poll_until, repo_root, run_bounded,
     target_dir,
@@ -220,6 +222,26 @@ fn the_installed_package_has_the_workspaces_version() {
         .expect("a workspace version")
         .trim_matches('"');
     assert_eq!(got[1], version, "python/pyproject.toml's version is the workspace's");
+}
+
+#[test]
+fn dataset_ids_are_the_rust_clients_for_canonical_definitions() {
+    let definitions = [
+        json!({"source": {"range": {"stop": 10}}}),
+        json!({"source": {"list": {"elements": ["é", 1.5, {"b": 1, "a": [true, null]}]}},
+               "transforms": [{"shard_hint": {}}]}),
+        json!({"source": {"files": {"paths": ["/d/a.parquet"], "format": "parquet",
+               "tensors": [{"name": "x", "dtype": "float32", "shape": [2, 3]}]}}}),
+    ];
+    let code = "import json, sys; from shardwise.reader import fingerprint; \
+                print(fingerprint(json.loads(sys.argv[1])))";
+    for definition in definitions {
+        let def = DatasetDef::from_json(&definition).expect("a valid definition");
+        let canonical = def.to_json().to_string();
+        let run = run_bounded(&mut python(&["-c", code, &canonical]), Duration::from_secs(60));
+        assert_ran("fingerprint", &run);
+        assert_eq!(run.stdout.trim(), fingerprint(&def), "{canonical}");
+    }
 }
 
 #[test]
