@@ -87,7 +87,8 @@ class Dispatcher:
         unavailable_timeout: How long (seconds) retryable failures are retried before a call
             (or a reader) gives up with ``UNAVAILABLE``.
 
-    Raises ``ValueError`` for an address that is not an http(s) URL.
+    Raises ``ValueError`` for an address that is not an http(s) URL, and ``OSError``
+    (``ssl.SSLError``) for a ``ca_file`` that cannot be read as PEM certificates.
     """
 
     def __init__(

@@ -234,6 +234,8 @@ class Reader:
         dropped. :meth:`position` still answers what was handed out. Idempotent."""
         if self._reading:
             self._end(None)
+        # What is dropped was never handed out: the current read's rows are those before it.
+        self._batch_rows -= self._pending_rows
         self._pending.clear()
         self._pending_rows = 0
         self._error = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import json
+import ssl
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,7 +33,9 @@ class FakeServer:
     """An HTTP/1.1 server on ``127.0.0.1`` (an ephemeral port) in a thread; every request is
     recorded and answered with ``handler(request)``."""
 
-    def __init__(self, handler: Callable[[Request], Answer]) -> None:
+    def __init__(
+        self, handler: Callable[[Request], Answer], *, tls: Optional[Tuple[str, str]] = None
+    ) -> None:
         self.handler = handler
         self.requests: List[Request] = []
         lock = threading.Lock()
@@ -67,11 +70,22 @@ class FakeServer:
 
             do_GET = do_POST = do_DELETE = _serve
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._httpd.block_on_close = False
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            block_on_close = False
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that refused the certificate, say
+
+        self._httpd = Server(("127.0.0.1", 0), Handler)
+        scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
+            scheme = "https"
         self.address = f"127.0.0.1:{self._httpd.server_address[1]}"
-        self.url = f"http://{self.address}"
+        self.url = f"{scheme}://{self.address}"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
         )

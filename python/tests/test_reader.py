@@ -148,6 +148,13 @@ class Positions(unittest.TestCase):
             self.assertEqual(p, {"dataset_id": p["dataset_id"], "repetition": 0,
                                  "done": [{"start": 0, "stop": 10}], "partial": []})
 
+    def test_what_close_drops_was_not_handed_out(self) -> None:
+        with FakeCluster({"4000": [elements([0, 1, 2, 3, 4], origin(0, 10, 0, 5))]}) as c:
+            r = read(c)
+            self.assertEqual([next(r), next(r)], [0, 1])
+            r.close()
+            self.assertEqual(r.position()["partial"], [{"split": {"start": 0, "stop": 10}, "consumed": 2}])
+
     def test_a_resumed_read_goes_on_from_its_position(self) -> None:
         start = {"dataset_id": "mine", "repetition": 2, "done": [{"start": 0, "stop": 5}], "partial": []}
         tasks = {"4000": [elements([5], origin(5, 6, 0, 1, end=True), end=True)]}
