@@ -20,7 +20,8 @@ import json
 import math
 import os
 import sys
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 from .client import Dispatcher
@@ -206,18 +207,26 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DATASET_JSON",
         help='the definition, e.g. \'{"source": {"range": {"stop": 10}}}\', or @FILE',
     )
-    p.add_argument("--arrow", action="store_true", help="read Arrow record batches (columnar datasets)")
-    p.add_argument("--compression", choices=["lz4", "zstd"], help="with --arrow: compressed batches")
+    p.add_argument(
+        "--arrow", action="store_true", help="read Arrow record batches (columnar datasets)"
+    )
+    p.add_argument(
+        "--compression", choices=["lz4", "zstd"], help="with --arrow: compressed batches"
+    )
     p.add_argument("--resume-from", metavar="FILE", help="resume from a position saved in FILE")
     p.add_argument("--max", type=int, metavar="N", help="stop after N elements (rows)")
-    p.add_argument("--job-name", metavar="NAME", help="share the job with other readers of this name")
+    p.add_argument(
+        "--job-name", metavar="NAME", help="share the job with other readers of this name"
+    )
     p.add_argument(
         "--processing-mode",
         default="distributed_epoch",
         metavar="MODE",
         help="distributed_epoch (default), parallel_epochs, or a sharding policy (OFF, DYNAMIC...)",
     )
-    p.add_argument("--split-size", type=int, metavar="N", help="elements per split of a range or list")
+    p.add_argument(
+        "--split-size", type=int, metavar="N", help="elements per split of a range or list"
+    )
     p.add_argument(
         "--elements-per-request",
         type=int,
@@ -236,7 +245,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line with ``argv`` (default: ``sys.argv[1:]``): its exit status."""
     args = _parser().parse_args(argv)
     try:

@@ -16,7 +16,8 @@ pyarrow is imported on the first Arrow read, so that ``import shardwise`` stays 
 from __future__ import annotations
 
 import json
-from typing import Any, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import ShardwiseError
 
@@ -38,7 +39,7 @@ _LEGACY_EOS = b"\x00\x00\x00\x00"
 _MAX_QUOTED = 100
 
 
-def request_headers(compression: Optional[str]) -> Mapping[str, str]:
+def request_headers(compression: str | None) -> Mapping[str, str]:
     """The headers of an Arrow read, compressed with ``compression`` if given."""
     headers = {"accept": ARROW_STREAM}
     if compression is not None:
@@ -48,7 +49,7 @@ def request_headers(compression: Optional[str]) -> Mapping[str, str]:
 
 def decode_read(
     headers: Mapping[str, str], body: bytes, context: str
-) -> Tuple[List[Any], int, bool, Optional[Any]]:
+) -> tuple[list[Any], int, bool, Any | None]:
     """An Arrow read's answer (``headers`` with lower-case names): its record batches with
     rows (their schema without the origin key), their rows, the task's end, and the origin
     runs' JSON (``None`` without). A protocol error when it is not a whole Arrow stream with
@@ -80,7 +81,9 @@ def decode_read(
     except ShardwiseError as e:
         raise e.with_context(context) from None
     except (pa.ArrowException, OSError, ValueError) as e:
-        raise ShardwiseError.protocol(f"not a valid Arrow IPC stream: {e}", context=context) from None
+        raise ShardwiseError.protocol(
+            f"not a valid Arrow IPC stream: {e}", context=context
+        ) from None
     metadata = dict(schema.metadata or {})
     origin = None
     if ORIGIN_KEY in metadata:

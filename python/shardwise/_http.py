@@ -23,7 +23,8 @@ import os
 import ssl
 import threading
 import urllib.parse
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import urllib3
 from urllib3.exceptions import HTTPError, SSLError
@@ -40,7 +41,7 @@ MAX_LOCATION = 2048
 CONNECT_TIMEOUT = 5.0
 
 _lock = threading.Lock()
-_pools: Dict[Optional[str], urllib3.PoolManager] = {}
+_pools: dict[str | None, urllib3.PoolManager] = {}
 _pid = os.getpid()
 
 
@@ -55,7 +56,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def pool_manager(ca_file: Optional[str] = None) -> urllib3.PoolManager:
+def pool_manager(ca_file: str | None = None) -> urllib3.PoolManager:
     """This process's pool for ``ca_file`` (``None``: the system's roots only), made on first
     use and again in a forked child."""
     global _pools, _pid
@@ -68,9 +69,7 @@ def pool_manager(ca_file: Optional[str] = None) -> urllib3.PoolManager:
             context = ssl.create_default_context()
             if ca_file is not None:
                 context.load_verify_locations(cafile=ca_file)
-            pm = urllib3.PoolManager(
-                num_pools=64, maxsize=4, retries=False, ssl_context=context
-            )
+            pm = urllib3.PoolManager(num_pools=64, maxsize=4, retries=False, ssl_context=context)
             _pools[ca_file] = pm
         return pm
 
@@ -91,7 +90,7 @@ def base_url(address: str) -> str:
     return f"{scheme.lower()}://{hostport}"
 
 
-def _origin(url: str, shown: str = "") -> Tuple[str, str, int]:
+def _origin(url: str, shown: str = "") -> tuple[str, str, int]:
     """``(scheme, host, port)`` of an http(s) URL, the default port filled in."""
     try:
         u = urllib.parse.urlsplit(url)
@@ -103,14 +102,14 @@ def _origin(url: str, shown: str = "") -> Tuple[str, str, int]:
     return u.scheme, u.hostname.lower(), port or (443 if u.scheme == "https" else 80)
 
 
-def parse_addresses(addresses: "str | Sequence[str]") -> List[str]:
+def parse_addresses(addresses: str | Sequence[str]) -> list[str]:
     """The base URLs of a comma-separated list or a sequence of addresses, validated, without
     duplicates (by scheme, host and port). ``ValueError`` naming the bad entry."""
     items = addresses.split(",") if isinstance(addresses, str) else list(addresses)
     if not items or (isinstance(addresses, str) and not addresses.strip()):
         raise ValueError("no dispatcher address given")
-    bases: List[str] = []
-    origins: List[Tuple[str, str, int]] = []
+    bases: list[str] = []
+    origins: list[tuple[str, str, int]] = []
     for i, a in enumerate(items):
         if not isinstance(a, str):
             raise TypeError(f"dispatcher addresses must be strings, got {type(a).__name__}")
@@ -129,9 +128,9 @@ def parse_addresses(addresses: "str | Sequence[str]") -> List[str]:
 class Response:
     """A 2xx answer: its status, headers (lower-case names) and body."""
 
-    __slots__ = ("status", "headers", "body")
+    __slots__ = ("body", "headers", "status")
 
-    def __init__(self, status: int, headers: Dict[str, str], body: bytes) -> None:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
         self.status = status
         self.headers = headers
         self.body = body
@@ -148,13 +147,13 @@ def request(
     method: str,
     url: str,
     *,
-    token: Optional[str],
-    ca_file: Optional[str],
+    token: str | None,
+    ca_file: str | None,
     timeout: float,
     context: str,
-    body: Optional[Any] = None,
-    query: Optional[Mapping[str, Any]] = None,
-    headers: Optional[Mapping[str, str]] = None,
+    body: Any | None = None,
+    query: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
     max_body: int = MAX_JSON_BODY,
 ) -> Response:
     """One call: its 2xx answer, or a :class:`ShardwiseError` (a problem for any other
@@ -222,7 +221,7 @@ def _read(res: Any, limit: int, context: str, *, truncate: bool) -> bytes:
     if length is not None and length.strip().isdigit() and int(length) > limit and not truncate:
         res.close()
         raise ShardwiseError.protocol(f"the answer is larger than {limit} bytes", context=context)
-    chunks: List[bytes] = []
+    chunks: list[bytes] = []
     size = 0
     try:
         while True:
@@ -249,7 +248,7 @@ class Failover:
     docs). Which replica answered last is kept per object."""
 
     def __init__(
-        self, bases: List[str], *, token: Optional[str], ca_file: Optional[str], timeout: float
+        self, bases: list[str], *, token: str | None, ca_file: str | None, timeout: float
     ) -> None:
         self.bases = bases
         self.origins = [_origin(b) for b in bases]
@@ -263,8 +262,8 @@ class Failover:
         method: str,
         path: str,
         *,
-        body: Optional[Any] = None,
-        query: Optional[Mapping[str, Any]] = None,
+        body: Any | None = None,
+        query: Mapping[str, Any] | None = None,
     ) -> Any:
         """One call (the current replica first, then the others, each at most once): the
         answer's JSON, or the error (the last retryable one when no replica answered)."""
@@ -275,7 +274,7 @@ class Failover:
         i = first
         while True:
             tried[i] = True
-            nxt: Optional[int] = None
+            nxt: int | None = None
             try:
                 res = request(
                     method,
@@ -305,7 +304,7 @@ class Failover:
                 raise error
             i = nxt
 
-    def redirect_target(self, sent_to: str, location: Optional[str]) -> Optional[int]:
+    def redirect_target(self, sent_to: str, location: str | None) -> int | None:
         """The index of the configured URL a redirect's ``Location`` (relative to
         ``sent_to``) names by scheme, host and port; ``None`` for any other or none."""
         if not location or not location.strip() or len(location) > MAX_LOCATION:

@@ -6,12 +6,11 @@ whether the read has exact positions at all, and the lazy fold of a read's origi
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping, Optional, Union
+from collections.abc import Mapping
+from typing import Any
 
+from .client import ProcessingMode
 from .positions import PositionTracker
-
-#: How a job divides data (as :data:`shardwise.client.ProcessingMode`).
-Mode = Union[str, Mapping[str, str]]
 
 #: Why a transform makes positions inexact (``DatasetDef::check_resumable``).
 _NOT_RESUMABLE = {
@@ -39,13 +38,13 @@ def fingerprint(dataset: Mapping[str, Any]) -> str:
     return f"fp-{fnv(0xCBF2_9CE4_8422_2325):016x}{fnv(0x6C62_272E_07BB_0142):016x}"
 
 
-def is_dynamic(mode: Mode) -> bool:
+def is_dynamic(mode: ProcessingMode) -> bool:
     if isinstance(mode, str):
         return mode == "distributed_epoch"
     return isinstance(mode, Mapping) and mode.get("sharding_policy") == "DYNAMIC"
 
 
-def positions_unavailable(dataset: Mapping[str, Any], mode: Mode) -> Optional[str]:
+def positions_unavailable(dataset: Mapping[str, Any], mode: ProcessingMode) -> str | None:
     """Why a read of ``dataset`` in ``mode`` has no exact positions, or ``None``."""
     if not is_dynamic(mode):
         return (
@@ -65,7 +64,7 @@ def positions_unavailable(dataset: Mapping[str, Any], mode: Mode) -> Optional[st
     return None
 
 
-def fold(tracker: PositionTracker, runs: Optional[List[Dict[str, Any]]], handed: int) -> Optional[str]:
+def fold(tracker: PositionTracker, runs: list[dict[str, Any]] | None, handed: int) -> str | None:
     """Folds the first ``handed`` rows ``runs`` cover into ``tracker``; why the read has no
     position when rows were handed out without origins."""
     if runs is None:

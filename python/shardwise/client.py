@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
 
 from . import _http
 from .errors import ShardwiseError
 
-__all__ = ["Dispatcher", "PROTOCOL_VERSION", "ProcessingMode"]
+__all__ = ["PROTOCOL_VERSION", "Dispatcher", "ProcessingMode"]
 
 #: The dispatcher protocol version this package speaks (``GET /v1/version``).
 PROTOCOL_VERSION = 1
@@ -50,14 +51,14 @@ class Backoff:
         self._next = self.initial
 
 
-def _object(value: Any, context: str) -> Dict[str, Any]:
+def _object(value: Any, context: str) -> dict[str, Any]:
     """An answer that must be a JSON object; a protocol error when it is not."""
     if not isinstance(value, dict):
         raise ShardwiseError.protocol(f"not a JSON object: {str(value)[:80]}", context=context)
     return value
 
 
-def _text(answer: Dict[str, Any], key: str, context: str) -> str:
+def _text(answer: dict[str, Any], key: str, context: str) -> str:
     """An answer's id member, as text; a protocol error when it has none."""
     value = answer.get(key)
     if not isinstance(value, (str, int)) or isinstance(value, bool):
@@ -93,10 +94,10 @@ class Dispatcher:
 
     def __init__(
         self,
-        address_or_addresses: Union[str, Sequence[str]],
+        address_or_addresses: str | Sequence[str],
         *,
-        token: Optional[str] = None,
-        ca_file: Optional[str] = None,
+        token: str | None = None,
+        ca_file: str | None = None,
         timeout: float = 30.0,
         unavailable_timeout: float = 3600.0,
     ) -> None:
@@ -123,7 +124,7 @@ class Dispatcher:
         return f"Dispatcher({self.addresses!r})"
 
     @property
-    def addresses(self) -> List[str]:
+    def addresses(self) -> list[str]:
         """The configured base URLs, in order."""
         return list(self._failover.bases)
 
@@ -138,9 +139,9 @@ class Dispatcher:
         self,
         method: str,
         path: str,
-        body: Optional[Any] = None,
+        body: Any | None = None,
         *,
-        query: Optional[Mapping[str, Any]] = None,
+        query: Mapping[str, Any] | None = None,
         retry: bool = True,
     ) -> Any:
         """Any call of the API (``call("GET", "/v1/jobs/5000")``): its JSON answer. With
@@ -162,15 +163,15 @@ class Dispatcher:
                     raise ShardwiseError(e.code, detail, **e._fields()) from None
                 time.sleep(min(backoff.next_delay(), max(0.0, self.unavailable_timeout - elapsed)))
 
-    def _object(self, method: str, path: str, body: Optional[Any] = None) -> Dict[str, Any]:
+    def _object(self, method: str, path: str, body: Any | None = None) -> dict[str, Any]:
         """:meth:`call` of a route whose answer is a JSON object."""
         return _object(self.call(method, path, body), f"{method} {path}")
 
-    def version(self) -> Dict[str, Any]:
+    def version(self) -> dict[str, Any]:
         """``GET /v1/version``: ``{"version", "incarnation", "fault_tolerant"}``."""
         return self._object("GET", "/v1/version")
 
-    def check_version(self) -> Dict[str, Any]:
+    def check_version(self) -> dict[str, Any]:
         """:meth:`version`, raising ``FAILED_PRECONDITION`` when the dispatcher speaks another
         protocol version than :data:`PROTOCOL_VERSION`."""
         v = self.version()
@@ -183,16 +184,16 @@ class Dispatcher:
             )
         return v
 
-    def leader(self) -> Dict[str, Any]:
+    def leader(self) -> dict[str, Any]:
         """``GET /v1/leader``: this replica's role, the leader's URL and its term."""
         return self._object("GET", "/v1/leader")
 
-    def status(self) -> Dict[str, Any]:
+    def status(self) -> dict[str, Any]:
         """``GET /v1/status``: workers, datasets, jobs, iterations, clients, the journal
         (the ``monitor`` or ``admin`` role)."""
         return self._object("GET", "/v1/status")
 
-    def workers(self) -> List[Dict[str, Any]]:
+    def workers(self) -> list[dict[str, Any]]:
         """``GET /v1/workers``: every registered worker (``worker_address``, ``tags``,
         ``tasks``, ``alive``...)."""
         workers = self._object("GET", "/v1/workers").get("workers")
@@ -202,10 +203,10 @@ class Dispatcher:
 
     def register_dataset(
         self,
-        dataset: Union[Mapping[str, Any], str],
+        dataset: Mapping[str, Any] | str,
         *,
-        dataset_id: Optional[str] = None,
-        metadata: Optional[Any] = None,
+        dataset_id: str | None = None,
+        metadata: Any | None = None,
     ) -> str:
         """``POST /v1/datasets``: get-or-register ``dataset`` (a definition as a dict or its
         JSON text, e.g. ``{"source": {"range": {"stop": 10}}}``), under ``dataset_id`` when
@@ -217,19 +218,19 @@ class Dispatcher:
                 raise ValueError(f"the dataset is not JSON: {e}") from None
         if not isinstance(dataset, Mapping):
             raise TypeError("a dataset definition is a JSON object")
-        body: Dict[str, Any] = {"dataset": dataset}
+        body: dict[str, Any] = {"dataset": dataset}
         if dataset_id is not None:
             body["dataset_id"] = dataset_id
         if metadata is not None:
             body["metadata"] = metadata
         return _text(self._object("POST", "/v1/datasets", body), "dataset_id", "POST /v1/datasets")
 
-    def dataset(self, dataset_id: str) -> Dict[str, Any]:
+    def dataset(self, dataset_id: str) -> dict[str, Any]:
         """``GET /v1/datasets/{id}``: ``{"dataset_id", "dataset", "metadata"}`` (the definition
         in its canonical form). ``NOT_FOUND`` for an unknown id."""
         return self._object("GET", f"/v1/datasets/{_id(dataset_id, 'dataset_id')}")
 
-    def delete_dataset(self, dataset_id: str) -> Dict[str, Any]:
+    def delete_dataset(self, dataset_id: str) -> dict[str, Any]:
         """``DELETE /v1/datasets/{id}``: a dataset no job with iterations uses."""
         return self._object("DELETE", f"/v1/datasets/{_id(dataset_id, 'dataset_id')}")
 
@@ -238,16 +239,16 @@ class Dispatcher:
         dataset_id: str,
         *,
         processing_mode: ProcessingMode = "parallel_epochs",
-        name: Optional[str] = None,
-        target_workers: Optional[str] = None,
-        split_size: Optional[int] = None,
+        name: str | None = None,
+        target_workers: str | None = None,
+        split_size: int | None = None,
     ) -> str:
         """``POST /v1/jobs``: get-or-create a job reading ``dataset_id``. A job with ``name``
         is shared: every client naming it gets the same job (with the same dataset, mode and
         ``split_size``, or ``INVALID_ARGUMENT``). ``target_workers`` is ``"AUTO"`` (default),
         ``"ANY"`` or ``"LOCAL"``; ``split_size`` is the elements per DYNAMIC split of a range or
         list (default: the dispatcher's). Returns the job id."""
-        body: Dict[str, Any] = {"dataset_id": dataset_id, "processing_mode": processing_mode}
+        body: dict[str, Any] = {"dataset_id": dataset_id, "processing_mode": processing_mode}
         if name is not None:
             body["job_name"] = name
         if target_workers is not None:
@@ -256,7 +257,7 @@ class Dispatcher:
             body["split_size"] = split_size
         return _text(self._object("POST", "/v1/jobs", body), "job_id", "POST /v1/jobs")
 
-    def get_job(self, job_id: str) -> Dict[str, Any]:
+    def get_job(self, job_id: str) -> dict[str, Any]:
         """``GET /v1/jobs/{id}``: the job and its iterations."""
         return self._object("GET", f"/v1/jobs/{_id(job_id, 'job_id')}")
 
@@ -265,30 +266,30 @@ class Dispatcher:
         job_id: str,
         *,
         repetition: int = 0,
-        resume_from: Optional[Mapping[str, Any]] = None,
-    ) -> Dict[str, Any]:
+        resume_from: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """``POST /v1/jobs/{id}/iterations``: get-or-create the iteration ``repetition`` of
         the job and take a client lease on it: ``{"iteration_id", "client_id",
         "incarnation"}``. With ``resume_from`` (a read position of a ``distributed_epoch``
         job, whose repetition it must be) the iteration hands out only what the position has
         not consumed. Release the lease with :meth:`release_client`."""
-        body: Dict[str, Any] = {"repetition": repetition}
+        body: dict[str, Any] = {"repetition": repetition}
         if resume_from is not None:
             body["resume_from"] = resume_from
         return self._object("POST", f"/v1/jobs/{_id(job_id, 'job_id')}/iterations", body)
 
     def client_heartbeat(
-        self, client_id: str, *, known_tasks_version: Optional[int] = None
-    ) -> Dict[str, Any]:
+        self, client_id: str, *, known_tasks_version: int | None = None
+    ) -> dict[str, Any]:
         """``POST /v1/clients/{id}/heartbeat``: the iteration's tasks (left out, with
         ``tasks_unchanged``, when they are those of ``known_tasks_version``) and whether it is
         finished."""
-        body: Dict[str, Any] = {}
+        body: dict[str, Any] = {}
         if known_tasks_version is not None:
             body["known_tasks_version"] = known_tasks_version
         return self._object("POST", f"/v1/clients/{_id(client_id, 'client_id')}/heartbeat", body)
 
-    def release_client(self, client_id: str) -> Dict[str, Any]:
+    def release_client(self, client_id: str) -> dict[str, Any]:
         """``DELETE /v1/clients/{id}``: release a client lease."""
         return self._object("DELETE", f"/v1/clients/{_id(client_id, 'client_id')}")
 
@@ -306,7 +307,7 @@ class Dispatcher:
         task_id: str,
         *,
         max_elements: int,
-        headers: Optional[Mapping[str, str]] = None,
+        headers: Mapping[str, str] | None = None,
         max_body: int = _http.MAX_JSON_BODY,
     ) -> _http.Response:
         """``GET /v1/tasks/{id}/elements?max=N`` from the worker at ``worker_address``, once

@@ -17,12 +17,13 @@ every try).
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["ShardwiseError", "CODES", "code_of_status", "status_of"]
+__all__ = ["CODES", "ShardwiseError", "code_of_status", "status_of"]
 
 #: The status classes Shardwise answers, with their HTTP status and title.
-_TABLE: Dict[str, "tuple[int, str]"] = {
+_TABLE: dict[str, tuple[int, str]] = {
     "INVALID_ARGUMENT": (400, "Invalid argument"),
     "UNAUTHENTICATED": (401, "Unauthenticated"),
     "PERMISSION_DENIED": (403, "Permission denied"),
@@ -47,7 +48,7 @@ _MAX_QUOTED = 500
 _KINDS = ("problem", "transport", "redirect", "tls", "protocol", "client")
 
 
-def status_of(code: str) -> "tuple[int, str]":
+def status_of(code: str) -> tuple[int, str]:
     """The HTTP status and title of status class ``code`` (``(500, "Internal error")`` for an
     unknown one)."""
     return _TABLE.get(code, (500, "Internal error"))
@@ -94,13 +95,13 @@ class ShardwiseError(Exception):
     """
 
     code: str
-    status: Optional[int]
+    status: int | None
     title: str
     detail: str
-    type: Optional[str]
-    instance: Optional[str]
-    extra: Dict[str, Any]
-    context: Optional[str]
+    type: str | None
+    instance: str | None
+    extra: dict[str, Any]
+    context: str | None
     kind: str
 
     def __init__(
@@ -108,12 +109,12 @@ class ShardwiseError(Exception):
         code: str,
         detail: str,
         *,
-        status: Optional[int] = None,
-        title: Optional[str] = None,
-        type: Optional[str] = None,
-        instance: Optional[str] = None,
-        extra: Optional[Mapping[str, Any]] = None,
-        context: Optional[str] = None,
+        status: int | None = None,
+        title: str | None = None,
+        type: str | None = None,
+        instance: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        context: str | None = None,
         kind: str = "client",
     ) -> None:
         if kind not in _KINDS:
@@ -144,7 +145,7 @@ class ShardwiseError(Exception):
         # Pickled whole (a DataLoader worker's exception crosses to the main process so).
         return (_rebuild, (self.code, self.detail, self._fields()))
 
-    def _fields(self) -> Dict[str, Any]:
+    def _fields(self) -> dict[str, Any]:
         return {
             "status": self.status,
             "title": self.title,
@@ -165,7 +166,7 @@ class ShardwiseError(Exception):
             return self.code == "UNAVAILABLE"
         return self.kind in ("transport", "redirect")
 
-    def with_context(self, context: str) -> "ShardwiseError":
+    def with_context(self, context: str) -> ShardwiseError:
         """The same error naming the call ``context`` (a new object)."""
         fields = self._fields()
         fields["context"] = context
@@ -173,8 +174,8 @@ class ShardwiseError(Exception):
 
     @classmethod
     def from_response(
-        cls, status: int, body: bytes, *, context: Optional[str] = None
-    ) -> "ShardwiseError":
+        cls, status: int, body: bytes, *, context: str | None = None
+    ) -> ShardwiseError:
         """The error of a non-2xx answer with ``body``: its problem when the body is a problem
         object with a known ``code``, else the status's class with the body's start as the
         detail (as the Rust client reads a proxy's answer)."""
@@ -186,7 +187,8 @@ class ShardwiseError(Exception):
         p_status = problem.get("status")
         if not isinstance(p_status, int) or isinstance(p_status, bool):
             p_status = status
-        def member(key: str) -> Optional[str]:
+
+        def member(key: str) -> str | None:
             v = problem.get(key) if problem is not None else None
             return v if isinstance(v, str) else None
 
@@ -204,30 +206,28 @@ class ShardwiseError(Exception):
         )
 
     @classmethod
-    def transport(cls, reason: str, *, context: Optional[str] = None) -> "ShardwiseError":
+    def transport(cls, reason: str, *, context: str | None = None) -> ShardwiseError:
         """No answer: the connection failed, was refused or reset, or timed out
         (``UNAVAILABLE``, retried)."""
         return cls("UNAVAILABLE", reason, context=context, kind="transport")
 
     @classmethod
-    def protocol(cls, reason: str, *, context: Optional[str] = None) -> "ShardwiseError":
+    def protocol(cls, reason: str, *, context: str | None = None) -> ShardwiseError:
         """A 2xx answer that is not what the API documents (``INTERNAL``, not retried)."""
         return cls("INTERNAL", f"unexpected answer: {reason}", context=context, kind="protocol")
 
     @classmethod
-    def tls(cls, reason: str, *, context: Optional[str] = None) -> "ShardwiseError":
+    def tls(cls, reason: str, *, context: str | None = None) -> ShardwiseError:
         """The TLS handshake failed: the server's certificate is not trusted or not for its
         host, or it does not speak TLS (``UNAVAILABLE``, but not retried)."""
-        return cls(
-            "UNAVAILABLE", f"TLS handshake failed: {reason}", context=context, kind="tls"
-        )
+        return cls("UNAVAILABLE", f"TLS handshake failed: {reason}", context=context, kind="tls")
 
 
-def _rebuild(code: str, detail: str, fields: Dict[str, Any]) -> ShardwiseError:
+def _rebuild(code: str, detail: str, fields: dict[str, Any]) -> ShardwiseError:
     return ShardwiseError(code, detail, **fields)
 
 
-def _problem(body: bytes) -> Optional[Dict[str, Any]]:
+def _problem(body: bytes) -> dict[str, Any] | None:
     """``body`` as a problem object, if it is one with a known ``code``."""
     try:
         value = json.loads(body)

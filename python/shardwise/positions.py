@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import bisect
 import json
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
-__all__ = ["PositionTracker", "merge_positions", "MAX_POSITION_ENTRIES", "POSITION_KEY"]
+__all__ = ["MAX_POSITION_ENTRIES", "POSITION_KEY", "PositionTracker", "merge_positions"]
 
 #: The most ``done``, ``partial`` and ``more`` entries a position may hold (the dispatcher's
 #: bound on ``done`` plus ``partial``): a longer one means a hostile or broken input.
@@ -46,7 +47,7 @@ _U64_MAX = 2**64 - 1
 #: How deep :func:`merge_positions` walks nested states.
 _MAX_STATE_DEPTH = 64
 
-Interval = Tuple[int, int]
+Interval = tuple[int, int]
 
 
 def _int(value: Any, what: str) -> int:
@@ -57,7 +58,9 @@ def _int(value: Any, what: str) -> int:
     return value
 
 
-def _obj(value: Any, what: str, required: Tuple[str, ...], optional: Tuple[str, ...] = ()) -> Mapping[str, Any]:
+def _obj(
+    value: Any, what: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ValueError(f"{what} must be an object, got {type(value).__name__}")
     missing = [k for k in required if k not in value]
@@ -74,13 +77,13 @@ def _range(value: Any, what: str) -> Interval:
     return _int(r["start"], f"{what}.start"), _int(r["stop"], f"{what}.stop")
 
 
-def _list(value: Any, what: str) -> List[Any]:
+def _list(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise ValueError(f"{what} must be an array, got {type(value).__name__}")
     return value
 
 
-def _add_interval(intervals: List[Interval], a: int, b: int) -> None:
+def _add_interval(intervals: list[Interval], a: int, b: int) -> None:
     """Adds ``[a, b)`` to sorted, disjoint, non-touching ``intervals``, merging it with those
     it overlaps or touches."""
     if a >= b:
@@ -103,10 +106,10 @@ class _Split:
     __slots__ = ("intervals", "len")
 
     def __init__(self) -> None:
-        self.intervals: List[Interval] = []
-        self.len: Optional[int] = None
+        self.intervals: list[Interval] = []
+        self.len: int | None = None
 
-    def copy(self) -> "_Split":
+    def copy(self) -> _Split:
         s = _Split()
         s.intervals = list(self.intervals)
         s.len = self.len
@@ -133,23 +136,23 @@ class PositionTracker:
 
     def __init__(self) -> None:
         # Done ranges, merged: disjoint, not touching, sorted (two parallel lists).
-        self._starts: List[int] = []
-        self._stops: List[int] = []
+        self._starts: list[int] = []
+        self._stops: list[int] = []
         # Splits under way, by (start, stop), and their keys sorted.
-        self._partial: Dict[Interval, _Split] = {}
-        self._keys: List[Interval] = []
+        self._partial: dict[Interval, _Split] = {}
+        self._keys: list[Interval] = []
         # The longest split ever under way, to find those overlapping a range.
         self._max_span = 0
 
     @classmethod
-    def resuming(cls, position: Mapping[str, Any]) -> "PositionTracker":
+    def resuming(cls, position: Mapping[str, Any]) -> PositionTracker:
         """A tracker that starts from ``position`` (a resumed read goes on from where it
         resumed). Raises ``ValueError`` when ``position`` is not a valid position."""
         t = cls()
         t.load(position)
         return t
 
-    def copy(self) -> "PositionTracker":
+    def copy(self) -> PositionTracker:
         """An independent copy."""
         t = PositionTracker()
         t._starts = list(self._starts)
@@ -166,7 +169,7 @@ class PositionTracker:
         done, partials = _parse_position(position)
         for a, b in done:
             self._mark_done(a, b)
-        loaded: List[Interval] = []
+        loaded: list[Interval] = []
         for key, intervals, length in partials:
             if key[0] >= key[1] or self._is_done(*key) or not intervals:
                 continue
@@ -207,7 +210,7 @@ class PositionTracker:
             self._remove(key)
             self._mark_done(start, stop)
 
-    def position(self, dataset_id: str, repetition: int) -> Dict[str, Any]:
+    def position(self, dataset_id: str, repetition: int) -> dict[str, Any]:
         """The position: ``dataset_id`` and ``repetition`` name what was read."""
         partial = []
         for key in self._keys:
@@ -217,7 +220,7 @@ class PositionTracker:
             if more and more[0][0] == 0:
                 consumed = more[0][1]
                 more = more[1:]
-            entry: Dict[str, Any] = {
+            entry: dict[str, Any] = {
                 "split": {"start": key[0], "stop": key[1]},
                 "consumed": consumed,
             }
@@ -295,31 +298,34 @@ class PositionTracker:
         i = bisect.bisect_left(self._keys, key)
         del self._keys[i]
 
-    def _overlapping(self, start: int, stop: int) -> List[Interval]:
+    def _overlapping(self, start: int, stop: int) -> list[Interval]:
         """The partial splits overlapping ``[start, stop)``."""
         lo = bisect.bisect_left(self._keys, (max(0, start - self._max_span), 0))
         hi = bisect.bisect_left(self._keys, (stop, 0))
         return [k for k in self._keys[lo:hi] if k[1] > start]
 
 
-def _parse_run(run: Any, what: str) -> Tuple[Interval, int, int, bool]:
+def _parse_run(run: Any, what: str) -> tuple[Interval, int, int, bool]:
     r = _obj(run, what, ("split", "offset", "count"), ("end",))
     end = r.get("end", False)
     if not isinstance(end, bool):
         raise ValueError(f"{what}.end must be a boolean, got {end!r:.80}")
-    return _range(r["split"], f"{what}.split"), _int(r["offset"], f"{what}.offset"), _int(
-        r["count"], f"{what}.count"
-    ), end
+    return (
+        _range(r["split"], f"{what}.split"),
+        _int(r["offset"], f"{what}.offset"),
+        _int(r["count"], f"{what}.count"),
+        end,
+    )
 
 
-def parse_runs(value: Any) -> List[Tuple[Interval, int, int, bool]]:
+def parse_runs(value: Any) -> list[tuple[Interval, int, int, bool]]:
     """Origin runs (a JSON array) as tuples; ``ValueError`` when malformed."""
     return [_parse_run(r, f"origin[{i}]") for i, r in enumerate(_list(value, "origin"))]
 
 
 def _parse_position(
     position: Any,
-) -> Tuple[List[Interval], List[Tuple[Interval, List[Interval], Optional[int]]]]:
+) -> tuple[list[Interval], list[tuple[Interval, list[Interval], int | None]]]:
     p = _obj(position, "position", ("dataset_id", "repetition", "done", "partial"))
     if not isinstance(p["dataset_id"], str):
         raise ValueError("position.dataset_id must be a string")
@@ -328,7 +334,9 @@ def _parse_position(
     partial_list = _list(p["partial"], "position.partial")
     entries = len(done_list) + len(partial_list)
     if entries > MAX_POSITION_ENTRIES:
-        raise ValueError(f"a position holds at most {MAX_POSITION_ENTRIES} entries, this one {entries}")
+        raise ValueError(
+            f"a position holds at most {MAX_POSITION_ENTRIES} entries, this one {entries}"
+        )
     done = [_range(r, f"position.done[{i}]") for i, r in enumerate(done_list)]
     partials = []
     for i, entry in enumerate(partial_list):
@@ -365,7 +373,7 @@ def _positions_in(state: Any) -> Iterator[Mapping[str, Any]]:
             state = json.loads(state)
         except (ValueError, RecursionError) as e:
             raise ValueError(f"a state given as text must be JSON: {e}") from None
-    stack: List[Tuple[Any, int]] = [(state, 0)]
+    stack: list[tuple[Any, int]] = [(state, 0)]
     while stack:
         value, depth = stack.pop()
         if _is_position(value):
@@ -388,7 +396,7 @@ def _positions_in(state: Any) -> Iterator[Mapping[str, Any]]:
         stack.extend((c, depth + 1) for c in reversed(list(children)))
 
 
-def merge_positions(*states: Any) -> Dict[str, Any]:
+def merge_positions(*states: Any) -> dict[str, Any]:
     """One position holding what every one of ``states`` consumed: a tracker resumed from
     each position in turn.
 
@@ -400,7 +408,7 @@ def merge_positions(*states: Any) -> Dict[str, Any]:
     Raises ``ValueError`` when no position is found, when the positions are not of the same
     dataset and repetition (naming both), or when one is malformed.
     """
-    found: List[Mapping[str, Any]] = []
+    found: list[Mapping[str, Any]] = []
     for state in states:
         found.extend(_positions_in(state))
     if not found:

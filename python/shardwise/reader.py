@@ -39,15 +39,16 @@ from __future__ import annotations
 import collections
 import json
 import time
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from . import _arrow
+from ._readpos import fingerprint, fold, is_dynamic, positions_unavailable
 from .client import Backoff, Dispatcher, ProcessingMode, _text
 from .errors import ShardwiseError
-from ._readpos import fingerprint, fold, is_dynamic, positions_unavailable
 from .positions import PositionTracker, _parse_position, parse_runs
 
-__all__ = ["distribute", "Reader", "fingerprint", "MAX_ELEMENTS_PER_REQUEST"]
+__all__ = ["MAX_ELEMENTS_PER_REQUEST", "Reader", "distribute", "fingerprint"]
 
 #: The most elements (rows) one request may ask for.
 MAX_ELEMENTS_PER_REQUEST = 10_000
@@ -57,12 +58,19 @@ NUDGE_GAP = 0.02
 RELEASE_RETRY = 0.05
 RELEASE_ATTEMPTS = 2
 
+
 class _Task:
     """One task as this reader reads it."""
 
     __slots__ = (
-        "task_id", "address", "info", "done", "retry_at", "backoff", "unknown_since",
+        "address",
+        "backoff",
+        "done",
+        "info",
+        "retry_at",
+        "task_id",
         "unavailable_since",
+        "unknown_since",
     )
 
     def __init__(self, info: Mapping[str, Any]) -> None:
@@ -70,10 +78,10 @@ class _Task:
         self.address = str(info["worker_address"])  # where reads go: the first address listed
         self.info = info
         self.done = bool(info.get("worker_lost"))
-        self.retry_at: Optional[float] = None
+        self.retry_at: float | None = None
         self.backoff = Backoff(0.005, 0.5)
-        self.unknown_since: Optional[float] = None
-        self.unavailable_since: Optional[float] = None
+        self.unknown_since: float | None = None
+        self.unavailable_since: float | None = None
 
     def ready(self, now: float) -> bool:
         return not self.done and (self.retry_at is None or self.retry_at <= now)
@@ -86,27 +94,37 @@ class Reader:
     Made by :func:`distribute` (which documents the arguments); a context manager whose exit
     (like :meth:`close`) releases the client lease. Iterating raises :class:`ShardwiseError`
     when the read fails, after handing out everything read before the failure.
+
+    Attributes:
+        dispatcher: The :class:`Dispatcher` it reads through.
+        dataset: The definition read.
+        format: ``"json"`` or ``"arrow"``.
+        dataset_id: The id the dataset is registered under.
+        job_id: The job read.
+        repetition: The iteration's repetition (the resumed position's, when resuming).
+        iteration_id: The iteration read.
+        client_id: The client lease this reader holds until it ends or is closed.
     """
 
     def __init__(
         self,
-        dispatcher: Union[Dispatcher, str, Sequence[str]],
-        dataset: Union[Mapping[str, Any], str],
+        dispatcher: Dispatcher | str | Sequence[str],
+        dataset: Mapping[str, Any] | str,
         *,
-        job_name: Optional[str] = None,
+        job_name: str | None = None,
         processing_mode: ProcessingMode = "distributed_epoch",
         repetition: int = 0,
-        resume_from: Optional[Union[Mapping[str, Any], str]] = None,
+        resume_from: Mapping[str, Any] | str | None = None,
         format: str = "json",
-        arrow_compression: Optional[str] = None,
+        arrow_compression: str | None = None,
         elements_per_request: int = 1024,
-        split_size: Optional[int] = None,
-        dataset_id: Optional[str] = None,
+        split_size: int | None = None,
+        dataset_id: str | None = None,
         target_workers: str = "AUTO",
         local_workers: Sequence[str] = (),
         heartbeat_interval: float = 1.0,
         unknown_task_timeout: float = 60.0,
-        unavailable_timeout: Optional[float] = None,
+        unavailable_timeout: float | None = None,
     ) -> None:
         if not isinstance(dispatcher, Dispatcher):
             dispatcher = Dispatcher(dispatcher)
@@ -117,7 +135,7 @@ class Reader:
                 raise ValueError(f"the dataset is not JSON: {e}") from None
         if not isinstance(dataset, Mapping):
             raise TypeError("a dataset definition is a JSON object")
-        position: Optional[Mapping[str, Any]] = None
+        position: Mapping[str, Any] | None = None
         if isinstance(resume_from, str):
             try:
                 position = json.loads(resume_from)
@@ -128,12 +146,16 @@ class Reader:
         if format not in ("json", "arrow"):
             raise ValueError(f"format must be 'json' or 'arrow', not {format!r}")
         if arrow_compression is not None and arrow_compression not in _arrow.COMPRESSIONS:
-            raise ValueError(f"arrow_compression must be None, 'lz4' or 'zstd', not {arrow_compression!r}")
+            raise ValueError(
+                f"arrow_compression must be None, 'lz4' or 'zstd', not {arrow_compression!r}"
+            )
         _check_count(elements_per_request)
         if heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be positive")
         if target_workers not in ("AUTO", "ANY", "LOCAL"):
-            raise ValueError(f"target_workers must be 'AUTO', 'ANY' or 'LOCAL', not {target_workers!r}")
+            raise ValueError(
+                f"target_workers must be 'AUTO', 'ANY' or 'LOCAL', not {target_workers!r}"
+            )
         if target_workers == "LOCAL" and not local_workers:
             raise ValueError(
                 "Local reads require local tf.data workers, but no local worker is found. You "
@@ -180,34 +202,34 @@ class Reader:
         self._tracker = (
             PositionTracker.resuming(position) if position is not None else PositionTracker()
         )
-        self._runs: Optional[List[Dict[str, Any]]] = None
+        self._runs: list[dict[str, Any]] | None = None
         self._batch_rows = 0
 
         # What was read and not handed out yet, and its rows.
-        self._pending: Deque[Any] = collections.deque()
+        self._pending: collections.deque[Any] = collections.deque()
         self._pending_rows = 0
 
         # The read's state.
         self._start = time.monotonic()
-        self._tasks: List[_Task] = []
-        self._index: Dict[str, int] = {}
+        self._tasks: list[_Task] = []
+        self._index: dict[str, int] = {}
         self._next = 0
         self._finished = False
         self._skipped_any = False
         self._have_reply = False
-        self._known: Optional[Tuple[Any, List[Dict[str, Any]]]] = None
+        self._known: tuple[Any, list[dict[str, Any]]] | None = None
         self._hb_next_at = 0.0
         self._hb_nudged = False
         self._hb_backoff = Backoff(0.01, 1.0)
-        self._hb_failing_since: Optional[float] = None
-        self._last_nudge: Optional[float] = None
-        self._nudge_at: Optional[float] = None
+        self._hb_failing_since: float | None = None
+        self._last_nudge: float | None = None
+        self._nudge_at: float | None = None
         self._reading = True
-        self._error: Optional[ShardwiseError] = None
+        self._error: ShardwiseError | None = None
 
     # -- the iterator ----------------------------------------------------------------------
 
-    def __iter__(self) -> "Reader":
+    def __iter__(self) -> Reader:
         return self
 
     def __next__(self) -> Any:
@@ -223,10 +245,10 @@ class Reader:
                 raise StopIteration
             self._step()
 
-    def __enter__(self) -> "Reader":
+    def __enter__(self) -> Reader:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -253,13 +275,12 @@ class Reader:
         self._count = count
 
     @property
-    def tasks(self) -> List[Dict[str, Any]]:
+    def tasks(self) -> list[dict[str, Any]]:
         """The tasks this reader reads (or read), in the order it learnt them:
         ``{"task_id", "worker_address", "done"}`` (``done``: it answered its end, or its
         worker was lost)."""
         return [
-            {"task_id": t.task_id, "worker_address": t.address, "done": t.done}
-            for t in self._tasks
+            {"task_id": t.task_id, "worker_address": t.address, "done": t.done} for t in self._tasks
         ]
 
     @property
@@ -267,7 +288,7 @@ class Reader:
         """The read is over: ended, failed or closed (buffered elements may remain)."""
         return not self._reading
 
-    def position(self) -> Dict[str, Any]:
+    def position(self) -> dict[str, Any]:
         """Where the caller is in the read: every element (row) this reader handed out, and,
         when it resumed, everything its ``resume_from`` covered; not what is still buffered.
         Save it with a model checkpoint; resume with ``distribute(..., resume_from=it)``.
@@ -283,9 +304,7 @@ class Reader:
             tracker = tracker.copy()
             why = fold(tracker, self._runs, self._batch_rows - self._pending_rows)
         if why is not None:
-            raise ShardwiseError(
-                "FAILED_PRECONDITION", f"this reader has no read position: {why}"
-            )
+            raise ShardwiseError("FAILED_PRECONDITION", f"this reader has no read position: {why}")
         return tracker.position(self.dataset_id, self.repetition)
 
     # -- one step of the read --------------------------------------------------------------
@@ -314,14 +333,16 @@ class Reader:
 
     def _heartbeat(self, now: float) -> None:
         self._hb_nudged = False
-        body: Dict[str, Any] = {}
+        body: dict[str, Any] = {}
         if self._known is not None:
             body["known_tasks_version"] = self._known[0]
         path = f"/v1/clients/{self.client_id}/heartbeat"
         try:
             reply = self.dispatcher.call("POST", path, body, retry=False)
             if not isinstance(reply, Mapping) or not isinstance(reply.get("tasks"), list):
-                raise ShardwiseError.protocol("a heartbeat reply without tasks", context=f"POST {path}")
+                raise ShardwiseError.protocol(
+                    "a heartbeat reply without tasks", context=f"POST {path}"
+                )
             tasks = [_task_info(t, f"POST {path}") for t in reply["tasks"]]
         except ShardwiseError as e:
             now = self._now()
@@ -376,7 +397,7 @@ class Reader:
         tags = info.get("worker_tags") or []
         return not any(str(t).upper() == "COLOCATED" for t in tags)
 
-    def _next_ready(self, now: float) -> Optional[_Task]:
+    def _next_ready(self, now: float) -> _Task | None:
         n = len(self._tasks)
         for k in range(n):
             i = (self._next + k) % n
@@ -415,7 +436,7 @@ class Reader:
 
     def _get_elements(
         self, task: _Task, count: int
-    ) -> Tuple[List[Any], int, bool, Optional[List[Dict[str, Any]]]]:
+    ) -> tuple[list[Any], int, bool, list[dict[str, Any]] | None]:
         """One read of ``task``: its items, rows, end of sequence and origin runs (checked)."""
         context = f"GET /v1/tasks/{task.task_id}/elements at {task.address}"
         if self.format == "arrow":
@@ -442,10 +463,12 @@ class Reader:
             try:
                 parse_runs(origin)
             except ValueError as e:
-                raise ShardwiseError.protocol(f"malformed origin runs: {e}", context=context) from None
+                raise ShardwiseError.protocol(
+                    f"malformed origin runs: {e}", context=context
+                ) from None
         return items, rows, end, origin
 
-    def _arrived(self, rows: int, origin: Optional[List[Dict[str, Any]]]) -> None:
+    def _arrived(self, rows: int, origin: list[dict[str, Any]] | None) -> None:
         """A new read of ``rows`` rows with ``origin`` (every row of the previous one was
         handed out): the previous one is folded. Origins that do not cover exactly its rows
         count as none."""
@@ -477,7 +500,7 @@ class Reader:
         elif not self._tasks and (self._finished or self._skipped_any):
             self._end(None)  # no task, or every task skipped by target_workers
 
-    def _end(self, error: Optional[ShardwiseError]) -> None:
+    def _end(self, error: ShardwiseError | None) -> None:
         """The read is over (with ``error`` if it failed): release the lease, best effort."""
         self._reading = False
         self._error = error
@@ -493,14 +516,20 @@ class Reader:
 
 
 def _check_count(count: Any) -> None:
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_ELEMENTS_PER_REQUEST:
+    if (
+        isinstance(count, bool)
+        or not isinstance(count, int)
+        or not 1 <= count <= MAX_ELEMENTS_PER_REQUEST
+    ):
         raise ValueError(f"elements_per_request must be in 1..={MAX_ELEMENTS_PER_REQUEST}")
 
 
-def _task_info(value: Any, context: str) -> Dict[str, Any]:
+def _task_info(value: Any, context: str) -> dict[str, Any]:
     """A heartbeat's task, checked for what the reader uses."""
-    if not isinstance(value, Mapping) or "task_id" not in value or not isinstance(
-        value.get("worker_address"), str
+    if (
+        not isinstance(value, Mapping)
+        or "task_id" not in value
+        or not isinstance(value.get("worker_address"), str)
     ):
         raise ShardwiseError.protocol("a task without task_id or worker_address", context=context)
     info = dict(value)
@@ -520,23 +549,23 @@ def _gave_up(e: ShardwiseError, retried_for: float) -> ShardwiseError:
 
 
 def distribute(
-    dispatcher: Union[Dispatcher, str, Sequence[str]],
-    dataset: Union[Mapping[str, Any], str],
+    dispatcher: Dispatcher | str | Sequence[str],
+    dataset: Mapping[str, Any] | str,
     *,
-    job_name: Optional[str] = None,
+    job_name: str | None = None,
     processing_mode: ProcessingMode = "distributed_epoch",
     repetition: int = 0,
-    resume_from: Optional[Union[Mapping[str, Any], str]] = None,
+    resume_from: Mapping[str, Any] | str | None = None,
     format: str = "json",
-    arrow_compression: Optional[str] = None,
+    arrow_compression: str | None = None,
     elements_per_request: int = 1024,
-    split_size: Optional[int] = None,
-    dataset_id: Optional[str] = None,
+    split_size: int | None = None,
+    dataset_id: str | None = None,
     target_workers: str = "AUTO",
     local_workers: Sequence[str] = (),
     heartbeat_interval: float = 1.0,
     unknown_task_timeout: float = 60.0,
-    unavailable_timeout: Optional[float] = None,
+    unavailable_timeout: float | None = None,
 ) -> Reader:
     """Reads ``dataset`` through ``dispatcher``: registers it, gets or creates the job and
     the iteration (the calls happen here, and raise here), and returns the :class:`Reader`

@@ -8,17 +8,20 @@ import json
 import ssl
 import threading
 import urllib.parse
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
+from typing import Any
 
 #: What a handler answers: status, headers, body (bytes, or JSON for anything else).
-Answer = Tuple[int, Mapping[str, str], Any]
+Answer = tuple[int, Mapping[str, str], Any]
 
 
 class Request:
     """A request as the server saw it."""
 
-    def __init__(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes):
+    def __init__(
+        self, method: str, path: str, query: dict[str, str], headers: dict[str, str], body: bytes
+    ):
         self.method = method
         self.path = path
         self.query = query
@@ -34,10 +37,10 @@ class FakeServer:
     recorded and answered with ``handler(request)``."""
 
     def __init__(
-        self, handler: Callable[[Request], Answer], *, tls: Optional[Tuple[str, str]] = None
+        self, handler: Callable[[Request], Answer], *, tls: tuple[str, str] | None = None
     ) -> None:
         self.handler = handler
-        self.requests: List[Request] = []
+        self.requests: list[Request] = []
         lock = threading.Lock()
         server = self
 
@@ -53,8 +56,13 @@ class FakeServer:
                 body = self.rfile.read(length) if length else b""
                 url = urllib.parse.urlsplit(self.path)
                 query = dict(urllib.parse.parse_qsl(url.query))
-                req = Request(self.command, url.path, query,
-                              {k.lower(): v for k, v in self.headers.items()}, body)
+                req = Request(
+                    self.command,
+                    url.path,
+                    query,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                )
                 with lock:
                     server.requests.append(req)
                 status, headers, payload = server.handler(req)
@@ -95,10 +103,10 @@ class FakeServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def __enter__(self) -> "FakeServer":
+    def __enter__(self) -> FakeServer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def count(self, method: str, path: str) -> int:
@@ -106,8 +114,13 @@ class FakeServer:
 
 
 def problem(code: str, status: int, detail: str = "detail") -> Answer:
-    body = {"type": "urn:shardwise:problem:x", "title": code.title(), "status": status,
-            "detail": detail, "code": code}
+    body = {
+        "type": "urn:shardwise:problem:x",
+        "title": code.title(),
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
     return status, {"content-type": "application/problem+json"}, body
 
 
@@ -129,30 +142,32 @@ class FakeCluster:
 
     def __init__(
         self,
-        tasks: Mapping[str, List[Any]],
+        tasks: Mapping[str, list[Any]],
         *,
-        lost: Tuple[str, ...] = (),
+        lost: tuple[str, ...] = (),
         incarnation: str = "inc-1",
     ) -> None:
-        self.scripts: Dict[str, Deque[Any]] = {t: collections.deque(a) for t, a in tasks.items()}
-        self.ended: Dict[str, bool] = {t: False for t in tasks}
+        self.scripts: dict[str, collections.deque[Any]] = {
+            t: collections.deque(a) for t, a in tasks.items()
+        }
+        self.ended: dict[str, bool] = {t: False for t in tasks}
         self.lost = set(lost)
         self.incarnation = incarnation
-        self.heartbeat: Optional[Callable[[Request], Optional[Answer]]] = None
+        self.heartbeat: Callable[[Request], Answer | None] | None = None
         self.server = FakeServer(self.answer)
         self.url = self.server.url
 
     def close(self) -> None:
         self.server.close()
 
-    def __enter__(self) -> "FakeCluster":
+    def __enter__(self) -> FakeCluster:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def requests(self) -> List[Request]:
+    def requests(self) -> list[Request]:
         return self.server.requests
 
     def answer(self, req: Request) -> Answer:
@@ -174,18 +189,36 @@ class FakeCluster:
             version = 7
             known = (req.json() or {}).get("known_tasks_version") == version
             tasks = [
-                {"task_id": t, "worker_address": self.server.address, "worker_tags": [],
-                 "starting_round": 0, "finished": self.ended[t], "worker_lost": t in self.lost}
+                {
+                    "task_id": t,
+                    "worker_address": self.server.address,
+                    "worker_tags": [],
+                    "starting_round": 0,
+                    "finished": self.ended[t],
+                    "worker_lost": t in self.lost,
+                }
                 for t in self.scripts
             ]
             finished = all(self.ended[t] or t in self.lost for t in self.scripts)
-            return ok({"tasks": [] if known else tasks, "tasks_version": version,
-                       "tasks_unchanged": known, "iteration_finished": finished,
-                       "block_round": None, **inc})
+            return ok(
+                {
+                    "tasks": [] if known else tasks,
+                    "tasks_version": version,
+                    "tasks_unchanged": known,
+                    "iteration_finished": finished,
+                    "block_round": None,
+                    **inc,
+                }
+            )
         if (m, p) == ("DELETE", "/v1/clients/3000"):
             return ok({"released": True, **inc})
         parts = p.split("/")
-        if m == "GET" and len(parts) == 5 and parts[:3] == ["", "v1", "tasks"] and parts[4] == "elements":
+        if (
+            m == "GET"
+            and len(parts) == 5
+            and parts[:3] == ["", "v1", "tasks"]
+            and parts[4] == "elements"
+        ):
             task = parts[3]
             if task not in self.scripts:
                 return problem("NOT_FOUND", 404, f"no task {task}")

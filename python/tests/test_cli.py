@@ -9,14 +9,13 @@ import json
 import os
 import tempfile
 import unittest
-from typing import List, Tuple
 
 from fakes import FakeCluster, problem
 
 from shardwise.__main__ import main
 
 
-def run(argv: List[str]) -> Tuple[int, str, str]:
+def run(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -41,13 +40,21 @@ class Cli(unittest.TestCase):
             self.assertEqual(json.loads(out)["version"], 1)
 
     def test_read_prints_elements_then_the_position(self) -> None:
-        tasks = {"4000": [{"elements": [0, 1, 2], "origin": [run_of(0, 5, 0, 3)]},
-                          {"elements": [3, 4], "origin": [run_of(0, 5, 3, 2, True)], "end_of_sequence": True}]}
+        tasks = {
+            "4000": [
+                {"elements": [0, 1, 2], "origin": [run_of(0, 5, 0, 3)]},
+                {"elements": [3, 4], "origin": [run_of(0, 5, 3, 2, True)], "end_of_sequence": True},
+            ]
+        }
         with FakeCluster(tasks) as c:
-            code, out, err = run(["read", c.url, '{"source": {"range": {"stop": 5}}}', "--max", "2"])
+            code, out, err = run(
+                ["read", c.url, '{"source": {"range": {"stop": 5}}}', "--max", "2"]
+            )
             self.assertEqual(code, 0, err)
             self.assertEqual(out.splitlines(), ["0", "1"])
-            self.assertEqual(json.loads(err)["partial"], [{"split": {"start": 0, "stop": 5}, "consumed": 2}])
+            self.assertEqual(
+                json.loads(err)["partial"], [{"split": {"start": 0, "stop": 5}, "consumed": 2}]
+            )
             reads = [q.query["max"] for q in c.requests if q.path.endswith("/elements")]
             self.assertEqual(reads, ["2"], "no more asked for than --max wants")
             self.assertEqual(c.server.count("DELETE", "/v1/clients/3000"), 1)
@@ -58,7 +65,9 @@ class Cli(unittest.TestCase):
             dataset = os.path.join(d, "ds.json")
             with open(dataset, "w") as f:
                 f.write('{"source": {"range": {"stop": 1}}}')
-            code, out, err = run(["read", c.url, "@" + dataset, "--processing-mode", "parallel_epochs"])
+            code, out, err = run(
+                ["read", c.url, "@" + dataset, "--processing-mode", "parallel_epochs"]
+            )
             self.assertEqual(code, 0, err)
             self.assertEqual(json.loads(out), {"s": "é", "x": "NaN"})
             self.assertIn("shardwise: no read position: ", err)
@@ -71,7 +80,12 @@ class Cli(unittest.TestCase):
             code, _, err = run(["read", c.url, '{"source": {"range": {"stop": 5}}}'])
             self.assertEqual(code, 1)
             self.assertIn("FAILED_PRECONDITION (409): task 4000 failed", err)
-        for argv in ([], ["nope"], ["read", "http://h:1"], ["read", "http://h:1", "{}", "--max", "x"]):
+        for argv in (
+            [],
+            ["nope"],
+            ["read", "http://h:1"],
+            ["read", "http://h:1", "{}", "--max", "x"],
+        ):
             with self.subTest(argv=argv):
                 self.assertEqual(run(argv)[0], 2)
         code, _, err = run(["read", "ftp://h", "{}"])
@@ -79,10 +93,29 @@ class Cli(unittest.TestCase):
         self.assertIn("not an http", err)
 
     def test_merge(self) -> None:
-        a = {"dataset_id": "d", "repetition": 0, "done": [], "partial": [
-            {"split": {"start": 0, "stop": 4}, "consumed": 2}]}
-        b = {"state": {"shardwise_position": {"dataset_id": "d", "repetition": 0, "done": [], "partial": [
-            {"split": {"start": 0, "stop": 4}, "consumed": 0, "more": [{"start": 2, "stop": 4}], "len": 4}]}}}
+        a = {
+            "dataset_id": "d",
+            "repetition": 0,
+            "done": [],
+            "partial": [{"split": {"start": 0, "stop": 4}, "consumed": 2}],
+        }
+        b = {
+            "state": {
+                "shardwise_position": {
+                    "dataset_id": "d",
+                    "repetition": 0,
+                    "done": [],
+                    "partial": [
+                        {
+                            "split": {"start": 0, "stop": 4},
+                            "consumed": 0,
+                            "more": [{"start": 2, "stop": 4}],
+                            "len": 4,
+                        }
+                    ],
+                }
+            }
+        }
         with tempfile.TemporaryDirectory() as d:
             paths = []
             for i, p in enumerate((a, b)):

@@ -10,8 +10,7 @@ from typing import Any
 
 from fakes import FakeServer, Request, ok, problem
 
-from shardwise import Dispatcher, ShardwiseError
-from shardwise import _http
+from shardwise import Dispatcher, ShardwiseError, _http
 
 
 def closed_port_url() -> str:
@@ -67,7 +66,9 @@ class Calls(unittest.TestCase):
             self.assertEqual((e.code, e.status, e.detail), ("NOT_FOUND", 404, "no dataset 'nope'"))
             self.assertEqual(e.context, "GET /v1/datasets/nope")
             self.assertEqual(s.count("GET", "/v1/datasets/nope"), 1, "not retried")
-            self.assertTrue(all(r.headers.get("authorization") == "Bearer t0ken" for r in s.requests))
+            self.assertTrue(
+                all(r.headers.get("authorization") == "Bearer t0ken" for r in s.requests)
+            )
 
     def test_unavailable_is_retried_until_it_answers(self) -> None:
         answers = [problem("UNAVAILABLE", 503), problem("UNAVAILABLE", 503)]
@@ -95,13 +96,22 @@ class Calls(unittest.TestCase):
     def test_bodies_past_the_limit_are_refused_and_the_connection_stays_usable(self) -> None:
         with FakeServer(lambda r: ok({"x": "y" * 1000}) if r.path == "/big" else version(r)) as s:
             with self.assertRaisesRegex(ShardwiseError, "larger than 100 bytes"):
-                _http.request("GET", s.url + "/big", token=None, ca_file=None, timeout=5,
-                              context="c", max_body=100)
+                _http.request(
+                    "GET",
+                    s.url + "/big",
+                    token=None,
+                    ca_file=None,
+                    timeout=5,
+                    context="c",
+                    max_body=100,
+                )
             self.assertEqual(Dispatcher(s.url).version()["version"], 1)
 
 
 class Failover(unittest.TestCase):
-    def test_a_refused_replica_is_passed_over_and_the_next_call_starts_where_one_answered(self) -> None:
+    def test_a_refused_replica_is_passed_over_and_the_next_call_starts_where_one_answered(
+        self,
+    ) -> None:
         with FakeServer(version) as s:
             d = Dispatcher([closed_port_url(), s.url], unavailable_timeout=5)
             self.assertEqual(d.version()["version"], 1)
@@ -110,13 +120,17 @@ class Failover(unittest.TestCase):
             self.assertEqual(s.count("GET", "/v1/version"), 2)
 
     def test_a_followers_503_moves_on_and_a_refusal_does_not(self) -> None:
-        with FakeServer(lambda r: problem("UNAVAILABLE", 503)) as follower, \
-                FakeServer(lambda r: problem("NOT_FOUND", 404)) as leader:
+        with (
+            FakeServer(lambda r: problem("UNAVAILABLE", 503)) as follower,
+            FakeServer(lambda r: problem("NOT_FOUND", 404)) as leader,
+        ):
             d = Dispatcher([follower.url, leader.url], unavailable_timeout=5)
             with self.assertRaises(ShardwiseError) as cm:
                 d.get_job("1")
             self.assertEqual(cm.exception.code, "NOT_FOUND")
-            self.assertEqual((follower.count("GET", "/v1/jobs/1"), leader.count("GET", "/v1/jobs/1")), (1, 1))
+            self.assertEqual(
+                (follower.count("GET", "/v1/jobs/1"), leader.count("GET", "/v1/jobs/1")), (1, 1)
+            )
             self.assertEqual(d.current, leader.url, "a refusal is an answer: that replica is up")
 
     def test_redirects_are_followed_only_within_the_list(self) -> None:
@@ -130,7 +144,9 @@ class Failover(unittest.TestCase):
                 d2 = Dispatcher([follower.url], unavailable_timeout=0.0, token="secret")
                 with self.assertRaises(ShardwiseError) as cm:
                     d2.version()
-                self.assertEqual((cm.exception.code, cm.exception.kind), ("UNAVAILABLE", "redirect"))
+                self.assertEqual(
+                    (cm.exception.code, cm.exception.kind), ("UNAVAILABLE", "redirect")
+                )
                 self.assertEqual(outsider.requests, [], "the token never goes elsewhere")
         d = Dispatcher(["http://a:1", "http://leader.example:2", "c:80"])
         f = d._failover
@@ -138,9 +154,17 @@ class Failover(unittest.TestCase):
         self.assertEqual(f.redirect_target(sent, "HTTP://LEADER.example:2/v1"), 1)
         self.assertEqual(f.redirect_target(sent, "http://c/v1"), 2, "the default port")
         self.assertEqual(f.redirect_target(sent, "/v1/jobs"), 0, "relative to the sender")
-        for outside in ["http://evil:2/", "https://leader.example:2/", "//evil:9/v1",
-                        "http://leader.example:2@evil:1/", "javascript:alert(1)", "", None,
-                        "http://[::1", "http://leader.example:2/" + "x" * 3000]:
+        for outside in [
+            "http://evil:2/",
+            "https://leader.example:2/",
+            "//evil:9/v1",
+            "http://leader.example:2@evil:1/",
+            "javascript:alert(1)",
+            "",
+            None,
+            "http://[::1",
+            "http://leader.example:2/" + "x" * 3000,
+        ]:
             self.assertIsNone(f.redirect_target(sent, outside), outside)
 
 
@@ -154,7 +178,9 @@ class Pools(unittest.TestCase):
         if pid == 0:  # the child: report whether it got a new pool, and that it works
             try:
                 mine = _http.pool_manager()
-                os.write(w, b"new" if mine is not parent and _http.pool_manager() is mine else b"same")
+                os.write(
+                    w, b"new" if mine is not parent and _http.pool_manager() is mine else b"same"
+                )
             finally:
                 os._exit(0)
         os.close(w)

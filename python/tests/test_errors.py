@@ -12,15 +12,25 @@ from shardwise.errors import CODES, code_of_status, status_of
 
 def problem(code: str, detail: str = "d", status: int = 0, **extra: object) -> bytes:
     s, title = status_of(code)
-    body = {"type": f"urn:shardwise:problem:{code.lower()}", "title": title,
-            "status": status or s, "detail": detail, "code": code, **extra}
+    body = {
+        "type": f"urn:shardwise:problem:{code.lower()}",
+        "title": title,
+        "status": status or s,
+        "detail": detail,
+        "code": code,
+        **extra,
+    }
     return json.dumps(body).encode()
 
 
 class FromResponse(unittest.TestCase):
     def test_a_problem_gives_its_members(self) -> None:
-        body = problem("NOT_FOUND", "no dataset with id 'x'", tf_exception="ValueError",
-                       instance="/v1/datasets/x")
+        body = problem(
+            "NOT_FOUND",
+            "no dataset with id 'x'",
+            tf_exception="ValueError",
+            instance="/v1/datasets/x",
+        )
         e = ShardwiseError.from_response(404, body, context="GET /v1/datasets/x")
         self.assertEqual((e.code, e.status, e.title), ("NOT_FOUND", 404, "Not found"))
         self.assertEqual(e.detail, "no dataset with id 'x'")
@@ -41,11 +51,21 @@ class FromResponse(unittest.TestCase):
 
     def test_answers_that_are_not_problems_take_the_statuss_class(self) -> None:
         cases = [
-            (400, "INVALID_ARGUMENT"), (405, "INVALID_ARGUMENT"), (415, "INVALID_ARGUMENT"),
-            (401, "UNAUTHENTICATED"), (403, "PERMISSION_DENIED"), (404, "NOT_FOUND"),
-            (409, "FAILED_PRECONDITION"), (413, "RESOURCE_EXHAUSTED"),
-            (429, "RESOURCE_EXHAUSTED"), (408, "UNAVAILABLE"), (502, "UNAVAILABLE"),
-            (503, "UNAVAILABLE"), (504, "UNAVAILABLE"), (500, "INTERNAL"), (418, "INTERNAL"),
+            (400, "INVALID_ARGUMENT"),
+            (405, "INVALID_ARGUMENT"),
+            (415, "INVALID_ARGUMENT"),
+            (401, "UNAUTHENTICATED"),
+            (403, "PERMISSION_DENIED"),
+            (404, "NOT_FOUND"),
+            (409, "FAILED_PRECONDITION"),
+            (413, "RESOURCE_EXHAUSTED"),
+            (429, "RESOURCE_EXHAUSTED"),
+            (408, "UNAVAILABLE"),
+            (502, "UNAVAILABLE"),
+            (503, "UNAVAILABLE"),
+            (504, "UNAVAILABLE"),
+            (500, "INTERNAL"),
+            (418, "INTERNAL"),
             (302, "INTERNAL"),
         ]
         for status, code in cases:
@@ -57,8 +77,16 @@ class FromResponse(unittest.TestCase):
                 self.assertEqual(e.is_retryable, code == "UNAVAILABLE")
 
     def test_malformed_or_unknown_problems_fall_back_and_are_quoted_short(self) -> None:
-        for body in [b"", b"{", b"[]", b'{"code": "TEAPOT"}', b'{"code": 7}',
-                     b"\xff\xfe", b"[" * 100_000, b"x" * 10_000]:
+        for body in [
+            b"",
+            b"{",
+            b"[]",
+            b'{"code": "TEAPOT"}',
+            b'{"code": 7}',
+            b"\xff\xfe",
+            b"[" * 100_000,
+            b"x" * 10_000,
+        ]:
             with self.subTest(body=body[:20]):
                 e = ShardwiseError.from_response(503, body)
                 self.assertEqual(e.code, "UNAVAILABLE")
@@ -101,8 +129,10 @@ class Kinds(unittest.TestCase):
         # A DataLoader worker's exception crosses a process boundary pickled.
         e = ShardwiseError.from_response(404, problem("NOT_FOUND", "gone"), context="c")
         f = pickle.loads(pickle.dumps(e))
-        self.assertEqual((f.code, f.status, f.detail, f.context, f.kind),
-                         (e.code, e.status, e.detail, e.context, e.kind))
+        self.assertEqual(
+            (f.code, f.status, f.detail, f.context, f.kind),
+            (e.code, e.status, e.detail, e.context, e.kind),
+        )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import os
 import random
 import unittest
 from pathlib import Path
-from typing import Any, Dict, List, Set, Tuple
+from typing import Any
 
 from shardwise import PositionTracker, merge_positions
 from shardwise.positions import MAX_POSITION_ENTRIES
@@ -23,14 +23,14 @@ VECTORS = Path(
 )
 
 
-def run(start: int, stop: int, offset: int, count: int, end: bool = False) -> Dict[str, Any]:
-    r: Dict[str, Any] = {"split": {"start": start, "stop": stop}, "offset": offset, "count": count}
+def run(start: int, stop: int, offset: int, count: int, end: bool = False) -> dict[str, Any]:
+    r: dict[str, Any] = {"split": {"start": start, "stop": stop}, "offset": offset, "count": count}
     if end:
         r["end"] = True
     return r
 
 
-def normalized(position: Dict[str, Any]) -> Dict[str, Any]:
+def normalized(position: dict[str, Any]) -> dict[str, Any]:
     """A position with ``more`` left out when empty and ``len`` when null."""
     p = dict(position)
     partial = []
@@ -45,14 +45,14 @@ def normalized(position: Dict[str, Any]) -> Dict[str, Any]:
     return p
 
 
-def first(case: Dict[str, Any], *keys: str) -> Any:
+def first(case: dict[str, Any], *keys: str) -> Any:
     for k in keys:
         if k in case:
             return case[k]
     return None
 
 
-def check_case(test: unittest.TestCase, case: Dict[str, Any]) -> None:
+def check_case(test: unittest.TestCase, case: dict[str, Any]) -> None:
     """Runs one case: see the ``about`` of ``position_cases.json`` for its format (a few
     synonyms are read too: ``positions`` for ``resume_from``, ``ops`` or ``consumed`` for
     ``steps``, ``expected`` for ``expect``)."""
@@ -78,7 +78,7 @@ def check_case(test: unittest.TestCase, case: Dict[str, Any]) -> None:
     test.assertEqual(normalized(got), normalized(expect), name)
 
 
-def load_cases(path: Path) -> List[Dict[str, Any]]:
+def load_cases(path: Path) -> list[dict[str, Any]]:
     data = json.loads(path.read_text(encoding="utf-8"))
     cases = data["cases"] if isinstance(data, dict) else data
     if not isinstance(cases, list) or not cases:
@@ -123,7 +123,7 @@ class Fold(unittest.TestCase):
         t = PositionTracker()
         t.consumed(run(0, 10, 0, 2), 2)
         before = t.position("d", 0)
-        bad_runs: List[Any] = [
+        bad_runs: list[Any] = [
             None,
             [],
             {"split": {"start": 0, "stop": 10}, "offset": 0},
@@ -142,7 +142,7 @@ class Fold(unittest.TestCase):
         with self.assertRaises(ValueError):
             t.consumed(run(0, 10, 2, 2), -1)
         good = {"dataset_id": "d", "repetition": 0, "done": [], "partial": []}
-        bad_positions: List[Any] = [
+        bad_positions: list[Any] = [
             {},
             {**good, "dataset_id": 7},
             {**good, "repetition": -1},
@@ -150,12 +150,25 @@ class Fold(unittest.TestCase):
             {**good, "done": [{"start": 0}]},
             {**good, "extra": 1},
             {**good, "partial": [{"split": {"start": 0, "stop": 1}}]},
-            {**good, "partial": [{"split": {"start": 0, "stop": 1}, "consumed": 1, "more": [{"start": 2}]}]},
+            {
+                **good,
+                "partial": [
+                    {"split": {"start": 0, "stop": 1}, "consumed": 1, "more": [{"start": 2}]}
+                ],
+            },
             {**good, "partial": [{"split": {"start": 0, "stop": 1}, "consumed": 1, "len": None}]},
             {**good, "partial": [{"split": {"start": 0, "stop": 1}, "consumed": 1, "lens": 3}]},
             {**good, "done": [{"start": 0, "stop": 1}] * (MAX_POSITION_ENTRIES + 1)},
-            {**good, "partial": [{"split": {"start": 0, "stop": 1}, "consumed": 1,
-                                  "more": [{"start": 2, "stop": 3}] * MAX_POSITION_ENTRIES}]},
+            {
+                **good,
+                "partial": [
+                    {
+                        "split": {"start": 0, "stop": 1},
+                        "consumed": 1,
+                        "more": [{"start": 2, "stop": 3}] * MAX_POSITION_ENTRIES,
+                    }
+                ],
+            },
         ]
         for p in bad_positions:
             with self.subTest(position=str(p)[:120]), self.assertRaises(ValueError):
@@ -163,9 +176,18 @@ class Fold(unittest.TestCase):
         self.assertEqual(t.position("d", 0), before)
 
     def test_inverted_ranges_in_a_position_are_empty(self) -> None:
-        p = {"dataset_id": "d", "repetition": 0, "done": [{"start": 9, "stop": 3}],
-             "partial": [{"split": {"start": 0, "stop": 10}, "consumed": 2,
-                          "more": [{"start": 6, "stop": 4}]}]}
+        p = {
+            "dataset_id": "d",
+            "repetition": 0,
+            "done": [{"start": 9, "stop": 3}],
+            "partial": [
+                {
+                    "split": {"start": 0, "stop": 10},
+                    "consumed": 2,
+                    "more": [{"start": 6, "stop": 4}],
+                }
+            ],
+        }
         got = PositionTracker.resuming(p).position("d", 0)
         self.assertEqual(got["done"], [])
         self.assertEqual(got["partial"], [{"split": {"start": 0, "stop": 10}, "consumed": 2}])
@@ -186,13 +208,27 @@ class Merge(unittest.TestCase):
         c = PositionTracker()
         c.consumed(run(100, 200, 0, 100, end=True), 100)
         # Two ranks' loader states, their workers' snapshots nested as torchdata nests them.
-        rank0 = {"_snapshot": {"_worker_snapshots": {
-            "worker_0": {"dataset_state": {"shardwise_position": a.position("d", 0)}},
-            "worker_1": {"dataset_state": {"shardwise_position": None}},
-        }}, "_steps": 3}
-        rank1 = {"worker_states": [{"shardwise_position": b.position("d", 0)},
-                                   ({"shardwise_position": c.position("d", 0)},)]}
-        want = {"dataset_id": "d", "repetition": 0, "done": [{"start": 0, "stop": 200}], "partial": []}
+        rank0 = {
+            "_snapshot": {
+                "_worker_snapshots": {
+                    "worker_0": {"dataset_state": {"shardwise_position": a.position("d", 0)}},
+                    "worker_1": {"dataset_state": {"shardwise_position": None}},
+                }
+            },
+            "_steps": 3,
+        }
+        rank1 = {
+            "worker_states": [
+                {"shardwise_position": b.position("d", 0)},
+                ({"shardwise_position": c.position("d", 0)},),
+            ]
+        }
+        want = {
+            "dataset_id": "d",
+            "repetition": 0,
+            "done": [{"start": 0, "stop": 200}],
+            "partial": [],
+        }
         self.assertEqual(merge_positions(rank0, rank1), want)
         self.assertEqual(merge_positions([rank0, rank1]), want, "one list of states")
         self.assertEqual(merge_positions(json.dumps(rank0), rank1), want, "JSON text")
@@ -205,7 +241,14 @@ class Merge(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "'a' repetition 0 and dataset 'b' repetition 2"):
             merge_positions(
                 {"dataset_id": "a", "repetition": 0, "done": [], "partial": []},
-                {"shardwise_position": {"dataset_id": "b", "repetition": 2, "done": [], "partial": []}},
+                {
+                    "shardwise_position": {
+                        "dataset_id": "b",
+                        "repetition": 2,
+                        "done": [],
+                        "partial": [],
+                    }
+                },
             )
         with self.assertRaisesRegex(ValueError, "holds no position"):
             merge_positions({"shardwise_position": {"dataset_id": "a"}})
@@ -218,10 +261,10 @@ class Merge(unittest.TestCase):
             merge_positions(deep)
 
 
-def model_consumed(position: Dict[str, Any], splits: List[Tuple[int, int]]) -> Set[int]:
+def model_consumed(position: dict[str, Any], splits: list[tuple[int, int]]) -> set[int]:
     """The source positions a position says were consumed, for splits whose output offsets
     are their positions (a range's)."""
-    got: Set[int] = set()
+    got: set[int] = set()
     for r in position["done"]:
         got.update(range(r["start"], r["stop"]))
     for e in position["partial"]:
@@ -236,14 +279,16 @@ class Properties(unittest.TestCase):
     """Seeded random reads of range splits by several readers: the merged position is exactly
     what any reader consumed, whatever the order, and a split consumed whole is done."""
 
-    def random_reads(self, rng: random.Random) -> Tuple[List[Tuple[int, int]], List[List[Dict[str, Any]]]]:
+    def random_reads(
+        self, rng: random.Random
+    ) -> tuple[list[tuple[int, int]], list[list[dict[str, Any]]]]:
         splits = []
         at = 0
         for _ in range(rng.randint(1, 8)):
             n = rng.randint(1, 12)
             splits.append((at, at + n))
             at += n
-        readers: List[List[Dict[str, Any]]] = [[] for _ in range(rng.randint(1, 4))]
+        readers: list[list[dict[str, Any]]] = [[] for _ in range(rng.randint(1, 4))]
         for start, stop in splits:
             n = stop - start
             offset = 0
@@ -259,7 +304,7 @@ class Properties(unittest.TestCase):
         rng = random.Random(20251203)
         for trial in range(300):
             splits, readers = self.random_reads(rng)
-            want: Set[int] = set()
+            want: set[int] = set()
             positions = []
             for runs in readers:
                 t = PositionTracker()

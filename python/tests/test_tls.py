@@ -48,12 +48,53 @@ class Tls(unittest.TestCase):
             with open(os.path.join(d, name), "w") as f:
                 f.write(text)
         key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        openssl("req", *key, "-keyout", "ca.key", "-out", "ca.csr", "-subj", "/CN=shardwise test CA", cwd=d)
-        openssl("x509", "-req", "-in", "ca.csr", "-signkey", "ca.key", "-out", "ca.pem", "-days", "2",
-                "-extfile", "ca.ext", cwd=d)
-        openssl("req", *key, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1", cwd=d)
-        openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", "leaf.pem", "-days", "2", "-extfile", "leaf.ext", cwd=d)
+        openssl(
+            "req",
+            *key,
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.csr",
+            "-subj",
+            "/CN=shardwise test CA",
+            cwd=d,
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            "ca.csr",
+            "-signkey",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ca.ext",
+            cwd=d,
+        )
+        openssl(
+            "req", *key, "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1", cwd=d
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "leaf.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "leaf.ext",
+            cwd=d,
+        )
 
     @classmethod
     def tearDownClass(cls) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import collections
 import sys
-from typing import Any, Iterable, List
+from collections.abc import Iterable
+from typing import Any
 
 
 def check(ok: bool, what: str, got: Any = None) -> None:
@@ -16,7 +17,7 @@ def check(ok: bool, what: str, got: Any = None) -> None:
 
 def check_exactly_once(values: Iterable[int], n: int, what: str) -> None:
     """``values`` are ``range(n)``, each once."""
-    got: List[int] = sorted(values)
+    got: list[int] = sorted(values)
     twice = sorted(v for v, k in collections.Counter(got).items() if k > 1)
     check(not twice, f"{what}: no value twice", twice[:20])
     missing = sorted(set(range(n)) - set(got))
@@ -26,4 +27,9 @@ def check_exactly_once(values: Iterable[int], n: int, what: str) -> None:
 
 def whole(dataset_id: str, stop: int) -> dict:
     """The position of a read that consumed positions ``[0, stop)``."""
-    return {"dataset_id": dataset_id, "repetition": 0, "done": [{"start": 0, "stop": stop}], "partial": []}
+    return {
+        "dataset_id": dataset_id,
+        "repetition": 0,
+        "done": [{"start": 0, "stop": stop}],
+        "partial": [],
+    }

@@ -19,8 +19,14 @@ import shardwise
 
 def main(url: str, out: str, n: int, split_size: int, take: int) -> None:
     dataset = {"source": {"range": {"stop": n}}}
-    r = shardwise.distribute(url, dataset, split_size=split_size, elements_per_request=37,
-                             heartbeat_interval=0.05, unknown_task_timeout=30.0)
+    r = shardwise.distribute(
+        url,
+        dataset,
+        split_size=split_size,
+        elements_per_request=37,
+        heartbeat_interval=0.05,
+        unknown_task_timeout=30.0,
+    )
     before = [next(r) for _ in range(take)]
     position = r.position()
     r.close()
