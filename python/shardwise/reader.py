@@ -44,47 +44,21 @@ from typing import Any
 
 from . import _arrow
 from ._readpos import fingerprint, fold, is_dynamic, positions_unavailable
+from ._tasks import (
+    MAX_ELEMENTS_PER_REQUEST,
+    NUDGE_GAP,
+    RELEASE_ATTEMPTS,
+    RELEASE_RETRY,
+    Task,
+    check_count,
+    gave_up,
+    task_info,
+)
 from .client import Backoff, Dispatcher, ProcessingMode, _text
 from .errors import ShardwiseError
 from .positions import PositionTracker, _parse_position, parse_runs
 
 __all__ = ["MAX_ELEMENTS_PER_REQUEST", "Reader", "distribute", "fingerprint"]
-
-#: The most elements (rows) one request may ask for.
-MAX_ELEMENTS_PER_REQUEST = 10_000
-#: The shortest gap between heartbeats asking whether the iteration finished (seconds).
-NUDGE_GAP = 0.02
-#: How long to wait before asking again to release the lease, and how often to ask.
-RELEASE_RETRY = 0.05
-RELEASE_ATTEMPTS = 2
-
-
-class _Task:
-    """One task as this reader reads it."""
-
-    __slots__ = (
-        "address",
-        "backoff",
-        "done",
-        "info",
-        "retry_at",
-        "task_id",
-        "unavailable_since",
-        "unknown_since",
-    )
-
-    def __init__(self, info: Mapping[str, Any]) -> None:
-        self.task_id = str(info["task_id"])
-        self.address = str(info["worker_address"])  # where reads go: the first address listed
-        self.info = info
-        self.done = bool(info.get("worker_lost"))
-        self.retry_at: float | None = None
-        self.backoff = Backoff(0.005, 0.5)
-        self.unknown_since: float | None = None
-        self.unavailable_since: float | None = None
-
-    def ready(self, now: float) -> bool:
-        return not self.done and (self.retry_at is None or self.retry_at <= now)
 
 
 class Reader:
@@ -149,7 +123,7 @@ class Reader:
             raise ValueError(
                 f"arrow_compression must be None, 'lz4' or 'zstd', not {arrow_compression!r}"
             )
-        _check_count(elements_per_request)
+        check_count(elements_per_request)
         if heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be positive")
         if target_workers not in ("AUTO", "ANY", "LOCAL"):
@@ -211,7 +185,7 @@ class Reader:
 
         # The read's state.
         self._start = time.monotonic()
-        self._tasks: list[_Task] = []
+        self._tasks: list[Task] = []
         self._index: dict[str, int] = {}
         self._next = 0
         self._finished = False
@@ -271,7 +245,7 @@ class Reader:
 
     @elements_per_request.setter
     def elements_per_request(self, count: int) -> None:
-        _check_count(count)
+        check_count(count)
         self._count = count
 
     @property
@@ -343,14 +317,14 @@ class Reader:
                 raise ShardwiseError.protocol(
                     "a heartbeat reply without tasks", context=f"POST {path}"
                 )
-            tasks = [_task_info(t, f"POST {path}") for t in reply["tasks"]]
+            tasks = [task_info(t, f"POST {path}") for t in reply["tasks"]]
         except ShardwiseError as e:
             now = self._now()
             if not e.is_retryable:
                 return self._end(e)
             since = self._hb_failing_since = self._hb_failing_since or now
             if now - since >= self._unavailable_timeout:
-                return self._end(_gave_up(e, now - since))
+                return self._end(gave_up(e, now - since))
             self._hb_next_at = now + self._hb_backoff.next_delay()
             return self._update(now)
         now = self._now()
@@ -383,7 +357,7 @@ class Reader:
                 t.info = info
             elif self._should_read(info):
                 self._index[info["task_id"]] = len(self._tasks)
-                self._tasks.append(_Task(info))
+                self._tasks.append(Task(info))
             else:
                 self._skipped_any = True
         self._have_reply = True
@@ -397,7 +371,7 @@ class Reader:
         tags = info.get("worker_tags") or []
         return not any(str(t).upper() == "COLOCATED" for t in tags)
 
-    def _next_ready(self, now: float) -> _Task | None:
+    def _next_ready(self, now: float) -> Task | None:
         n = len(self._tasks)
         for k in range(n):
             i = (self._next + k) % n
@@ -406,7 +380,7 @@ class Reader:
                 return self._tasks[i]
         return None
 
-    def _read(self, task: _Task, now: float) -> None:
+    def _read(self, task: Task, now: float) -> None:
         task.retry_at = None
         try:
             items, rows, end, origin = self._get_elements(task, self._count)
@@ -419,7 +393,7 @@ class Reader:
             elif e.is_retryable:
                 since = task.unavailable_since = task.unavailable_since or now
                 if now - since >= self._unavailable_timeout:
-                    return self._end(_gave_up(e, now - since))
+                    return self._end(gave_up(e, now - since))
             else:
                 return self._end(e)
             task.retry_at = now + task.backoff.next_delay()
@@ -435,7 +409,7 @@ class Reader:
         self._update(self._now())
 
     def _get_elements(
-        self, task: _Task, count: int
+        self, task: Task, count: int
     ) -> tuple[list[Any], int, bool, list[dict[str, Any]] | None]:
         """One read of ``task``: its items, rows, end of sequence and origin runs (checked)."""
         context = f"GET /v1/tasks/{task.task_id}/elements at {task.address}"
@@ -513,39 +487,6 @@ class Reader:
                 if not e.is_retryable or attempt + 1 == RELEASE_ATTEMPTS:
                     return
                 time.sleep(RELEASE_RETRY)
-
-
-def _check_count(count: Any) -> None:
-    if (
-        isinstance(count, bool)
-        or not isinstance(count, int)
-        or not 1 <= count <= MAX_ELEMENTS_PER_REQUEST
-    ):
-        raise ValueError(f"elements_per_request must be in 1..={MAX_ELEMENTS_PER_REQUEST}")
-
-
-def _task_info(value: Any, context: str) -> dict[str, Any]:
-    """A heartbeat's task, checked for what the reader uses."""
-    if (
-        not isinstance(value, Mapping)
-        or "task_id" not in value
-        or not isinstance(value.get("worker_address"), str)
-    ):
-        raise ShardwiseError.protocol("a task without task_id or worker_address", context=context)
-    info = dict(value)
-    info["task_id"] = str(info["task_id"])
-    return info
-
-
-def _gave_up(e: ShardwiseError, retried_for: float) -> ShardwiseError:
-    return ShardwiseError(
-        "UNAVAILABLE",
-        f"{e.detail} (retried for {retried_for:.1f} s)",
-        status=e.status,
-        extra=e.extra,
-        context=e.context,
-        kind=e.kind if e.kind in ("transport", "redirect") else "problem",
-    )
 
 
 def distribute(
