@@ -39,6 +39,7 @@ def fingerprint(dataset: Mapping[str, Any]) -> str:
 
 
 def is_dynamic(mode: ProcessingMode) -> bool:
+    """``mode`` shards DYNAMIC (``distributed_epoch``)."""
     if isinstance(mode, str):
         return mode == "distributed_epoch"
     return isinstance(mode, Mapping) and mode.get("sharding_policy") == "DYNAMIC"

@@ -43,10 +43,12 @@ class Task:
         self.unavailable_since: float | None = None
 
     def ready(self, now: float) -> bool:
+        """It may be read at ``now``: not over, and not waiting for a retry."""
         return not self.done and (self.retry_at is None or self.retry_at <= now)
 
 
 def check_count(count: Any) -> None:
+    """``ValueError`` unless ``count`` is a valid ``elements_per_request``."""
     if (
         isinstance(count, bool)
         or not isinstance(count, int)
@@ -69,6 +71,7 @@ def task_info(value: Any, context: str) -> dict[str, Any]:
 
 
 def gave_up(e: ShardwiseError, retried_for: float) -> ShardwiseError:
+    """The error that ends a read whose retries of ``e`` ran out after ``retried_for`` s."""
     return ShardwiseError(
         "UNAVAILABLE",
         f"{e.detail} (retried for {retried_for:.1f} s)",
