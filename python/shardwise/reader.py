@@ -1,0 +1,566 @@
+"""Reading a dataset through a dispatcher and its workers: :func:`distribute` and
+:class:`Reader`.
+
+The protocol is the Rust client's (``core/src/client/reader.rs``, ``gateway/client``):
+
+1. register the dataset (under a fingerprint of its definition, so that clients sharing a job
+   by name register the same dataset), get or create the job, get or create the iteration
+   (resuming from a position if asked), which takes a client lease;
+2. heartbeat the lease every ``heartbeat_interval``: the answer lists the iteration's tasks
+   (left out when unchanged since the version the reader sent) and says when the iteration
+   is finished;
+3. read the tasks first come, first served, round robin, ``elements_per_request`` elements
+   per request, skipping the tasks of workers the dispatcher declared lost;
+4. retry ``UNAVAILABLE`` answers and transport failures with capped backoff for at most
+   ``unavailable_timeout``, and a worker's ``NOT_FOUND`` for a task the dispatcher listed (it
+   has not heard of the task yet) for at most ``unknown_task_timeout``; anything else ends
+   the read with a :class:`ShardwiseError`;
+5. end when the dispatcher says ``iteration_finished`` and every task read answered end of
+   sequence (once every task is over, the dispatcher is asked again at once);
+6. release the lease (``DELETE /v1/clients/{id}``) at the end, on an error, or on
+   :meth:`Reader.close`.
+
+The reader is single-threaded: it runs inside ``next()``, making one request at a time, and a
+heartbeat that falls due is sent before the next element request. So heartbeats are only as
+regular as the caller's calls: a caller that stops calling ``next()`` for longer than the
+dispatcher's ``--client-timeout`` (5 minutes by default) loses its lease. The reads of a
+worker wait at most about half a second for elements, so no call blocks much longer than
+that while the dispatcher is reachable.
+
+**Read positions.** A ``distributed_epoch`` read of a dataset without transforms (but
+``shard_hint``) has a position (:meth:`Reader.position`): what the caller was handed, folded
+from the origin runs the workers tag elements with (:class:`PositionTracker`). The fold is
+lazy: a read's runs are folded when the next read arrives, and ``position()`` folds the part of
+the current one handed out so far, so handing out an element costs nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import _arrow
+from ._readpos import fingerprint, fold, is_dynamic, positions_unavailable
+from ._tasks import (
+    MAX_ELEMENTS_PER_REQUEST,
+    NUDGE_GAP,
+    RELEASE_ATTEMPTS,
+    RELEASE_RETRY,
+    Task,
+    check_count,
+    gave_up,
+    task_info,
+)
+from .client import Backoff, Dispatcher, ProcessingMode, _text
+from .errors import ShardwiseError
+from .positions import PositionTracker, _parse_position, parse_runs
+
+__all__ = ["MAX_ELEMENTS_PER_REQUEST", "Reader", "distribute", "fingerprint"]
+
+
+class Reader:
+    """The elements of one iteration, read through a dispatcher and its workers: an iterator
+    of JSON elements (``format="json"``) or of ``pyarrow.RecordBatch`` (``format="arrow"``).
+
+    Made by :func:`distribute` (which documents the arguments); a context manager whose exit
+    (like :meth:`close`) releases the client lease. Iterating raises :class:`ShardwiseError`
+    when the read fails, after handing out everything read before the failure.
+
+    Attributes:
+        dispatcher: The :class:`Dispatcher` it reads through.
+        dataset: The definition read.
+        format: ``"json"`` or ``"arrow"``.
+        dataset_id: The id the dataset is registered under.
+        job_id: The job read.
+        repetition: The iteration's repetition (the resumed position's, when resuming).
+        iteration_id: The iteration read.
+        client_id: The client lease this reader holds until it ends or is closed.
+    """
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher | str | Sequence[str],
+        dataset: Mapping[str, Any] | str,
+        *,
+        job_name: str | None = None,
+        processing_mode: ProcessingMode = "distributed_epoch",
+        repetition: int = 0,
+        resume_from: Mapping[str, Any] | str | None = None,
+        format: str = "json",
+        arrow_compression: str | None = None,
+        elements_per_request: int = 1024,
+        split_size: int | None = None,
+        dataset_id: str | None = None,
+        target_workers: str = "AUTO",
+        local_workers: Sequence[str] = (),
+        heartbeat_interval: float = 1.0,
+        unknown_task_timeout: float = 60.0,
+        unavailable_timeout: float | None = None,
+    ) -> None:
+        if not isinstance(dispatcher, Dispatcher):
+            dispatcher = Dispatcher(dispatcher)
+        if isinstance(dataset, str):
+            try:
+                dataset = json.loads(dataset)
+            except ValueError as e:
+                raise ValueError(f"the dataset is not JSON: {e}") from None
+        if not isinstance(dataset, Mapping):
+            raise TypeError("a dataset definition is a JSON object")
+        position: Mapping[str, Any] | None = None
+        if isinstance(resume_from, str):
+            try:
+                position = json.loads(resume_from)
+            except ValueError as e:
+                raise ValueError(f"resume_from is not JSON: {e}") from None
+        elif resume_from is not None:
+            position = resume_from
+        if format not in ("json", "arrow"):
+            raise ValueError(f"format must be 'json' or 'arrow', not {format!r}")
+        if arrow_compression is not None and arrow_compression not in _arrow.COMPRESSIONS:
+            raise ValueError(
+                f"arrow_compression must be None, 'lz4' or 'zstd', not {arrow_compression!r}"
+            )
+        check_count(elements_per_request)
+        if heartbeat_interval <= 0:
+            raise ValueError("heartbeat_interval must be positive")
+        if target_workers not in ("AUTO", "ANY", "LOCAL"):
+            raise ValueError(
+                f"target_workers must be 'AUTO', 'ANY' or 'LOCAL', not {target_workers!r}"
+            )
+        if target_workers == "LOCAL" and not local_workers:
+            raise ValueError(
+                "Local reads require local tf.data workers, but no local worker is found. You "
+                "need to run local tf.data service workers in your training workers."
+            )
+        if position is not None:
+            if not is_dynamic(processing_mode):
+                raise ValueError("resume_from needs processing_mode distributed_epoch (DYNAMIC)")
+            _parse_position(position)  # ValueError when malformed
+        self.dispatcher = dispatcher
+        self.dataset = dataset
+        self.format = format
+        self._count = elements_per_request
+        self._compression = arrow_compression
+        self._target_workers = target_workers
+        self._local_workers = list(local_workers)
+        self._heartbeat_interval = heartbeat_interval
+        self._unknown_task_timeout = unknown_task_timeout
+        self._unavailable_timeout = (
+            dispatcher.unavailable_timeout if unavailable_timeout is None else unavailable_timeout
+        )
+
+        # Set up: version, dataset, job, iteration (each retried as the dispatcher's calls are).
+        dispatcher.check_version()
+        self.dataset_id = dispatcher.register_dataset(
+            dataset, dataset_id=dataset_id or fingerprint(dataset)
+        )
+        self.job_id = dispatcher.job(
+            self.dataset_id,
+            processing_mode=processing_mode,
+            name=job_name,
+            target_workers=target_workers,
+            split_size=split_size,
+        )
+        self.repetition = int(position["repetition"]) if position is not None else repetition
+        lease = dispatcher.iteration(self.job_id, repetition=self.repetition, resume_from=position)
+        context = f"POST /v1/jobs/{self.job_id}/iterations"
+        self.iteration_id = _text(lease, "iteration_id", context)
+        self.client_id = _text(lease, "client_id", context)
+        self._incarnation = _text(lease, "incarnation", context)
+
+        # Positions: unavailable (why), or a tracker with the current read's runs.
+        self._unavailable = positions_unavailable(dataset, processing_mode)
+        self._tracker = (
+            PositionTracker.resuming(position) if position is not None else PositionTracker()
+        )
+        self._runs: list[dict[str, Any]] | None = None
+        self._batch_rows = 0
+
+        # What was read and not handed out yet, and its rows.
+        self._pending: collections.deque[Any] = collections.deque()
+        self._pending_rows = 0
+
+        # The read's state.
+        self._start = time.monotonic()
+        self._tasks: list[Task] = []
+        self._index: dict[str, int] = {}
+        self._next = 0
+        self._finished = False
+        self._skipped_any = False
+        self._have_reply = False
+        self._known: tuple[Any, list[dict[str, Any]]] | None = None
+        self._hb_next_at = 0.0
+        self._hb_nudged = False
+        self._hb_backoff = Backoff(0.01, 1.0)
+        self._hb_failing_since: float | None = None
+        self._last_nudge: float | None = None
+        self._nudge_at: float | None = None
+        self._reading = True
+        self._error: ShardwiseError | None = None
+
+    # -- the iterator ----------------------------------------------------------------------
+
+    def __iter__(self) -> Reader:
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            if self._pending:
+                item = self._pending.popleft()
+                self._pending_rows -= item.num_rows if self.format == "arrow" else 1
+                return item
+            if not self._reading:
+                if self._error is not None:
+                    error, self._error = self._error, None
+                    raise error
+                raise StopIteration
+            self._step()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stops reading and releases the client lease; what was read and not handed out is
+        dropped. :meth:`position` still answers what was handed out. Idempotent."""
+        if self._reading:
+            self._end(None)
+        # What is dropped was never handed out: the current read's rows are those before it.
+        self._batch_rows -= self._pending_rows
+        self._pending.clear()
+        self._pending_rows = 0
+        self._error = None
+
+    @property
+    def elements_per_request(self) -> int:
+        """The most elements (rows) asked for per request, 1 to 10,000. It may be changed
+        between calls of ``next()``, e.g. to read no more rows than a caller still wants (a
+        worker answers at most that many)."""
+        return self._count
+
+    @elements_per_request.setter
+    def elements_per_request(self, count: int) -> None:
+        check_count(count)
+        self._count = count
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        """The tasks this reader reads (or read), in the order it learnt them:
+        ``{"task_id", "worker_address", "done"}`` (``done``: it answered its end, or its
+        worker was lost)."""
+        return [
+            {"task_id": t.task_id, "worker_address": t.address, "done": t.done} for t in self._tasks
+        ]
+
+    @property
+    def closed(self) -> bool:
+        """The read is over: ended, failed or closed (buffered elements may remain)."""
+        return not self._reading
+
+    def position(self) -> dict[str, Any]:
+        """Where the caller is in the read: every element (row) this reader handed out, and,
+        when it resumed, everything its ``resume_from`` covered; not what is still buffered.
+        Save it with a model checkpoint; resume with ``distribute(..., resume_from=it)``.
+
+        Raises :class:`ShardwiseError` ``FAILED_PRECONDITION`` when the read has no exact
+        positions: it is not a ``distributed_epoch`` read, the dataset has a transform that
+        buffers or counts across splits (the error says which), or an element came without
+        origin.
+        """
+        why = self._unavailable
+        tracker = self._tracker
+        if why is None:
+            tracker = tracker.copy()
+            why = fold(tracker, self._runs, self._batch_rows - self._pending_rows)
+        if why is not None:
+            raise ShardwiseError("FAILED_PRECONDITION", f"this reader has no read position: {why}")
+        return tracker.position(self.dataset_id, self.repetition)
+
+    # -- one step of the read --------------------------------------------------------------
+
+    def _now(self) -> float:
+        return time.monotonic() - self._start
+
+    def _step(self) -> None:
+        """One call (a heartbeat if one is due, else a read of the next ready task), or a wait
+        for the next deadline."""
+        now = self._now()
+        if self._hb_nudged or self._hb_next_at <= now:
+            self._heartbeat(now)
+            return
+        task = self._next_ready(now)
+        if task is not None:
+            self._read(task, now)
+            return
+        deadlines = [self._hb_next_at]
+        if self._nudge_at is not None:
+            deadlines.append(self._nudge_at)
+        deadlines.extend(t.retry_at for t in self._tasks if not t.done and t.retry_at is not None)
+        time.sleep(max(0.0, min(deadlines) - now))
+        if self._nudge_at is not None and self._nudge_at <= self._now():
+            self._update(self._now())
+
+    def _heartbeat(self, now: float) -> None:
+        self._hb_nudged = False
+        body: dict[str, Any] = {}
+        if self._known is not None:
+            body["known_tasks_version"] = self._known[0]
+        path = f"/v1/clients/{self.client_id}/heartbeat"
+        try:
+            reply = self.dispatcher.call("POST", path, body, retry=False)
+            if not isinstance(reply, Mapping) or not isinstance(reply.get("tasks"), list):
+                raise ShardwiseError.protocol(
+                    "a heartbeat reply without tasks", context=f"POST {path}"
+                )
+            tasks = [task_info(t, f"POST {path}") for t in reply["tasks"]]
+        except ShardwiseError as e:
+            now = self._now()
+            if not e.is_retryable:
+                return self._end(e)
+            since = self._hb_failing_since = self._hb_failing_since or now
+            if now - since >= self._unavailable_timeout:
+                return self._end(gave_up(e, now - since))
+            self._hb_next_at = now + self._hb_backoff.next_delay()
+            return self._update(now)
+        now = self._now()
+        version = reply.get("tasks_version", 0)
+        if reply.get("tasks_unchanged") and self._known is not None and self._known[0] == version:
+            tasks = self._known[1]
+        else:
+            self._known = (version, tasks)
+        self._hb_failing_since = None
+        self._hb_backoff.reset()
+        incarnation = str(reply.get("incarnation"))
+        if incarnation != self._incarnation:
+            return self._end(
+                ShardwiseError(
+                    "FAILED_PRECONDITION",
+                    f"the dispatcher restarted without its state (incarnation "
+                    f"{self._incarnation} -> {incarnation:.80}); the iteration was lost: start "
+                    "it again",
+                    context=f"POST {path}",
+                )
+            )
+        self._hb_next_at = now + self._heartbeat_interval
+        self._finished |= bool(reply.get("iteration_finished"))
+        for info in tasks:
+            i = self._index.get(info["task_id"])
+            if i is not None:
+                t = self._tasks[i]
+                if info.get("worker_lost"):
+                    t.done = True
+                t.info = info
+            elif self._should_read(info):
+                self._index[info["task_id"]] = len(self._tasks)
+                self._tasks.append(Task(info))
+            else:
+                self._skipped_any = True
+        self._have_reply = True
+        self._update(now)
+
+    def _should_read(self, info: Mapping[str, Any]) -> bool:
+        if self._target_workers == "ANY":
+            return True
+        if self._target_workers == "LOCAL":
+            return info["worker_address"] in self._local_workers
+        tags = info.get("worker_tags") or []
+        return not any(str(t).upper() == "COLOCATED" for t in tags)
+
+    def _next_ready(self, now: float) -> Task | None:
+        n = len(self._tasks)
+        for k in range(n):
+            i = (self._next + k) % n
+            if self._tasks[i].ready(now):
+                self._next = (i + 1) % n
+                return self._tasks[i]
+        return None
+
+    def _read(self, task: Task, now: float) -> None:
+        task.retry_at = None
+        try:
+            items, rows, end, origin = self._get_elements(task, self._count)
+        except ShardwiseError as e:
+            now = self._now()
+            if e.kind == "problem" and e.code == "NOT_FOUND":
+                since = task.unknown_since = task.unknown_since or now
+                if now - since >= self._unknown_task_timeout:
+                    return self._end(e)
+            elif e.is_retryable:
+                since = task.unavailable_since = task.unavailable_since or now
+                if now - since >= self._unavailable_timeout:
+                    return self._end(gave_up(e, now - since))
+            else:
+                return self._end(e)
+            task.retry_at = now + task.backoff.next_delay()
+            return self._update(now)
+        task.backoff.reset()
+        task.unknown_since = task.unavailable_since = None
+        if end:
+            task.done = True
+        if rows > 0:
+            self._arrived(rows, origin)
+            self._pending.extend(items)
+            self._pending_rows += rows
+        self._update(self._now())
+
+    def _get_elements(
+        self, task: Task, count: int
+    ) -> tuple[list[Any], int, bool, list[dict[str, Any]] | None]:
+        """One read of ``task``: its items, rows, end of sequence and origin runs (checked)."""
+        context = f"GET /v1/tasks/{task.task_id}/elements at {task.address}"
+        if self.format == "arrow":
+            res = self.dispatcher.get_elements(
+                task.address,
+                task.task_id,
+                max_elements=count,
+                headers=_arrow.request_headers(self._compression),
+                max_body=_arrow.MAX_ARROW_BODY,
+            )
+            items, rows, end, origin = _arrow.decode_read(res.headers, res.body, context)
+        else:
+            res = self.dispatcher.get_elements(task.address, task.task_id, max_elements=count)
+            reply = res.json(context)
+            if (
+                not isinstance(reply, Mapping)
+                or not isinstance(reply.get("elements"), list)
+                or not isinstance(reply.get("end_of_sequence"), bool)
+            ):
+                raise ShardwiseError.protocol("not an elements answer", context=context)
+            items = reply["elements"]
+            rows, end, origin = len(items), reply["end_of_sequence"], reply.get("origin")
+        if origin is not None:
+            try:
+                parse_runs(origin)
+            except ValueError as e:
+                raise ShardwiseError.protocol(
+                    f"malformed origin runs: {e}", context=context
+                ) from None
+        return items, rows, end, origin
+
+    def _arrived(self, rows: int, origin: list[dict[str, Any]] | None) -> None:
+        """A new read of ``rows`` rows with ``origin`` (every row of the previous one was
+        handed out): the previous one is folded. Origins that do not cover exactly its rows
+        count as none."""
+        if self._unavailable is None:
+            self._unavailable = fold(self._tracker, self._runs, self._batch_rows)
+        self._batch_rows = rows
+        self._runs = None
+        if origin is not None:
+            counts = [int(r["count"]) for r in origin]
+            if sum(counts) == rows and all(c > 0 for c in counts):
+                self._runs = origin
+
+    def _update(self, now: float) -> None:
+        """After every outcome: the end of the read, or the end-of-epoch nudges."""
+        if not self._reading or not self._have_reply:
+            return
+        self._nudge_at = None
+        if self._tasks and all(t.done for t in self._tasks):
+            if self._finished or self._skipped_any:
+                return self._end(None)
+            # Every task read is over, so the dispatcher acknowledged their completion: ask it
+            # now (at most every NUDGE_GAP) whether the iteration finished.
+            due = now if self._last_nudge is None else self._last_nudge + NUDGE_GAP
+            if now >= due:
+                self._last_nudge = now
+                self._hb_nudged = True
+            else:
+                self._nudge_at = due
+        elif not self._tasks and (self._finished or self._skipped_any):
+            self._end(None)  # no task, or every task skipped by target_workers
+
+    def _end(self, error: ShardwiseError | None) -> None:
+        """The read is over (with ``error`` if it failed): release the lease, best effort."""
+        self._reading = False
+        self._error = error
+        path = f"/v1/clients/{self.client_id}"
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                self.dispatcher.call("DELETE", path, retry=False)
+                return
+            except ShardwiseError as e:
+                if not e.is_retryable or attempt + 1 == RELEASE_ATTEMPTS:
+                    return
+                time.sleep(RELEASE_RETRY)
+
+
+def distribute(
+    dispatcher: Dispatcher | str | Sequence[str],
+    dataset: Mapping[str, Any] | str,
+    *,
+    job_name: str | None = None,
+    processing_mode: ProcessingMode = "distributed_epoch",
+    repetition: int = 0,
+    resume_from: Mapping[str, Any] | str | None = None,
+    format: str = "json",
+    arrow_compression: str | None = None,
+    elements_per_request: int = 1024,
+    split_size: int | None = None,
+    dataset_id: str | None = None,
+    target_workers: str = "AUTO",
+    local_workers: Sequence[str] = (),
+    heartbeat_interval: float = 1.0,
+    unknown_task_timeout: float = 60.0,
+    unavailable_timeout: float | None = None,
+) -> Reader:
+    """Reads ``dataset`` through ``dispatcher``: registers it, gets or creates the job and
+    the iteration (the calls happen here, and raise here), and returns the :class:`Reader`
+    that iterates over its elements.
+
+    Args:
+        dispatcher: A :class:`Dispatcher`, or its address(es) (``"http://host:5050"``).
+        dataset: The definition, a dict or its JSON text
+            (``{"source": {"range": {"stop": 100}}}``).
+        job_name: Share the job (and its iterations) with every client of this name.
+        processing_mode: ``"distributed_epoch"`` (default: each element once across the
+            workers, with read positions), ``"parallel_epochs"`` or ``{"sharding_policy":
+            ...}``.
+        repetition: Which iteration (pass) of the job to read.
+        resume_from: A position (:meth:`Reader.position`, as a dict or JSON text) to resume:
+            the iteration (of the position's repetition) hands out only what it has not
+            consumed, and this reader's positions go on from it. Needs
+            ``distributed_epoch``; use :func:`merge_positions` to resume from the positions
+            of several readers.
+        format: ``"json"``: the iterator yields JSON elements one by one; ``"arrow"``: it
+            yields ``pyarrow.RecordBatch`` es (columnar datasets: parquet, arrow, tfrecord).
+        arrow_compression: With ``"arrow"``: ``"lz4"`` or ``"zstd"`` record batches
+            (default uncompressed, the cheapest on a fast network).
+        elements_per_request: The most elements (rows) per request, 1 to 10,000.
+        split_size: Elements per DYNAMIC split of a range or list (default: the dispatcher's).
+        dataset_id: The id to register under (default: :func:`fingerprint` of ``dataset``).
+        target_workers: ``"AUTO"`` (skip workers tagged ``COLOCATED``), ``"ANY"`` or
+            ``"LOCAL"`` (only ``local_workers``).
+        local_workers: With ``"LOCAL"``: the ``host:port`` of the workers to read.
+        heartbeat_interval: Seconds between heartbeats, which is also how soon new tasks and
+            the end of the read are noticed.
+        unknown_task_timeout: How long (seconds) a worker may answer ``NOT_FOUND`` for a task
+            the dispatcher listed.
+        unavailable_timeout: How long (seconds) ``UNAVAILABLE`` answers and transport
+            failures are retried (default: the dispatcher's).
+
+    Raises ``ValueError`` or ``TypeError`` for bad arguments (before any call) and
+    :class:`ShardwiseError` when a call of the setup fails.
+    """
+    return Reader(
+        dispatcher,
+        dataset,
+        job_name=job_name,
+        processing_mode=processing_mode,
+        repetition=repetition,
+        resume_from=resume_from,
+        format=format,
+        arrow_compression=arrow_compression,
+        elements_per_request=elements_per_request,
+        split_size=split_size,
+        dataset_id=dataset_id,
+        target_workers=target_workers,
+        local_workers=local_workers,
+        heartbeat_interval=heartbeat_interval,
+        unknown_task_timeout=unknown_task_timeout,
+        unavailable_timeout=unavailable_timeout,
+    )
