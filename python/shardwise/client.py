@@ -13,12 +13,12 @@ import json
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from . import _http
 from .errors import ShardwiseError
 
-__all__ = ["PROTOCOL_VERSION", "Dispatcher", "ProcessingMode"]
+__all__ = ["PROTOCOL_VERSION", "Dispatcher", "ProcessingMode", "connect"]
 
 #: The dispatcher protocol version this package speaks (``GET /v1/version``).
 PROTOCOL_VERSION = 1
@@ -325,3 +325,18 @@ class Dispatcher:
             headers=headers,
             max_body=max_body,
         )
+
+
+def connect(
+    dispatcher: Union[Dispatcher, str, Sequence[str]],
+    token: Optional[str] = None,
+    ca_file: Optional[str] = None,
+) -> Dispatcher:
+    """``dispatcher`` itself when it is a :class:`Dispatcher` (whose token and CA file are its
+    own: passing others is an error), else a :class:`Dispatcher` of those addresses with
+    ``token`` and ``ca_file``."""
+    if isinstance(dispatcher, Dispatcher):
+        if token is not None or ca_file is not None:
+            raise ValueError("token and ca_file go to Dispatcher(...) when a Dispatcher is given")
+        return dispatcher
+    return Dispatcher(dispatcher, token=token, ca_file=ca_file)

@@ -27,11 +27,19 @@ cases in ``core/src/position/vectors.json`` hold both to it.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Optional
 
-__all__ = ["MAX_POSITION_ENTRIES", "POSITION_KEY", "PositionTracker", "merge_positions"]
+__all__ = [
+    "MAX_POSITION_ENTRIES",
+    "POSITION_KEY",
+    "PositionTracker",
+    "holds_position",
+    "merge_positions",
+    "resumed_job_name",
+]
 
 #: The most ``done``, ``partial`` and ``more`` entries a position may hold (the dispatcher's
 #: bound on ``done`` plus ``partial``): a longer one means a hostile or broken input.
@@ -425,3 +433,23 @@ def merge_positions(*states: Any) -> dict[str, Any]:
     for p in found:
         tracker.load(p)
     return tracker.position(first["dataset_id"], first["repetition"])
+
+
+def resumed_job_name(job_name: str, position: Optional[Mapping[str, Any]]) -> str:
+    """The job a read named ``job_name`` uses when it resumes from ``position``: the name
+    itself for a fresh read, else the name with a digest of the position appended
+    (``name@resume-<16 hex digits>``). Every consumer of a resumed run resumes from the same
+    merged position, so they share that job, and none of them meets the stopped run's job,
+    whose iteration the dispatcher may still hold under the plain name."""
+    if position is None:
+        return job_name
+    canonical = json.dumps(position, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+    return f"{job_name}@resume-{digest}"
+
+
+def holds_position(state: Any) -> bool:
+    """Whether ``state`` is a position or holds one (not ``None``) under
+    :data:`POSITION_KEY`, as :func:`merge_positions` looks for them: a consumer's state before
+    it read anything holds none."""
+    return next(iter(_positions_in(state)), None) is not None

@@ -262,10 +262,14 @@ class Reader:
         """The read is over: ended, failed or closed (buffered elements may remain)."""
         return not self._reading
 
-    def position(self) -> dict[str, Any]:
+    def position(self, held_back: int = 0) -> dict[str, Any]:
         """Where the caller is in the read: every element (row) this reader handed out, and,
         when it resumed, everything its ``resume_from`` covered; not what is still buffered.
         Save it with a model checkpoint; resume with ``distribute(..., resume_from=it)``.
+
+        ``held_back``: rows of the last items handed out that the caller has not passed on
+        yet (say the rows of a record batch it yields one by one): they count as not
+        consumed. At most the rows handed out of the current read.
 
         Raises :class:`ShardwiseError` ``FAILED_PRECONDITION`` when the read has no exact
         positions: it is not a ``distributed_epoch`` read, the dataset has a transform that
@@ -276,7 +280,13 @@ class Reader:
         tracker = self._tracker
         if why is None:
             tracker = tracker.copy()
-            why = fold(tracker, self._runs, self._batch_rows - self._pending_rows)
+            handed = self._batch_rows - self._pending_rows
+            if not 0 <= held_back <= handed:
+                raise ValueError(
+                    f"held_back must be between 0 and the {handed} rows handed out of the "
+                    f"current read, not {held_back}"
+                )
+            why = fold(tracker, self._runs, handed - held_back)
         if why is not None:
             raise ShardwiseError("FAILED_PRECONDITION", f"this reader has no read position: {why}")
         return tracker.position(self.dataset_id, self.repetition)

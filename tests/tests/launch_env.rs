@@ -3,8 +3,8 @@
 //! `0..n` once each, local ranks per host, one master), and the printed environments start
 //! real `torch.distributed` and `jax.distributed` process groups.
 //!
-//! The real-consumer tests need a venv with torch and jax (CPU): `$SHARDWISE_TORCH_VENV`, else
-//! `<target>/torch-venv`. Without one they print why and pass without running.
+//! The real-consumer tests run in the venv with torch and jax (CPU) that
+//! `shardwise_tests::pyenv::torch_env` builds once per target directory.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
@@ -13,9 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use shardwise_tests::{
-    Process, Run, assert_ran, repo_root, run_bounded, run_shardwise, target_dir,
-};
+use shardwise_tests::{Process, Run, assert_ran, repo_root, run_bounded, run_shardwise};
 
 const TORCH_VARS: [&str; 6] =
     ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"];
@@ -299,23 +297,9 @@ fn bad_launches_print_nothing_to_eval() {
 
 // ---- Real consumers: torch.distributed and jax.distributed started from the printed env. ----
 
-/// The venv's python, or `None` (with the reason printed) when there is none.
-fn torch_python() -> Option<PathBuf> {
-    let venv = match std::env::var_os("SHARDWISE_TORCH_VENV").filter(|v| !v.is_empty()) {
-        Some(v) => PathBuf::from(v),
-        None => target_dir().join("torch-venv"),
-    };
-    let python = venv.join("bin/python");
-    if python.is_file() {
-        Some(python)
-    } else {
-        eprintln!(
-            "SKIPPED: no torch/jax venv at {} (set SHARDWISE_TORCH_VENV to a venv with torch \
-             and jax on CPU)",
-            venv.display()
-        );
-        None
-    }
+/// The venv with torch and jax ([`shardwise_tests::pyenv::torch_env`]).
+fn torch_python() -> PathBuf {
+    shardwise_tests::pyenv::torch_env().to_path_buf()
 }
 
 /// A port nothing listens on now (bound to `host` and released).
@@ -406,7 +390,7 @@ fn check_jax(outputs: &[Value]) {
 
 #[test]
 fn torch_distributed_starts_from_the_printed_env() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let requests = local_cluster("127.0.0.1", "127.0.0.1").expect("free ports on 127.0.0.1");
     check_torch(&run_group(&python, "torch_check.py", "torch-env", &requests));
     // IPv6: MASTER_ADDR without brackets, as PyTorch's store takes it.
@@ -420,7 +404,7 @@ fn torch_distributed_starts_from_the_printed_env() {
 
 #[test]
 fn jax_distributed_starts_from_the_printed_env() {
-    let Some(python) = torch_python() else { return };
+    let python = torch_python();
     let requests = local_cluster("127.0.0.1", "127.0.0.1").expect("free ports on 127.0.0.1");
     check_jax(&run_group(&python, "jax_check.py", "jax-env", &requests));
     // IPv6: the coordinator in brackets, as gRPC takes it.
