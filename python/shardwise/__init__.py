@@ -13,6 +13,8 @@ exact read positions to resume from.
 * :class:`PositionTracker` / :func:`merge_positions`: the read-position fold, and one position
   out of those of several readers.
 * :class:`ShardwiseError`: every failure, with the problem's ``code``.
+* :mod:`shardwise.torch` (PyTorch), :mod:`shardwise.jax` (JAX): resumable datasets and
+  iterators; :mod:`shardwise.launch`: launcher environments for both.
 """
 
 from .client import Dispatcher

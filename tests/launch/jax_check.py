@@ -1,8 +1,8 @@
 """One process of a JAX cluster started from `shardwise resolve --print jax-env`.
 
 JAX reads only `JAX_COORDINATOR_ADDRESS` itself; `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID` are
-passed to `jax.distributed.initialize` as its arguments, the way the Python package's helper
-does. The process checks that JAX agrees (its index and count, and a global device list that
+passed to `jax.distributed.initialize` as its arguments by the Python package's helper
+(`shardwise.launch.initialize_jax`), which this script uses. The process checks that JAX agrees (its index and count, and a global device list that
 spans every process, which only the coordinator can tell it) and prints one JSON line.
 """
 
@@ -11,13 +11,19 @@ import os
 
 import jax
 
+from shardwise.launch import initialize_jax, jax_args_from_env
+
 
 def main() -> None:
-    address = os.environ["JAX_COORDINATOR_ADDRESS"]
-    num_processes = int(os.environ["JAX_NUM_PROCESSES"])
-    process_id = int(os.environ["JAX_PROCESS_ID"])
-    jax.distributed.initialize(coordinator_address=address, num_processes=num_processes,
-                               process_id=process_id, initialization_timeout=60)
+    args = jax_args_from_env()
+    address = args["coordinator_address"]
+    num_processes, process_id = args["num_processes"], args["process_id"]
+    assert (address, num_processes, process_id) == (
+        os.environ["JAX_COORDINATOR_ADDRESS"],
+        int(os.environ["JAX_NUM_PROCESSES"]),
+        int(os.environ["JAX_PROCESS_ID"]),
+    ), args
+    initialize_jax(initialization_timeout=60)
     index, count = jax.process_index(), jax.process_count()
     assert (index, count) == (process_id, num_processes), (index, count)
     processes = sorted({d.process_index for d in jax.devices()})

@@ -433,6 +433,18 @@ fn dispatcher_serves_the_same_launch() {
     let r = d.call("GET", "/v1/cluster", None);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["launch"], cli["launch"]);
+    // The Python package asks the dispatcher for the same.
+    let code = "import json, sys\nfrom shardwise.launch import jax_args, torch_env\n\
+                request = json.loads(sys.argv[2])\n\
+                print(json.dumps({'torch': torch_env(sys.argv[1], request), \
+                                  'jax': jax_args(sys.argv[1], request)}))";
+    let run = run_bounded(
+        Command::new(torch_python()).args(["-c", code, &d.url, &request.to_string()]),
+        Duration::from_secs(120),
+    );
+    assert_ran("shardwise.launch", &run);
+    let from_python: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(from_python, cli["launch"]);
     // A launch that cannot be computed is the problem of the whole request.
     let mut bad = request.clone();
     bad["launch"]["master_port"] = json!(0);
