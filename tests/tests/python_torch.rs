@@ -3,8 +3,9 @@
 //! torchdata's `StatefulDataLoader` stopped on 2 ranks x 2 loader workers and resumed on
 //! 3 ranks x 1 loader worker (ranks from `torch.distributed`) reads every record exactly once
 //! over both runs; a JAX loop over Parquet rows checkpointed with `get_state()` on two
-//! processes and resumed with `set_state()` on one reads every row exactly once. Both run
-//! against a real `shardwise dispatcher` and real `shardwise worker`s on 127.0.0.1.
+//! processes and resumed with `set_state()` on one reads every row exactly once; Arrow rows of a
+//! declared tensor become torch tensors over the received buffer (no copy). All run against a
+//! real `shardwise dispatcher` and real `shardwise worker`s on 127.0.0.1.
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -225,4 +226,19 @@ fn a_jax_loop_checkpointed_with_get_state_resumes_with_set_state_exactly_once() 
     let mut got: Vec<i64> = before.into_iter().chain(all_of(&[second], "rows")).collect();
     got.sort_unstable();
     assert_eq!(got, (0..rows).collect::<Vec<_>>(), "every row exactly once over both runs");
+}
+
+#[test]
+fn arrow_rows_become_tensors_without_a_copy_and_each_row_comes_once() {
+    let dir = TempDir::new("torch-arrow");
+    let d = Dispatcher::start(&[]);
+    let mut flags = WORKER_FLAGS.to_vec();
+    flags.extend(["--data-root", dir.path()]);
+    let _workers = [Worker::start(&d.url, &flags), Worker::start(&d.url, &flags)];
+    await_workers(&d, 2);
+    let out = run_together(
+        "torch_arrow.py",
+        vec![scenario("torch_arrow.py", &[&d.url, dir.path()], &[])],
+    );
+    assert!(out[0].contains("\"rows\": 1200"), "{}", out[0]);
 }
