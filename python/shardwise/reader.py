@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import json
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -201,6 +202,16 @@ class Reader:
         self._reading = True
         self._error: ShardwiseError | None = None
 
+        # The lease is kept while the caller does not iterate (a training step, an evaluation
+        # longer than the dispatcher's --client-timeout): a thread heartbeats when one is due
+        # and no call of the caller's is under way. Every step of the read holds the lock.
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._keeper = threading.Thread(
+            target=self._keep_lease, name=f"shardwise-lease-{self.client_id}", daemon=True
+        )
+        self._keeper.start()
+
     # -- the iterator ----------------------------------------------------------------------
 
     def __iter__(self) -> Reader:
@@ -212,12 +223,13 @@ class Reader:
                 item = self._pending.popleft()
                 self._pending_rows -= item.num_rows if self.format == "arrow" else 1
                 return item
-            if not self._reading:
-                if self._error is not None:
-                    error, self._error = self._error, None
-                    raise error
-                raise StopIteration
-            self._step()
+            with self._lock:
+                if not self._reading:
+                    if self._error is not None:
+                        error, self._error = self._error, None
+                        raise error
+                    raise StopIteration
+                self._step()
 
     def __enter__(self) -> Reader:
         return self
@@ -228,8 +240,10 @@ class Reader:
     def close(self) -> None:
         """Stops reading and releases the client lease; what was read and not handed out is
         dropped. :meth:`position` still answers what was handed out. Idempotent."""
-        if self._reading:
-            self._end(None)
+        self._stopped.set()
+        with self._lock:
+            if self._reading:
+                self._end(None)
         # What is dropped was never handed out: the current read's rows are those before it.
         self._batch_rows -= self._pending_rows
         self._pending.clear()
@@ -484,8 +498,23 @@ class Reader:
         elif not self._tasks and (self._finished or self._skipped_any):
             self._end(None)  # no task, or every task skipped by target_workers
 
+    def _keep_lease(self) -> None:
+        """The lease keeper's loop: a heartbeat whenever one is due while the caller is not
+        iterating, until the read is over."""
+        while not self._stopped.wait(self._heartbeat_interval):
+            if not self._lock.acquire(blocking=False):
+                continue  # the caller is iterating: its steps heartbeat
+            try:
+                if not self._reading:
+                    return
+                if self._hb_next_at <= self._now():
+                    self._heartbeat(self._now())
+            finally:
+                self._lock.release()
+
     def _end(self, error: ShardwiseError | None) -> None:
         """The read is over (with ``error`` if it failed): release the lease, best effort."""
+        self._stopped.set()
         self._reading = False
         self._error = error
         path = f"/v1/clients/{self.client_id}"

@@ -246,3 +246,13 @@ fn problems_surface_as_shardwise_errors_with_their_code() {
     );
     assert!(run.stdout.contains("the dead replica passed over"), "{}", run.stdout);
 }
+
+#[test]
+fn a_consumer_idle_for_longer_than_the_client_timeout_keeps_its_lease() {
+    let d = Dispatcher::start(&["--client-timeout", "1s"]);
+    let _workers = [Worker::start(&d.url, WORKER), Worker::start(&d.url, WORKER)];
+    await_workers(&d, 2);
+    // The pause models a training step three times the client timeout.
+    let run = scenario("idle_consumer.py", &[&d.url, "3"]);
+    assert_eq!(run.stdout.trim(), "ok", "{}", run.stderr);
+}
