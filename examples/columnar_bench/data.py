@@ -34,9 +34,13 @@ MANIFEST = "manifest.json"
 class Spec:
     """A dataset's shape: its tensor column, its index column and its row groups."""
 
-    def __init__(self, name, tensor, dtype, shape, key, group_rows):
+    def __init__(self, name, tensor, dtype, shape, key, group_rows, raw=False, base=None):
         self.name, self.tensor, self.dtype, self.shape = name, tensor, np.dtype(dtype), tuple(shape)
         self.key, self.group_rows = key, group_rows
+        # `raw`: the tensor stored as its bytes (a fixed-size binary column) instead of a
+        # fixed-shape tensor (a list column); `base`: the dataset whose options and TensorFlow
+        # row it shares (TensorFlow's TFRecords hold raw bytes either way).
+        self.raw, self.base = raw, base or name
         self.values = int(np.prod(self.shape))
         # What one row delivers: its tensor and its int64 index.
         self.row_bytes = self.values * self.dtype.itemsize + 8
@@ -50,8 +54,13 @@ class Spec:
 
 
 IMAGES = Spec("images", "image", "float32", (224, 224, 3), "label", 64)
+IMAGE_BYTES = Spec(
+    "image bytes", "image", "float32", (224, 224, 3), "label", 64, raw=True, base="images"
+)
 TOKENS = Spec("tokens", "tokens", "int32", (2048,), "doc_id", 4096)
-SPECS = {s.name: s for s in (IMAGES, TOKENS)}
+SPECS = {s.name: s for s in (IMAGES, IMAGE_BYTES, TOKENS)}
+#: The datasets the per-dataset options count for.
+BASES = ("images", "tokens")
 
 
 def generate_values(spec, rng, n):
@@ -66,13 +75,19 @@ def write_parquet(spec, directory, rows, seed):
     paths, first = [], 0
     for f in range(FILES):
         n_file = rows // FILES + (1 if f < rows % FILES else 0)
-        path = os.path.join(directory, f"{spec.name}-{f}.parquet")
+        path = os.path.join(directory, f"{spec.name.replace(' ', '-')}-{f}.parquet")
         writer = None
         done = 0
         while done < n_file:
             n = min(spec.group_rows, n_file - done)
             values = generate_values(spec, rng, n)
-            tensor = pa.FixedShapeTensorArray.from_numpy_ndarray(values)
+            if spec.raw:
+                width = spec.values * spec.dtype.itemsize
+                tensor = pa.FixedSizeBinaryArray.from_buffers(
+                    pa.binary(width), n, [None, pa.py_buffer(values.tobytes())]
+                )
+            else:
+                tensor = pa.FixedShapeTensorArray.from_numpy_ndarray(values)
             keys = pa.array(np.arange(first + done, first + done + n, dtype=np.int64))
             table = pa.table({spec.tensor: tensor, spec.key: keys})
             if writer is None:
@@ -89,7 +104,11 @@ def write_parquet(spec, directory, rows, seed):
 def prepare(directory, gb_images, gb_tokens):
     """The datasets under `directory`, written unless a manifest of the same sizes is there.
     Returns {name: {"paths": [...], "tfrecords": [...], "rows": n}}."""
-    want = {"images": IMAGES.rows_for(gb_images), "tokens": TOKENS.rows_for(gb_tokens)}
+    want = {
+        "images": IMAGES.rows_for(gb_images),
+        "image bytes": IMAGE_BYTES.rows_for(gb_images),
+        "tokens": TOKENS.rows_for(gb_tokens),
+    }
     manifest_path = os.path.join(directory, MANIFEST)
     if os.path.exists(manifest_path):
         with open(manifest_path) as f:
@@ -111,7 +130,7 @@ def prepare(directory, gb_images, gb_tokens):
     for seed, (name, rows) in enumerate(want.items()):
         spec = SPECS[name]
         paths = write_parquet(spec, directory, rows, seed)
-        tfrecords = [p[: -len(".parquet")] + ".tfrecord" for p in paths]
+        tfrecords = [] if spec.raw else [p[: -len(".parquet")] + ".tfrecord" for p in paths]
         manifest[name] = {"paths": paths, "tfrecords": tfrecords, "rows": rows}
     return manifest
 

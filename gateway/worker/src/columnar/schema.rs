@@ -18,10 +18,13 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
+use arrow_array::make_array;
 use arrow_array::{
-    Array, ArrayRef, FixedSizeListArray, GenericListArray, LargeListArray, ListArray, MapArray,
-    OffsetSizeTrait, RecordBatch, RecordBatchOptions, StructArray,
+    Array, ArrayRef, FixedSizeListArray, GenericBinaryArray, GenericListArray, LargeListArray,
+    ListArray, MapArray, OffsetSizeTrait, RecordBatch, RecordBatchOptions, StructArray,
 };
+use arrow_buffer::Buffer;
+use arrow_data::ArrayData;
 use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 use shardwise_core::dataset::{DType, FilesDef, TensorDef, column};
 use shardwise_http::{Code, Problem};
@@ -194,6 +197,21 @@ impl Plan {
                 let list = array.as_list_opt::<i64>().ok_or_else(|| internal("a list"))?;
                 self.list_values(list, t, size, first_row)?
             }
+            DataType::FixedSizeBinary(_) => {
+                let bytes = array
+                    .as_fixed_size_binary_opt()
+                    .ok_or_else(|| internal("a fixed-size binary"))?;
+                // The values of a fixed-size binary array start at its first row.
+                self.bytes_values(bytes.values(), 0, rows, size, item)?
+            }
+            DataType::Binary => {
+                let bytes = array.as_binary_opt::<i32>().ok_or_else(|| internal("a binary"))?;
+                self.binary_values(bytes, t, size, item, first_row)?
+            }
+            DataType::LargeBinary => {
+                let bytes = array.as_binary_opt::<i64>().ok_or_else(|| internal("a binary"))?;
+                self.binary_values(bytes, t, size, item, first_row)?
+            }
             _ => return Err(internal("a tensor column of an unchecked type")),
         };
         if let Some(i) = first_null(values.as_ref()) {
@@ -226,6 +244,53 @@ impl Plan {
             return Err(super::corrupt(&self.path, "has list offsets past its values"));
         }
         Ok(list.values().slice(start, len))
+    }
+
+    /// The values of a binary column whose every row holds the bytes of `size` values.
+    fn binary_values<O: OffsetSizeTrait>(
+        &self,
+        bytes: &GenericBinaryArray<O>,
+        t: &TensorDef,
+        size: usize,
+        item: &FieldRef,
+        first_row: u64,
+    ) -> Result<ArrayRef, Problem> {
+        let width = item.data_type().primitive_width().ok_or_else(|| internal("a width"))?;
+        let row_bytes = size.saturating_mul(width);
+        let lengths = bytes.offsets().lengths();
+        if let Some((row, len)) = lengths.enumerate().find(|(_, l)| *l != row_bytes) {
+            let at = first_row.saturating_add(u64::try_from(row).unwrap_or(u64::MAX));
+            return Err(
+                self.row_error(t, format_args!("row {at} has {len} bytes, not {row_bytes}"))
+            );
+        }
+        let start = bytes.offsets().first().as_usize();
+        self.bytes_values(bytes.values(), start, bytes.len(), size, item)
+    }
+
+    /// `rows` rows of `size` values of `item`'s type, from byte `start` of `data`: a view of
+    /// the same bytes (copied only when they are not aligned for the type).
+    fn bytes_values(
+        &self,
+        data: &Buffer,
+        start: usize,
+        rows: usize,
+        size: usize,
+        item: &FieldRef,
+    ) -> Result<ArrayRef, Problem> {
+        let width = item.data_type().primitive_width().ok_or_else(|| internal("a width"))?;
+        let values = rows.saturating_mul(size);
+        let len = values.saturating_mul(width);
+        if start.checked_add(len).is_none_or(|end| end > data.len()) {
+            return Err(super::corrupt(&self.path, "has binary offsets past its bytes"));
+        }
+        ArrayData::builder(item.data_type().clone())
+            .len(values)
+            .add_buffer(data.slice_with_length(start, len))
+            .align_buffers(true)
+            .build()
+            .map(make_array)
+            .map_err(|e| super::corrupt(&self.path, format_args!("does not decode: {e}")))
     }
 
     fn row_error(&self, t: &TensorDef, what: std::fmt::Arguments<'_>) -> Problem {
@@ -265,9 +330,13 @@ fn declared(path: &str, field: &Field, t: &TensorDef) -> Result<(Conv, Field), P
     }
     let prim = primitive(t.dtype).ok_or_else(mismatch)?;
     let n = i32::try_from(t.num_values()).map_err(|_| mismatch())?;
+    // Raw bytes hold a row's values little-endian, back to back (NumPy's `tobytes()`).
+    let row_bytes = prim.primitive_width().and_then(|w| i32::try_from(w).ok()?.checked_mul(n));
     let fits = match have {
         DataType::FixedSizeList(f, size) => *f.data_type() == prim && *size == n,
         DataType::List(f) | DataType::LargeList(f) => *f.data_type() == prim,
+        DataType::FixedSizeBinary(width) => row_bytes == Some(*width),
+        DataType::Binary | DataType::LargeBinary => row_bytes.is_some(),
         _ => false,
     };
     if !fits {

@@ -379,3 +379,77 @@ fn nested_columns_pass_through_without_metadata() {
         }
     }
 }
+
+#[test]
+fn tensors_stored_as_raw_bytes_become_fixed_shape_tensors() {
+    // A row's six float32 values, little-endian, as fixed-size binary and as binary.
+    let root = Root::new("pq-raw-bytes");
+    let row = |i: i64| -> Vec<u8> {
+        (0..6).flat_map(|k| (i as f32 * 10.0 + k as f32).to_le_bytes()).collect()
+    };
+    let rows: Vec<Vec<u8>> = (0..8).map(row).collect();
+    let fixed = arrow_array::FixedSizeBinaryArray::try_from_iter(rows.iter()).unwrap();
+    let binary = arrow_array::BinaryArray::from_iter_values(rows.iter());
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("fixed", DataType::FixedSizeBinary(24), false),
+        Field::new("binary", DataType::Binary, false),
+    ]));
+    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..8));
+    let batch = RecordBatch::try_new(schema, vec![ids, Arc::new(fixed), Arc::new(binary)]);
+    root.write("raw.parquet", &parquet(&[batch.unwrap()], 3));
+    let mut d = def(FileFormat::Parquet);
+    d.tensors =
+        vec![tensor("fixed", DType::Float32, &[2, 3]), tensor("binary", DType::Float32, &[6])];
+    // From row 2 (inside the first row group) on: the values start part way into the bytes.
+    let all = read(&root, &d, &req("raw.parquet", 2, None), &big()).unwrap();
+    let got: Vec<RecordBatch> = all;
+    for name in ["fixed", "binary"] {
+        let values: Vec<f32> = got
+            .iter()
+            .flat_map(|b| {
+                let col = b.column_by_name(name).unwrap().as_fixed_size_list();
+                assert_eq!(col.value_length(), 6, "{name}");
+                col.values().as_primitive::<Float32Type>().values().to_vec()
+            })
+            .collect();
+        let want: Vec<f32> =
+            (2..8).flat_map(|i| (0..6).map(move |k| i as f32 * 10.0 + k as f32)).collect();
+        assert_eq!(values, want, "{name}");
+    }
+    // Declared with another size, or rows of other lengths: refused, naming the column.
+    d.tensors = vec![tensor("fixed", DType::Float32, &[5])];
+    let e = RowReader::open(&root.roots, &d, &req("raw.parquet", 0, None), &big());
+    fails(
+        e,
+        Code::InvalidArgument,
+        "column \"fixed\": the dataset declares float32 [5] (5 values), the file has \
+         fixed_size_binary",
+    );
+    d.tensors = vec![tensor("binary", DType::Float64, &[6])];
+    let e = read(&root, &d, &req("raw.parquet", 0, None), &big());
+    fails(e, Code::InvalidArgument, "row 0 has 24 bytes, not 48");
+}
+
+#[test]
+fn raw_bytes_tensors_are_views_of_the_decoded_bytes() {
+    let rows: Vec<[u8; 8]> = (0..4u8).map(|i| [i; 8]).collect();
+    let fixed = arrow_array::FixedSizeBinaryArray::try_from_iter(rows.iter()).unwrap();
+    let schema = Schema::new(vec![Field::new("x", DataType::FixedSizeBinary(8), false)]);
+    let mut d = def(FileFormat::Parquet);
+    d.tensors = vec![tensor("x", DType::Int32, &[2])];
+    let plan = crate::columnar::schema::Plan::new("m.parquet", &schema, &d).unwrap();
+    let input: ArrayRef = Arc::new(fixed.slice(1, 3));
+    let out = plan.apply(&[input.clone()], 3, 1).unwrap();
+    let values = out.column(0).as_fixed_size_list().values().to_data();
+    let bytes = input.as_fixed_size_binary().value_data().as_ptr();
+    assert_eq!(values.buffers()[0].as_ptr(), bytes, "no copy of the values");
+    assert_eq!(
+        out.column(0)
+            .as_fixed_size_list()
+            .value(0)
+            .as_primitive::<arrow_array::types::Int32Type>()
+            .values(),
+        &[0x0101_0101, 0x0101_0101]
+    );
+}
