@@ -262,6 +262,9 @@ class Handler(BaseHTTPRequestHandler):
     """One connection's requests."""
 
     protocol_version = "HTTP/1.1"
+    # A request line without a version is answered with a status line and headers all the
+    # same (the stdlib would answer it as HTTP/0.9: a bare body).
+    default_request_version = "HTTP/1.0"
     server_version = "shardwise-python-worker"
     sys_version = ""
     server: Server
@@ -290,8 +293,15 @@ class Handler(BaseHTTPRequestHandler):
             )
             return
         self.close_connection = True
-        detail = message or explain or "bad request"
-        self._send_problem(Problem(code_of_status(code), detail, status=code, title=message))
+        detail = message or self.responses.get(code, ("bad request",))[0]
+        # A malformed request line (400), a line or header too long (414, 431), an HTTP
+        # version the server does not speak (505): the client's doing.
+        kind = code_of_status(code) if code in (408, 413) else "INVALID_ARGUMENT"
+        title = self.responses.get(code, (None,))[0]
+        self._send_problem(Problem(kind, detail, status=code, title=title))
+
+    def version_string(self) -> str:
+        return self.server_version
 
     # -- routing ----------------------------------------------------------------------------
 

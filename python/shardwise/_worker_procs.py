@@ -9,9 +9,10 @@ The parent only supervises. It starts the children, waits for each to register (
 cannot start fails the whole ``serve`` with its error, and the others are stopped), and then:
 
 * a child that dies (a crash in a C extension, an OOM kill) is started again after a pause,
-  1 s doubling to 30 s while it keeps dying within a minute of its start; with a fixed port it
-  comes back at the same address with a new ``worker_uid``, so the dispatcher re-issues the
-  dead one's splits at once instead of after its worker timeout;
+  1 s doubling to 30 s while it keeps dying within a minute of its start. It comes back on
+  the same port (any free one if that was taken meanwhile), so at the same address with a new
+  ``worker_uid``: the dispatcher then re-issues the dead one's splits at once instead of after
+  its worker timeout;
 * on SIGTERM or SIGINT it sends SIGTERM to every child, waits for them (30 s, then SIGKILL)
   and returns.
 
@@ -21,6 +22,7 @@ Each child reports to the parent over a pipe: ``("ready", url)`` once registered
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import multiprocessing.connection
 import pickle
@@ -41,8 +43,9 @@ STABLE_AFTER = 60.0
 STOP_TIMEOUT = 30.0
 
 
-def _child_main(fn: Any, options: dict[str, Any], conn: Any) -> None:
-    """A worker process: starts a worker, reports, serves until SIGTERM/SIGINT."""
+def _child_main(fn: Any, options: dict[str, Any], fallback: bool, conn: Any) -> None:
+    """A worker process: starts a worker, reports, serves until SIGTERM/SIGINT. With
+    ``fallback``, a port in use is passed over for any free one."""
     from .worker import Worker, announce, handle_signals
 
     stop = threading.Event()
@@ -55,8 +58,13 @@ def _child_main(fn: Any, options: dict[str, Any], conn: Any) -> None:
 
     with handle_signals(on_signal):
         try:
-            worker = Worker(fn, **options)
-            worker.start()
+            try:
+                worker = Worker(fn, **options).start()
+            except OSError as e:
+                if not fallback or e.errno != errno.EADDRINUSE:
+                    raise
+                # The dead process's port was taken meanwhile: any free one.
+                worker = Worker(fn, **dict(options, port=0)).start()
         except BaseException as e:
             try:
                 conn.send(("error", e))
@@ -82,6 +90,7 @@ class _Child:
         self.conn: Any = None
         self.started = 0.0
         self.url: str | None = None
+        self.port = 0
         self.pause = RESTART_INITIAL
         self.restart_at: float | None = None
 
@@ -118,12 +127,17 @@ def supervise(
 
     def spawn(c: _Child) -> None:
         opts = dict(options, dispatcher=dispatcher)
+        fallback = False
         if base_port:
             opts["port"] = base_port + c.index
+        elif c.port:
+            # Back at the same address with a new worker_uid: the dispatcher re-issues the
+            # dead process's splits at once rather than after its worker timeout.
+            opts["port"], fallback = c.port, True
         parent_end, child_end = ctx.Pipe(duplex=False)
         p = ctx.Process(
             target=_child_main,
-            args=(fn, opts, child_end),
+            args=(fn, opts, fallback, child_end),
             name=f"shardwise-worker-{c.index}",
             daemon=False,
         )
@@ -176,7 +190,7 @@ def _await_ready(children: list[_Child], stop: threading.Event) -> None:
         for c in waiting:
             message = _receive(c)
             if message is not None and message[0] == "ready":
-                c.url = str(message[1])
+                c.url, c.port = str(message[1]), _port_of(str(message[1]))
                 continue
             if message is not None and message[0] == "error":
                 error = message[1]
@@ -203,7 +217,7 @@ def _watch(children: list[_Child], stop: threading.Event, spawn: Callable[[_Chil
             if c.url is None:
                 message = _receive(c)
                 if message is not None and message[0] == "ready":
-                    c.url = str(message[1])
+                    c.url, c.port = str(message[1]), _port_of(str(message[1]))
                 elif message is not None and message[0] == "error":
                     print(
                         f"shardwise worker: process {c.index} could not start again: {message[1]}",
@@ -227,6 +241,16 @@ def _watch(children: list[_Child], stop: threading.Event, spawn: Callable[[_Chil
             c.process, c.conn, c.url = None, None, None
             c.restart_at = now + c.pause
             c.pause = min(c.pause * 2, RESTART_MAX)
+
+
+def _port_of(url: str) -> int:
+    """The port of a worker's URL (0 when it has none)."""
+    import urllib.parse
+
+    try:
+        return urllib.parse.urlsplit(url).port or 0
+    except ValueError:
+        return 0
 
 
 def _stop_all(children: list[_Child]) -> None:

@@ -64,7 +64,7 @@ def _default(value: Any) -> Any:
         return base64.b64encode(bytes(value)).decode("ascii")
     if hasattr(value, "tolist") and type(value).__module__ == "numpy":
         return value.tolist()
-    raise TypeError(f"a value of type {type(value).__name__} has no JSON form")
+    raise TypeError(f"a value of type {type(value).__name__}, which has no JSON form")
 
 
 def _plain(value: Any, depth: int = 0) -> Any:

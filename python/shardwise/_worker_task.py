@@ -457,7 +457,10 @@ class Task:
                 except StopIteration:
                     break
                 except Exception as e:
-                    raise self._fn_failed(e, split) from None
+                    failure = self._fn_failed(e, split)
+                    if pending is not None:
+                        self._push(pending, start, stop, end=False)  # yielded before it raised
+                    raise failure from None
                 for payload, count in self._items(output):
                     first = index
                     index += count
@@ -554,7 +557,18 @@ class Task:
             self.buf_bytes += w
             self.produced += count
             if self.tracked:
-                self.runs.append([start, stop, offset, count, end])
+                last = self.runs[-1] if self.runs else None
+                if (
+                    last is not None
+                    and last[0] == start
+                    and last[1] == stop
+                    and last[2] + last[3] == offset
+                    and not last[4]
+                ):
+                    last[3] += count  # the same split's next outputs: one run
+                    last[4] = end
+                else:
+                    self.runs.append([start, stop, offset, count, end])
             self.cond.notify_all()
 
 
