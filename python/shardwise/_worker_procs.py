@@ -100,6 +100,7 @@ def supervise(
     dispatcher: Dispatcher | str | Sequence[str],
     processes: int,
     start_method: str,
+    restart: bool,
     ready: Callable[[list[str]], Any] | None,
     options: dict[str, Any],
 ) -> None:
@@ -163,7 +164,7 @@ def supervise(
                 return
             if ready is not None:
                 ready([c.url or "" for c in children])
-            _watch(children, stop, spawn)
+            _watch(children, stop, spawn if restart else None)
         finally:
             _stop_all(children)
 
@@ -202,16 +203,21 @@ def _await_ready(children: list[_Child], stop: threading.Event) -> None:
                 )
 
 
-def _watch(children: list[_Child], stop: threading.Event, spawn: Callable[[_Child], None]) -> None:
-    """Restarts children that die, until ``stop``."""
+def _watch(
+    children: list[_Child], stop: threading.Event, spawn: Callable[[_Child], None] | None
+) -> None:
+    """Restarts children that die (with ``spawn``; without, says so and carries on), until
+    ``stop``."""
     while not stop.is_set():
         live = [c for c in children if c.process is not None]
+        if not live and spawn is None:
+            raise RuntimeError("every worker process exited (and restart is off)")
         handles = [c.process.sentinel for c in live] + [c.conn for c in live if c.url is None]
         multiprocessing.connection.wait(handles, timeout=0.5)
         now = time.monotonic()
         for c in children:
             if c.process is None:
-                if c.restart_at is not None and now >= c.restart_at and not stop.is_set():
+                if spawn and c.restart_at is not None and now >= c.restart_at:
                     spawn(c)
                 continue
             if c.url is None:
@@ -229,9 +235,10 @@ def _watch(children: list[_Child], stop: threading.Event, spawn: Callable[[_Chil
             lived = now - c.started
             if lived >= STABLE_AFTER:
                 c.pause = RESTART_INITIAL
+            again = f"starting it again in {c.pause:.0f} s" if spawn else "not restarted"
             print(
                 f"shardwise worker: process {c.index} (pid {c.process.pid}) exited with "
-                f"{c.process.exitcode}; starting it again in {c.pause:.0f} s",
+                f"{c.process.exitcode}; {again}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -239,7 +246,7 @@ def _watch(children: list[_Child], stop: threading.Event, spawn: Callable[[_Chil
             if c.conn is not None:
                 c.conn.close()
             c.process, c.conn, c.url = None, None, None
-            c.restart_at = now + c.pause
+            c.restart_at = now + c.pause if spawn else None
             c.pause = min(c.pause * 2, RESTART_MAX)
 
 

@@ -305,6 +305,7 @@ def serve(
     *,
     processes: int = 1,
     start_method: str = "spawn",
+    restart: bool = True,
     ready: Callable[[list[str]], Any] | None = None,
     **options: Any,
 ) -> None:
@@ -315,7 +316,8 @@ def serve(
     ``shardwise worker`` does. With ``processes=1`` the worker runs in this process (``fn``
     may then be any callable, a lambda included). With more, this process only supervises:
     it starts the workers, restarts one that dies (a crash, an OOM kill) after a pause that
-    grows while it keeps dying, and on a signal stops them all and waits for them.
+    grows while it keeps dying (unless ``restart`` is false), and on a signal stops them all
+    and waits for them.
 
     Args:
         fn: ``fn(split) -> Iterable`` (module docs).
@@ -328,6 +330,9 @@ def serve(
             ``if __name__ == "__main__":``; safe whatever threads, CUDA or locks this process
             has), ``"forkserver"``, or ``"fork"`` (any ``fn``, lambdas included, but unsafe
             in a process that runs threads, as one that imported PyTorch may).
+        restart: With several processes, start a process that died again (on its port, so
+            the dispatcher re-issues its splits at once); without, the others carry on and
+            the dispatcher re-issues its splits once its ``--worker-timeout`` passed.
         ready: Called once every worker registered, with their URLs.
         options: :class:`Worker`'s keyword arguments. With several processes and a ``port``
             other than 0, process ``i`` listens on ``port + i``.
@@ -345,7 +350,7 @@ def serve(
     if processes > 1:
         from ._worker_procs import supervise
 
-        supervise(fn, dispatcher, processes, start_method, ready, options)
+        supervise(fn, dispatcher, processes, start_method, restart, ready, options)
         return
     stop = threading.Event()
     worker = Worker(fn, dispatcher, **options)
@@ -365,17 +370,17 @@ def serve(
 
 
 def announce(worker: Worker) -> None:
-    """The listening line (stdout, as ``shardwise worker`` prints it) and the process's
-    pid (stderr)."""
+    """The process's pid (stderr), then the listening line (stdout, as ``shardwise worker``
+    prints it)."""
     import os
 
-    print(f"shardwise worker listening on {worker.url}", flush=True)
     print(
         f"shardwise worker: pid {os.getpid()} serves {worker.url} for the dispatcher at "
         f"{worker.dispatcher.current}",
         file=sys.stderr,
         flush=True,
     )
+    print(f"shardwise worker listening on {worker.url}", flush=True)
 
 
 class handle_signals:

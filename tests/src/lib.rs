@@ -8,6 +8,7 @@ pub mod fake_k8s;
 pub mod fuzz;
 pub mod graphs;
 pub mod markdown;
+pub mod pyenv;
 pub mod rawhttp;
 pub mod tf;
 pub mod tf_fake;

@@ -5,162 +5,23 @@
 //! through `python -m shardwise read --resume-from`, and problems as `ShardwiseError`s with
 //! their code.
 //!
-//! The environment is built once per target directory and shared by every test process:
-//! `<target>/pkg-venv`, `python3 -m venv` and `pip install -r python/requirements-test.txt`
-//! (pinned; adding a line, e.g. torch for later scenarios, is all it takes: the venv is
-//! rebuilt when the file changes), then the package itself, `pip install ./python` (from a
-//! fresh copy in `<target>/pkg-src`) without build isolation (its backend, setuptools, is
-//! pinned in the requirements, so no index is needed), again whenever a file of the package
-//! changes (a stamp holds a hash of them). An
-//! exclusive lock on `<target>/pkg-setup.lock` serialises the setup (the kernel releases it
-//! when a process dies). Python runs with the target directory as its working directory, so
-//! that what is imported is the installed package, never the source tree. Needs `python3`
-//! with `venv` and `pip`, and PyPI, the first time.
+//! The environment is `<target>/pkg-venv`, built once per target directory and shared by
+//! every test process ([`shardwise_tests::pyenv`]).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_gateway::client::fingerprint;
+use shardwise_tests::pyenv::{python, scenario_path};
 use shardwise_tests::{
     Dispatcher, Run, TempDir, Worker, assert_ran, ok, poll_until, repo_root, run_bounded,
-    target_dir,
 };
-
-/// The shared Python environment.
-#[derive(Debug)]
-struct PkgEnv {
-    /// `<venv>/bin/python`.
-    python: PathBuf,
-}
-
-/// The package's files (`pyproject.toml`, `README.md`, everything under `shardwise/` but
-/// bytecode), in path order.
-fn package_files(root: &Path) -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
-            .map(|e| e.expect("a directory entry").path())
-            .collect();
-        entries.sort();
-        for p in entries {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if p.is_dir() {
-                if name != "__pycache__" {
-                    walk(&p, out);
-                }
-            } else if !name.ends_with(".pyc") {
-                out.push(p);
-            }
-        }
-    }
-    let mut files = vec![root.join("pyproject.toml"), root.join("README.md")];
-    walk(&root.join("shardwise"), &mut files);
-    files
-}
-
-/// FNV-1a (64 bits) of the package's files, by relative path and content.
-fn package_hash(root: &Path, files: &[PathBuf]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for f in files {
-        let rel = f.strip_prefix(root).expect("under the package").to_string_lossy().into_owned();
-        let content = std::fs::read(f).unwrap_or_else(|e| panic!("read {}: {e}", f.display()));
-        for b in rel.bytes().chain([0]).chain(content).chain([0]) {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    format!("{h:016x} over {} files\n", files.len())
-}
-
-/// The venv with the pinned requirements and the package installed, built at most once per
-/// target directory (and again only when the requirements or the package change).
-fn pkg_env() -> &'static PkgEnv {
-    static ENV: OnceLock<PkgEnv> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let target = target_dir();
-        let venv = target.join("pkg-venv");
-        let python = venv.join("bin/python");
-        let package = repo_root().join("python");
-        let requirements_file = package.join("requirements-test.txt");
-        let requirements = std::fs::read_to_string(&requirements_file).expect("requirements");
-        let venv_stamp = venv.join("shardwise-requirements.txt");
-        let package_stamp = venv.join("shardwise-package.stamp");
-
-        std::fs::create_dir_all(&target).expect("target dir");
-        let lock = std::fs::File::create(target.join("pkg-setup.lock")).expect("lock file");
-        // Another test process may be building the environment (minutes, the first time).
-        poll_until("pkg-setup.lock", Duration::from_secs(900), || match lock.try_lock() {
-            Ok(()) => Ok(()),
-            Err(std::fs::TryLockError::WouldBlock) => Err("held by another test process"),
-            Err(std::fs::TryLockError::Error(e)) => panic!("lock pkg-setup.lock: {e}"),
-        });
-        let stamped = |stamp: &Path, want: &str| {
-            std::fs::read_to_string(stamp).is_ok_and(|s| s == want) && python.exists()
-        };
-        if !stamped(&venv_stamp, &requirements) {
-            let started = Instant::now();
-            shardwise_tests::build_venv(&venv, &requirements_file, Duration::from_secs(600));
-            std::fs::write(&venv_stamp, &requirements).expect("venv stamp");
-            eprintln!("python_package: built {} in {:?}", venv.display(), started.elapsed());
-        }
-        let files = package_files(&package);
-        let hash = package_hash(&package, &files);
-        if !stamped(&package_stamp, &hash) {
-            let started = Instant::now();
-            let _ = std::fs::remove_file(&package_stamp);
-            // Installed from a fresh copy: setuptools builds in the tree it is given, and a
-            // build directory left from an older tree would bring back files since removed.
-            let copy = target.join("pkg-src");
-            let _ = std::fs::remove_dir_all(&copy);
-            for f in &files {
-                let to = copy.join(f.strip_prefix(&package).expect("under the package"));
-                std::fs::create_dir_all(to.parent().expect("a parent")).expect("pkg-src");
-                std::fs::copy(f, &to).unwrap_or_else(|e| panic!("copy {}: {e}", f.display()));
-            }
-            assert_ran(
-                "pip install ./python",
-                &run_bounded(
-                    Command::new(&python)
-                        .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
-                        .args(["--no-deps", "--no-build-isolation", "--force-reinstall"])
-                        .arg(&copy)
-                        .current_dir(&target),
-                    Duration::from_secs(300),
-                ),
-            );
-            std::fs::write(&package_stamp, &hash).expect("package stamp");
-            eprintln!("python_package: installed the package in {:?}", started.elapsed());
-        }
-        drop(lock);
-        PkgEnv { python }
-    })
-}
-
-/// The venv's `python ARGS`, unbuffered, run from the target directory (never the source
-/// tree), with no proxy.
-fn python(args: &[&str]) -> Command {
-    let mut cmd = Command::new(&pkg_env().python);
-    cmd.args(args)
-        .current_dir(target_dir())
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env_remove("PYTHONPATH");
-    for proxy in
-        ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
-    {
-        cmd.env_remove(proxy);
-    }
-    cmd
-}
 
 /// `python python/tests/scenarios/SCRIPT ARGS`, bounded; panics with its output unless it
 /// exits 0.
 fn scenario(script: &str, args: &[&str]) -> Run {
-    let path = repo_root().join("python/tests/scenarios").join(script);
-    let path = path.to_str().expect("a UTF-8 path").to_owned();
+    let path = scenario_path(script);
     let mut all = vec![path.as_str()];
     all.extend_from_slice(args);
     let run = run_bounded(&mut python(&all), Duration::from_secs(180));
