@@ -13,6 +13,7 @@ exact read positions to resume from.
 * :class:`PositionTracker` / :func:`merge_positions`: the read-position fold, and one position
   out of those of several readers.
 * :class:`ShardwiseError`: every failure, with the problem's ``code``.
+* :mod:`shardwise.worker`: Python workers that run your function on a dispatcher's splits.
 """
 
 from .client import Dispatcher

@@ -248,15 +248,38 @@ class Tls(Worker_):
 
 class Serve(unittest.TestCase):
     def test_serve_stops_cleanly_on_sigterm(self) -> None:
-        with FakeDispatcher([]) as d:
-            code = (
-                "import sys, shardwise.worker as w\n"
-                "w.serve(lambda s: iter(()), sys.argv[1], heartbeat_interval=0.05)\n"
-                "print('returned', flush=True)\n"
-            )
+        code = (
+            "import sys, shardwise.worker as w\n"
+            "w.serve(lambda s: s.elements(), sys.argv[1], heartbeat_interval=0.05)\n"
+            "print('returned', flush=True)\n"
+        )
+        self.serve_until_sigterm(["-c", code], "returned")
+
+    def test_the_worker_command_serves_a_module_function(self) -> None:
+        args = ["-m", "shardwise", "worker", "--heartbeat-interval", "0.05"]
+        url = self.serve_until_sigterm(args + ["{url}", "worker_fakes:elements"], "")
+        self.assertTrue(url.startswith("http://127.0.0.1:"))
+        bad = subprocess.run(
+            [sys.executable, "-m", "shardwise", "worker", "http://127.0.0.1:1", "nope:fn"],
+            capture_output=True,
+            cwd=HERE,
+            timeout=60,
+        )
+        self.assertEqual(bad.returncode, 1, bad.stderr)
+        self.assertIn(b"cannot load 'nope:fn'", bad.stderr)
+
+    def serve_until_sigterm(self, args: list[str], last_line: str) -> str:
+        """Runs ``python ARGS URL`` (``{url}`` in ARGS stands for the fake dispatcher's),
+        reads a task's elements from the worker it prints, SIGTERMs it: it exits 0, its
+        port closed, having printed ``last_line`` last. Returns the worker's URL."""
+        with FakeDispatcher([task_def()]) as d:
+            d.splits.extend([splits_reply([(0, 2)]), END])
+            argv = [a.replace("{url}", d.url) for a in args]
+            if "{url}" not in " ".join(args):
+                argv.append(d.url)
             env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
             p = subprocess.Popen(
-                [sys.executable, "-c", code, d.url],
+                [sys.executable, *argv],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
@@ -267,16 +290,17 @@ class Serve(unittest.TestCase):
                 line = p.stdout.readline().decode()
                 self.assertTrue(line.startswith("shardwise worker listening on http://"), line)
                 url = line.split()[-1]
-                self.assertEqual(get(url, "/healthz").status, 200)
+                self.assertEqual(read_all(url)[0], [0, 1])
                 p.send_signal(signal.SIGTERM)
                 out, err = p.communicate(timeout=30)
             finally:
                 if p.poll() is None:
                     p.kill()
             self.assertEqual(p.returncode, 0, err)
-            self.assertEqual(out.decode().strip(), "returned")
+            self.assertEqual(out.decode().strip(), last_line)
             with self.assertRaises(OSError):
                 socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=5)
+            return url
 
 
 def _read_answer(s: socket.socket) -> bytes:

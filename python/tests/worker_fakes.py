@@ -145,6 +145,11 @@ class FakeDispatcher:
             return [u["task_id"] for b in self.updates for u in b["updates"] if u["completed"]]
 
 
+def elements(split: Any) -> Any:
+    """A worker's fn for the command line's tests: the split's source elements."""
+    return split.elements()
+
+
 def until(what: str, cond: Callable[[], Any], timeout: float = 10.0) -> Any:
     """Polls ``cond`` until it answers something true (returned), for at most ``timeout``."""
     deadline = time.monotonic() + timeout

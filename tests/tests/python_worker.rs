@@ -11,7 +11,9 @@
 //!   only duplicates elements of the killed process read before it died, and the reader's
 //!   final position whole;
 //! * a position taken mid-read resumed on another number of processes reads exactly the rest;
-//! * `fn` raising fails the read with its text, and the workers serve the next job.
+//! * `fn` raising fails the read with its text, and the workers serve the next job;
+//! * the README's example runs as written, as a script and through `python -m shardwise
+//!   worker`.
 //!
 //! The Python environment is `<target>/pkg-venv` ([`shardwise_tests::pyenv`]).
 
@@ -26,8 +28,11 @@ use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_core::dispatch::wire::{NamedMode, ProcessingMode};
 use shardwise_gateway::client::{DistributeOptions, distribute, distribute_batches};
+use shardwise_tests::markdown::blocks;
 use shardwise_tests::pyenv::{python, scenario_path};
-use shardwise_tests::{Dispatcher, Process, Run, assert_ran, ok, poll_until, run_bounded, runtime};
+use shardwise_tests::{
+    Dispatcher, Process, Run, TempDir, assert_ran, ok, poll_until, repo_root, run_bounded, runtime,
+};
 
 /// The elements of the test datasets (`range(N)`).
 const N: i64 = 2000;
@@ -50,7 +55,12 @@ impl PyWorkers {
         let n = processes.to_string();
         let mut all = vec![script.as_str(), dispatcher, n.as_str()];
         all.extend_from_slice(args);
-        let process = Process::spawn(&mut python(&all));
+        PyWorkers::spawn(&mut python(&all), processes)
+    }
+
+    /// Spawns `cmd` (a `serve` of `processes` processes) and waits for every listening line.
+    fn spawn(cmd: &mut Command, processes: usize) -> PyWorkers {
+        let process = Process::spawn(cmd);
         let mut urls = Vec::new();
         for _ in 0..processes {
             let line = process
@@ -191,18 +201,27 @@ fn two_processes_serve_every_element_exactly_once_as_json_and_arrow() {
     whole(&got["json_position"], N);
 
     // The Rust client, JSON and Arrow.
-    let dataset = json!({"source": {"range": {"stop": N}}});
+    let (values, batches) = rust_reads(&d.url, N);
+    exactly_once("rust json", values.iter().map(|v| v["x"].as_i64().expect("x")).collect(), N);
+    exactly_once("rust arrow", batches, N);
+    workers.stop();
+}
+
+/// A JSON read and an Arrow read of `range(n)` by the Rust client: the JSON elements, and
+/// the Arrow reads' `x` column.
+fn rust_reads(url: &str, n: i64) -> (Vec<Value>, Vec<i64>) {
+    let dataset = json!({"source": {"range": {"stop": n}}});
     let def = DatasetDef::from_json(&dataset).expect("a dataset");
-    let (values, batches) = runtime().block_on(async {
+    runtime().block_on(async {
         let mut values = Vec::new();
-        let mut stream = distribute(d.url.as_str(), def.clone(), options());
+        let mut stream = distribute(url, def.clone(), options());
         while let Some(v) =
             tokio::time::timeout(Duration::from_secs(60), stream.next()).await.expect("within 60 s")
         {
             values.push(v.expect("an element"));
         }
         let mut xs = Vec::new();
-        let mut stream = distribute_batches(d.url.as_str(), def, options());
+        let mut stream = distribute_batches(url, def, options());
         while let Some(b) =
             tokio::time::timeout(Duration::from_secs(60), stream.next()).await.expect("within 60 s")
         {
@@ -211,10 +230,7 @@ fn two_processes_serve_every_element_exactly_once_as_json_and_arrow() {
             xs.extend(col.as_primitive::<Int64Type>().values().iter().copied());
         }
         (values, xs)
-    });
-    exactly_once("rust json", values.iter().map(|v| v["x"].as_i64().expect("x")).collect(), N);
-    exactly_once("rust arrow", batches, N);
-    workers.stop();
+    })
 }
 
 /// One worker process SIGKILLed while a reader is part way through an epoch: the reader
@@ -342,4 +358,39 @@ fn fn_raising_fails_the_read_with_its_text_and_the_workers_serve_the_next_job() 
     exactly_once("the next job", rows(&got["json"]).iter().map(|r| r[0]).collect(), 500);
     let run = workers.stop();
     assert!(run.stderr.contains("ValueError: boom in split"), "the worker logs fn's traceback");
+}
+
+/// The README's "Python workers" example as written (`python/README.md`): `prep.py` run as
+/// a script (four processes), and its function served by `python -m shardwise worker` (two);
+/// the Rust client reads `x_squared = x * x` exactly once from each.
+#[test]
+fn the_readmes_python_workers_example_runs_as_written() {
+    let readme = std::fs::read_to_string(repo_root().join("python/README.md")).expect("README");
+    let section = readme.split("\n## Python workers\n").nth(1).expect("the section");
+    let section = section.split("\n## ").next().unwrap_or_default();
+    let block = blocks(section).into_iter().find(|b| b.info == "python").expect("its example");
+    let script = block.script();
+    assert!(script.starts_with("# prep.py\n"), "{script}");
+    let dir = TempDir::new("py-worker-readme");
+    for (command, processes) in [(&["prep.py"][..], 4), (&["-m", "shardwise", "worker"][..], 2)] {
+        let d = Dispatcher::start(&[]);
+        std::fs::write(dir.0.join("prep.py"), script.replace("http://127.0.0.1:5050", &d.url))
+            .expect("prep.py");
+        let mut args = command.to_vec();
+        if command.len() > 1 {
+            args.extend([d.url.as_str(), "prep:squares", "--processes", "2"]);
+        }
+        let mut cmd = python(&args);
+        cmd.current_dir(&dir.0);
+        let workers = PyWorkers::spawn(&mut cmd, processes);
+        await_workers(&d, processes);
+        let (values, xs) = rust_reads(&d.url, 300);
+        for v in &values {
+            let x = v["x"].as_i64().expect("x");
+            assert_eq!(v["x_squared"].as_i64(), Some(x * x), "{v}");
+        }
+        exactly_once("json", values.iter().map(|v| v["x"].as_i64().expect("x")).collect(), 300);
+        exactly_once("arrow", xs, 300);
+        workers.stop();
+    }
 }
