@@ -192,6 +192,8 @@ class Server(ThreadingHTTPServer):
         self.tls = tls
         self.read_timeout = read_timeout
         self.max_connections = max_connections
+        # Set by whoever starts a thread in serve_forever (shutdown() waits for it to run).
+        self.serving = False
         self.conn_lock = threading.Lock()
         self.connections: dict[Any, threading.Thread | None] = {}
         handler = type("Handler", (Handler,), {"timeout": read_timeout})
@@ -243,7 +245,8 @@ class Server(ThreadingHTTPServer):
         ``timeout`` seconds)."""
         import time
 
-        self.shutdown()
+        if self.serving:
+            self.shutdown()
         self.server_close()
         with self.conn_lock:
             conns = list(self.connections.items())

@@ -117,9 +117,8 @@ def supervise(
                 "`if __name__ == '__main__':`), or pass start_method='fork'"
             ) from None
     if isinstance(dispatcher, Dispatcher):
-        options = dict(options)
-        options["token"] = dispatcher.token
-        options["ca_file"] = dispatcher.ca_file
+        # The children make their own (a Dispatcher holds this process's connections).
+        options = dict(options, token=dispatcher.token, ca_file=dispatcher.ca_file)
         dispatcher = dispatcher.addresses
     ctx = multiprocessing.get_context(start_method)
     base_port = int(options.get("port", 0))

@@ -253,6 +253,7 @@ class Worker:
             name="shardwise-worker-http",
             daemon=True,
         )
+        server.serving = True
         self._serving.start()
         backoff = Backoff(0.05, 2.0)
         while True:
@@ -307,7 +308,20 @@ def serve(
     start_method: str = "spawn",
     restart: bool = True,
     ready: Callable[[list[str]], Any] | None = None,
-    **options: Any,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    advertised_host: str | None = None,
+    tags: Sequence[str] = (),
+    token: str | None = None,
+    ca_file: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    auth_tokens: str | Mapping[str, Any] | None = None,
+    heartbeat_interval: float = 30.0,
+    buffer: int = 1024,
+    max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
+    read_timeout: float = 10.0,
+    max_connections: int = 256,
 ) -> None:
     """Runs Python workers until SIGTERM or SIGINT, then stops them cleanly and returns.
 
@@ -334,7 +348,9 @@ def serve(
             the dispatcher re-issues its splits at once); without, the others carry on and
             the dispatcher re-issues its splits once its ``--worker-timeout`` passed.
         ready: Called once every worker registered, with their URLs.
-        options: :class:`Worker`'s keyword arguments. With several processes and a ``port``
+        host, port, advertised_host, tags, token, ca_file, tls_cert, tls_key, auth_tokens,
+        heartbeat_interval, buffer, max_buffer_bytes, read_timeout, max_connections: Each
+            worker's, as :class:`Worker` takes them. With several processes and a ``port``
             other than 0, process ``i`` listens on ``port + i``.
 
     Raises what :class:`Worker` and :meth:`Worker.start` raise when a worker cannot start
@@ -346,6 +362,22 @@ def serve(
         raise ValueError(
             f"start_method must be 'spawn', 'fork' or 'forkserver', not {start_method!r}"
         )
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "advertised_host": advertised_host,
+        "tags": tags,
+        "token": token,
+        "ca_file": ca_file,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "auth_tokens": auth_tokens,
+        "heartbeat_interval": heartbeat_interval,
+        "buffer": buffer,
+        "max_buffer_bytes": max_buffer_bytes,
+        "read_timeout": read_timeout,
+        "max_connections": max_connections,
+    }
     Worker(fn, dispatcher, **options)  # checks the arguments here, before any process starts
     if processes > 1:
         from ._worker_procs import supervise

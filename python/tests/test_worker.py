@@ -55,6 +55,26 @@ class Protocol(unittest.TestCase):
         self.addCleanup(other.stop)
         self.assertNotEqual(self.d.heartbeats[-1]["worker_uid"], first["worker_uid"])
 
+    def test_registration_is_retried_while_unavailable_and_a_refusal_raises(self) -> None:
+        import socket
+
+        from fakes import problem
+
+        from shardwise import ShardwiseError
+
+        answers = [problem("UNAVAILABLE", 503), problem("UNAVAILABLE", 503)]
+        self.d.heartbeat_answer = lambda req: answers.pop() if answers else None
+        self.worker()
+        self.assertGreaterEqual(len(self.d.heartbeats), 3)
+        self.d.heartbeat_answer = lambda req: problem("INVALID_ARGUMENT", 400, "a bad address")
+        refused = Worker(squares, self.d.url, port=0)
+        with self.assertRaises(ShardwiseError) as e:
+            refused.start()
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("refused to register this worker: a bad address", e.exception.detail)
+        with self.assertRaises(OSError):
+            socket.create_connection(("127.0.0.1", refused.port), timeout=5)
+
     def test_splits_are_acknowledged_only_once_their_elements_were_taken(self) -> None:
         self.d.splits.extend([splits_reply([(0, 2), (2, 4)]), END])
         w = self.worker()

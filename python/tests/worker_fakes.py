@@ -96,6 +96,7 @@ class FakeDispatcher:
         self.get_splits: list[dict[str, Any]] = []
         self.updates: list[dict[str, Any]] = []
         self.update_answer: Callable[[Request], Any] | None = None
+        self.heartbeat_answer: Callable[[Request], Any] | None = None
         self.server = FakeServer(self.answer)
         self.url = self.server.url
 
@@ -114,6 +115,9 @@ class FakeDispatcher:
         with self.lock:
             if (m, p) == ("POST", "/v1/workers/heartbeat"):
                 self.heartbeats.append(body)
+                replaced = self.heartbeat_answer(req) if self.heartbeat_answer else None
+                if replaced is not None:
+                    return replaced
                 current = set(body.get("current_tasks") or [])
                 new = [t for t in self.pending_tasks if t["task_id"] not in current]
                 delete, self.to_delete = self.to_delete, []
