@@ -265,6 +265,9 @@ class Handler(BaseHTTPRequestHandler):
     """One connection's requests."""
 
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY: headers and body are two writes; with Nagle's algorithm the second would
+    # wait for the client's delayed ACK (40 ms per read).
+    disable_nagle_algorithm = True
     # A request line without a version is answered with a status line and headers all the
     # same (the stdlib would answer it as HTTP/0.9: a bare body).
     default_request_version = "HTTP/1.0"

@@ -28,6 +28,7 @@ import datetime
 import decimal
 import json
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,12 +91,16 @@ def _plain(value: Any, depth: int = 0) -> Any:
     return _plain(converted, depth + 1)
 
 
+#: The encoder of every value (one object: ``json.dumps`` with options makes one per call).
+_ENCODER = json.JSONEncoder(
+    default=_default, allow_nan=False, separators=_COMPACT, ensure_ascii=False
+)
+
+
 def encode(value: Any) -> bytes:
     """One JSON value as compact JSON text (UTF-8). :class:`OutputError` when it has none."""
     try:
-        return json.dumps(
-            value, default=_default, allow_nan=False, separators=_COMPACT, ensure_ascii=False
-        ).encode()
+        return _ENCODER.encode(value).encode()
     except (ValueError, RecursionError):
         pass  # NaN or an infinity somewhere, a cycle, or a deep value: the careful path
     except TypeError as e:
@@ -167,8 +172,6 @@ def _is_columns(value: Any) -> bool:
 
 
 def _numpy_if_loaded() -> Any:
-    import sys
-
     return sys.modules.get("numpy")
 
 
@@ -187,8 +190,7 @@ def classify(output: Any) -> tuple[str, list[Any]]:
 
 
 def _pyarrow_if_loaded() -> Any:
-    import sys
-
+    """pyarrow, if something imported it (an output can only be a batch if so)."""
     return sys.modules.get("pyarrow")
 
 

@@ -172,6 +172,37 @@ class Protocol(unittest.TestCase):
             merged(runs), [{"split": {"start": 0, "stop": 10}, "offset": 3, "count": 4}]
         )
 
+    def test_files_splits_are_paths_resumed_part_way(self) -> None:
+        seen: list[Any] = []
+
+        def lines(split: Split) -> Iterator[str]:
+            seen.append((split.value, split.positions))
+            for i in range(4):
+                yield f"{split.value}:{i}"
+
+        files = {"files": {"paths": ["/d/a.txt", "/d/b.txt"], "format": "lines"}}
+        self.d.pending_tasks = [task_def(dataset={"source": files})]
+        reply = {
+            **END,
+            "splits": ["/d/a.txt", "/d/b.txt"],
+            "split_ids": ["0:0", "0:1"],
+            "positions": [{"start": 0, "stop": 1, "skip": 2}, {"start": 1, "stop": 2}],
+            "end_of_splits": False,
+        }
+        self.d.splits.extend([reply, END])
+        w = self.worker(lines)
+        got, runs = read_all(w.url, max_elements=10)
+        self.assertEqual(got, ["/d/a.txt:2", "/d/a.txt:3"] + [f"/d/b.txt:{i}" for i in range(4)])
+        self.assertEqual(
+            merged(runs),
+            [
+                {"split": {"start": 0, "stop": 1}, "offset": 2, "count": 2, "end": True},
+                {"split": {"start": 1, "stop": 2}, "offset": 0, "count": 4, "end": True},
+            ],
+        )
+        self.assertEqual([v for v, _ in seen], ["/d/a.txt", "/d/b.txt"])
+        self.assertEqual(seen[0][1].skip, 2)
+
     def test_the_buffer_bounds_what_fn_produces(self) -> None:
         yielded = []
 
