@@ -7,8 +7,8 @@ the results as ``shardwise worker`` does, with its exactly-once reads and read p
 ...         yield {"x": i, "y": i * i}
 >>> shardwise.worker.serve(decode, "http://127.0.0.1:5050", processes=4)  # doctest: +SKIP
 
-A reader (``shardwise.distribute``, the Rust client, ``ShardwiseIterableDataset``) reads the
-dataset as from Rust workers: the dispatcher hands the splits of a ``distributed_epoch`` read
+A reader (``shardwise.distribute`` and what builds on it, the Rust client) reads the dataset
+as from Rust workers: the dispatcher hands the splits of a ``distributed_epoch`` read
 to the workers one batch at a time, each worker runs ``fn`` on its splits and serves what
 ``fn`` yields on ``GET /v1/tasks/{task_id}/elements``, JSON or Arrow.
 
@@ -36,8 +36,11 @@ One task yields one kind. Element offsets (read positions) count rows: ``fn`` mu
 same outputs for the same split every time it runs (seed any randomness with the split), since
 a split resumed part way (``split.positions.skip``) runs ``fn`` from its start and drops the
 first outputs. An exception in ``fn`` fails its task with the exception's type and text as the
-task's error (``INVALID_ARGUMENT`` for ``ValueError``, ``TypeError`` and ``LookupError``, a
-``ShardwiseError``'s own code, else ``INTERNAL``); the worker carries on with its other tasks.
+task's error: ``INVALID_ARGUMENT`` for ``ValueError``, ``TypeError`` and ``LookupError``,
+``PERMISSION_DENIED`` for ``PermissionError``, ``RESOURCE_EXHAUSTED`` for ``MemoryError``, a
+``ShardwiseError``'s own code, else ``INTERNAL`` (and never ``NOT_FOUND``, which readers retry:
+``FileNotFoundError`` is ``FAILED_PRECONDITION``). Its traceback goes to stderr, and the worker
+carries on with its other tasks.
 
 **Processing modes.** DYNAMIC (``distributed_epoch``) as above; OFF (``parallel_epochs``):
 every worker runs ``fn`` on every split of the source, cut as the dispatcher would cut them.
