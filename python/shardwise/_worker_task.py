@@ -461,7 +461,13 @@ class Task:
                     if pending is not None:
                         self._push(pending, start, stop, end=False)  # yielded before it raised
                     raise failure from None
-                for payload, count in self._items(output):
+                try:
+                    items = self._items(output)
+                except TaskError:
+                    if pending is not None:
+                        self._push(pending, start, stop, end=False)  # yielded before it
+                    raise
+                for payload, count in items:
                     first = index
                     index += count
                     if index <= skip:
