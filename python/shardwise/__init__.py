@@ -15,6 +15,7 @@ exact read positions to resume from.
 * :class:`ShardwiseError`: every failure, with the problem's ``code``.
 * :mod:`shardwise.torch` (PyTorch), :mod:`shardwise.jax` (JAX): resumable datasets and
   iterators; :mod:`shardwise.launch`: launcher environments for both.
+* :mod:`shardwise.worker`: Python workers that run your function on a dispatcher's splits.
 """
 
 from .client import Dispatcher

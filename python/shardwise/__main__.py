@@ -6,6 +6,8 @@
   why the read has none). ``--max N`` stops after N elements, ``--resume-from FILE`` resumes
   from a position saved that way.
 * ``merge FILE...``: one position out of several (positions or states holding them).
+* ``worker URL MODULE:FUNCTION``: serves a Python function as Shardwise workers
+  (:func:`shardwise.worker.serve`; ``--processes N``) until SIGTERM or SIGINT.
 
 The ``shardwise`` command itself is the Rust binary (dispatcher, worker, resolve); this one is
 only ever ``python -m shardwise``. Exit status: 0, 1 when a call failed (the error on stderr,
@@ -164,6 +166,44 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    import importlib
+
+    from .worker import serve
+
+    module_name, _, name = args.function.partition(":")
+    if not module_name or not name:
+        raise SystemExit(f"shardwise: {args.function!r} is not MODULE:FUNCTION")
+    try:
+        fn = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as e:
+        raise SystemExit(f"shardwise: cannot load {args.function!r}: {e}") from None
+    try:
+        serve(
+            fn,
+            _dispatcher(args),
+            processes=args.processes,
+            start_method=args.start_method,
+            restart=not args.no_restart,
+            host=args.host,
+            port=args.port,
+            advertised_host=args.advertised_host,
+            tags=args.tags.split(",") if args.tags else (),
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            auth_tokens=args.auth_tokens,
+            heartbeat_interval=args.heartbeat_interval,
+            buffer=args.buffer,
+            max_buffer_bytes=args.max_buffer_bytes,
+        )
+    except (ValueError, TypeError) as e:
+        raise SystemExit(f"shardwise worker: {e}") from None
+    except (OSError, RuntimeError) as e:
+        print(f"shardwise worker: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--token-file", metavar="FILE", help="a file holding a bearer token")
@@ -235,6 +275,60 @@ def _parser() -> argparse.ArgumentParser:
         help=f"elements (rows) per request, 1 to {MAX_ELEMENTS_PER_REQUEST} (default 1024)",
     )
     p.set_defaults(run=_read)
+
+    p = sub.add_parser(
+        "worker",
+        parents=[common],
+        help="run a Python function on a dispatcher's splits as Shardwise workers",
+        description="Serve MODULE:FUNCTION (fn(split) -> iterable of outputs, see "
+        "shardwise.worker) as Shardwise workers of the dispatcher at URL until SIGTERM or "
+        "SIGINT. Each process prints 'shardwise worker listening on URL' once registered.",
+    )
+    p.add_argument("url", metavar="URL")
+    p.add_argument("function", metavar="MODULE:FUNCTION", help="e.g. mypackage.prep:decode")
+    p.add_argument(
+        "--processes", type=int, default=1, metavar="N", help="worker processes (default 1)"
+    )
+    p.add_argument(
+        "--start-method",
+        choices=["spawn", "forkserver", "fork"],
+        default="spawn",
+        help="how the processes start (default spawn)",
+    )
+    p.add_argument(
+        "--no-restart", action="store_true", help="do not start a process that died again"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=0, help="port (0: any; process i: PORT + i)")
+    p.add_argument(
+        "--advertised-host",
+        metavar="HOST[:PORT]",
+        help="how the dispatcher and clients reach the workers (%%port%%: the bound port)",
+    )
+    p.add_argument("--tags", metavar="TAG[,TAG...]", help="worker tags, comma separated")
+    p.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this PEM chain")
+    p.add_argument("--tls-key", metavar="FILE", help="the PEM key of --tls-cert")
+    p.add_argument(
+        "--auth-tokens", metavar="FILE", help="require bearer tokens (shardwise's token file)"
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="between heartbeats (default 30)",
+    )
+    p.add_argument(
+        "--buffer", type=int, default=1024, metavar="N", help="elements buffered per task"
+    )
+    p.add_argument(
+        "--max-buffer-bytes",
+        type=int,
+        default=256 << 20,
+        metavar="BYTES",
+        help="bytes buffered per task, about (default 256 MiB)",
+    )
+    p.set_defaults(run=_worker)
 
     p = sub.add_parser(
         "merge",

@@ -135,3 +135,27 @@ fn build(name: &str, requirements: &str, pip_timeout: Duration) -> PathBuf {
     drop(lock);
     python
 }
+
+/// The package venv's `python ARGS` ([`package_env`]), unbuffered, run from the target
+/// directory (never the source tree, so that the installed package is what is imported), with
+/// no proxy and no `PYTHONPATH`.
+pub fn python(args: &[&str]) -> Command {
+    let mut cmd = Command::new(package_env());
+    cmd.args(args)
+        .current_dir(target_dir())
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env_remove("PYTHONPATH");
+    for proxy in
+        ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
+    {
+        cmd.env_remove(proxy);
+    }
+    cmd
+}
+
+/// The path of `python/tests/scenarios/SCRIPT`, as a string for a command line.
+pub fn scenario_path(script: &str) -> String {
+    let path = repo_root().join("python/tests/scenarios").join(script);
+    path.to_str().expect("a UTF-8 path").to_owned()
+}

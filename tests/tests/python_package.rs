@@ -5,45 +5,23 @@
 //! through `python -m shardwise read --resume-from`, and problems as `ShardwiseError`s with
 //! their code.
 //!
-//! The environment is `<target>/pkg-venv` with the package installed
-//! ([`shardwise_tests::pyenv::package_env`]). Python runs with the target directory as its
-//! working directory, so that what is imported is the installed package, never the source
-//! tree.
+//! The environment is `<target>/pkg-venv`, built once per target directory and shared by
+//! every test process ([`shardwise_tests::pyenv`]).
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_gateway::client::fingerprint;
-use shardwise_tests::pyenv::package_env;
+use shardwise_tests::pyenv::{python, scenario_path};
 use shardwise_tests::{
     Dispatcher, Run, TempDir, Worker, assert_ran, ok, poll_until, repo_root, run_bounded,
-    target_dir,
 };
-
-/// The venv's `python ARGS`, unbuffered, run from the target directory (never the source
-/// tree), with no proxy.
-fn python(args: &[&str]) -> Command {
-    let mut cmd = Command::new(package_env());
-    cmd.args(args)
-        .current_dir(target_dir())
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env_remove("PYTHONPATH");
-    for proxy in
-        ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
-    {
-        cmd.env_remove(proxy);
-    }
-    cmd
-}
 
 /// `python python/tests/scenarios/SCRIPT ARGS`, bounded; panics with its output unless it
 /// exits 0.
 fn scenario(script: &str, args: &[&str]) -> Run {
-    let path = repo_root().join("python/tests/scenarios").join(script);
-    let path = path.to_str().expect("a UTF-8 path").to_owned();
+    let path = scenario_path(script);
     let mut all = vec![path.as_str()];
     all.extend_from_slice(args);
     let run = run_bounded(&mut python(&all), Duration::from_secs(180));
