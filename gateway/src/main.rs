@@ -5,6 +5,13 @@ use shardwise_gateway::dispatcher::{self, DispatcherArgs};
 use shardwise_gateway::kubernetes::resolve::{self, ResolveArgs};
 use shardwise_gateway::worker::{self, WorkerArgs};
 
+/// A worker's Arrow chunks and answers are tens of megabytes each: glibc's allocator maps and
+/// unmaps such blocks every time, so every byte served cost a page fault and the kernel's
+/// zeroing of the page; mimalloc reuses its pages (the columnar benchmark measures the
+/// difference, examples/columnar_bench/README.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Coordinate distributed training input: run a dispatcher that hands out data splits
 /// (`dispatcher`), a worker that reads them (`worker`), or resolve who is in a cluster
 /// (`resolve`).
