@@ -440,7 +440,7 @@ fn raw_bytes_tensors_are_views_of_the_decoded_bytes() {
     d.tensors = vec![tensor("x", DType::Int32, &[2])];
     let plan = crate::columnar::schema::Plan::new("m.parquet", &schema, &d).unwrap();
     let input: ArrayRef = Arc::new(fixed.slice(1, 3));
-    let out = plan.apply(&[input.clone()], 3, 1).unwrap();
+    let out = plan.apply(std::slice::from_ref(&input), 3, 1).unwrap();
     let values = out.column(0).as_fixed_size_list().values().to_data();
     let bytes = input.as_fixed_size_binary().value_data().as_ptr();
     assert_eq!(values.buffers()[0].as_ptr(), bytes, "no copy of the values");
