@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from typing import Any
 
 from . import __version__
 from .client import Dispatcher
+from ._worker_rows import json_float
 from .errors import ShardwiseError
 from .positions import merge_positions
 from .reader import MAX_ELEMENTS_PER_REQUEST, distribute
@@ -36,11 +36,7 @@ def _jsonable(value: Any) -> Any:
     """A row's value as JSON, as the workers' JSON route writes it: bytes as base64, NaN and
     infinities as strings."""
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return value
+        return json_float(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, dict):

@@ -68,16 +68,22 @@ def _default(value: Any) -> Any:
     raise TypeError(f"a value of type {type(value).__name__}, which has no JSON form")
 
 
+def json_float(value: float) -> Any:
+    """A float as the workers' JSON writes it: NaN and the infinities by name (JSON has none),
+    any other float as it is."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
 def _plain(value: Any, depth: int = 0) -> Any:
     """``value`` with every float JSON lacks as its name (the slow path of :func:`encode`)."""
     if depth > MAX_DEPTH:
         raise OutputError("INVALID_ARGUMENT", f"a value nests more than {MAX_DEPTH} levels deep")
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return value
+        return json_float(value)
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, Mapping):
@@ -352,11 +358,7 @@ def rows_json(batch: Any) -> list[bytes]:
 
 def _plain_row(value: Any) -> Any:
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return value
+        return json_float(value)
     if isinstance(value, dict):
         return {k: _plain_row(v) for k, v in value.items()}
     if isinstance(value, list):

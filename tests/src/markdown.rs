@@ -76,3 +76,18 @@ pub fn blocks(markdown: &str) -> Vec<Block> {
     assert!(open.is_none(), "an unclosed code fence");
     out
 }
+
+/// The code of the `lang` blocks (fence info `lang`) of the `## title` section of `markdown`,
+/// each ending with a newline, in order; panics when there is no such section.
+pub fn section_code(markdown: &str, title: &str, lang: &str) -> Vec<String> {
+    let section = markdown
+        .split(&format!("\n## {title}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("a {title} section"));
+    let section = section.split("\n## ").next().unwrap_or_default();
+    blocks(section)
+        .into_iter()
+        .filter(|b| b.info == lang)
+        .map(|b| b.lines.join("\n") + "\n")
+        .collect()
+}

@@ -14,18 +14,9 @@ use shardwise_tests::{
 /// The only Python block of the README's section `title`.
 fn readme_python_block(title: &str) -> String {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
-    let section = readme
-        .split(&format!("\n## {title}\n"))
-        .nth(1)
-        .unwrap_or_else(|| panic!("a {title} section"));
-    let section = section.split("\n## ").next().unwrap_or_default();
-    let blocks: Vec<&str> = section
-        .split("```python\n")
-        .skip(1)
-        .map(|b| b.split("```").next().unwrap_or_default())
-        .collect();
+    let blocks = shardwise_tests::markdown::section_code(&readme, title, "python");
     assert_eq!(blocks.len(), 1, "one Python block in {title}");
-    blocks[0].to_owned()
+    blocks.into_iter().next().unwrap_or_default()
 }
 
 /// Runs the example of `title` twice in one directory against a fresh dispatcher and worker;

@@ -10,15 +10,9 @@ use shardwise_tests::{Dispatcher, TempDir, assert_ran, repo_root, run_bounded};
 /// The only Python block of the README's "From TensorFlow" section.
 fn readme_python_example() -> String {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
-    let section = readme.split("\n## From TensorFlow\n").nth(1).expect("a From TensorFlow section");
-    let section = section.split("\n## ").next().unwrap_or_default();
-    let blocks: Vec<&str> = section
-        .split("```python\n")
-        .skip(1)
-        .map(|b| b.split("```").next().unwrap_or_default())
-        .collect();
+    let blocks = shardwise_tests::markdown::section_code(&readme, "From TensorFlow", "python");
     assert_eq!(blocks.len(), 1, "one Python block in From TensorFlow");
-    blocks[0].to_owned()
+    blocks.into_iter().next().unwrap_or_default()
 }
 
 #[test]
