@@ -45,20 +45,54 @@ pub struct EtcdCluster {
     token: String,
     /// More flags of every member (e.g. `--quota-backend-bytes`).
     extra: Vec<String>,
+    /// Whether the cluster has been ready once: until then a member that could not bind its
+    /// port makes [`EtcdCluster::ready`] start every member again on new ports.
+    formed: bool,
     dir: TempDir,
 }
 
-/// `n` distinct free ports on 127.0.0.1: each found by binding port 0, all held open together
-/// (so no two are the same) and then closed for etcd to bind. etcd needs its peer URLs up front
+/// `n` distinct free ports on 127.0.0.1 for etcd to bind. etcd needs its peer URLs up front
 /// (every member's `--initial-cluster` names all of them), so it cannot be told to pick a port
-/// itself and report it. Another process could take a port in between: unlikely on loopback's
-/// ephemeral range, and it would show as a member failing to start with its output.
+/// itself and report it: the ports are chosen here, checked by binding them all at once, and
+/// closed again for etcd.
+///
+/// They come from below the kernel's ephemeral range, where the source ports of outgoing
+/// connections (etcd's own peers, every client of every test) are drawn: a port released by
+/// `bind(0)` is soon handed out again as one of those. Another test can still choose the same
+/// port at the same moment; [`EtcdCluster::ready`] then forms the cluster again on new ports.
 fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
+    use std::hash::{BuildHasher, Hasher};
+    // The ephemeral range starts at 32768 by default (`net.ipv4.ip_local_port_range`).
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let mut listeners: Vec<std::net::TcpListener> = Vec::new();
+    if low > 12_000 {
+        let span = u64::from(low - 10_000);
+        let state = std::collections::hash_map::RandomState::new();
+        for attempt in 0u64..10_000 {
+            if listeners.len() == n {
+                break;
+            }
+            let mut h = state.build_hasher();
+            h.write_u64(attempt);
+            let port = 10_000 + (h.finish() % span) as u16;
+            if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                listeners.push(l);
+            }
+        }
+    }
+    // A machine whose ephemeral range starts low: whatever the kernel hands out.
+    while listeners.len() < n {
+        listeners.push(std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"));
+    }
     listeners.iter().map(|l| l.local_addr().expect("local addr").port()).collect()
 }
+
+/// How often [`EtcdCluster::ready`] forms a new cluster on new ports when a member of one that
+/// never became ready could not bind its port.
+const PORT_RETRIES: usize = 5;
 
 impl EtcdCluster {
     /// Starts `n` members (without waiting: see [`EtcdCluster::ready`]).
@@ -73,31 +107,64 @@ impl EtcdCluster {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let k = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let dir = TempDir::new("etcd");
+        // Unique per cluster, so members of two test clusters can never join each other.
+        let token = format!("shardwise-test-{}-{k}", std::process::id());
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let mut cluster = EtcdCluster {
+            members: Vec::new(),
+            initial_cluster: String::new(),
+            token,
+            extra,
+            formed: false,
+            dir,
+        };
+        cluster.form(n);
+        cluster
+    }
+
+    /// Chooses ports for `n` members and starts them with empty data directories.
+    fn form(&mut self, n: usize) {
         let ports = free_ports(2 * n);
-        let members: Vec<Member> = (0..n)
+        self.members = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
                 client_port: ports[2 * i],
                 peer_port: ports[2 * i + 1],
-                data_dir: dir.0.join(format!("m{i}")),
+                data_dir: self.dir.0.join(format!("m{i}")),
                 process: None,
                 state: State::Killed,
                 past_output: String::new(),
             })
             .collect();
-        let initial_cluster = members
+        self.initial_cluster = self
+            .members
             .iter()
             .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
             .collect::<Vec<_>>()
             .join(",");
-        // Unique per cluster, so members of two test clusters can never join each other.
-        let token = format!("shardwise-test-{}-{k}", std::process::id());
-        let extra = extra.iter().map(|s| s.to_string()).collect();
-        let mut cluster = EtcdCluster { members, initial_cluster, token, extra, dir };
         for i in 0..n {
-            cluster.spawn(i);
+            self.spawn(i);
         }
-        cluster
+    }
+
+    /// Kills every member of a cluster that was never ready, removes their data and starts them
+    /// again on new ports, when one of them could not bind its port; false otherwise.
+    fn reform_after_port_clash(&mut self) -> bool {
+        let clash = self.members.iter().any(|m| {
+            m.process.as_ref().is_some_and(|p| p.output().1.contains("address already in use"))
+        });
+        if self.formed || !clash {
+            return false;
+        }
+        let n = self.members.len();
+        self.members.clear();
+        for i in 0..n {
+            let _ = std::fs::remove_dir_all(self.dir.0.join(format!("m{i}")));
+        }
+        // A new token too: nothing of the first attempt can join the second.
+        self.token.push('r');
+        self.form(n);
+        true
     }
 
     /// Starts member `i`'s process with its ports and data directory.
@@ -173,7 +240,29 @@ impl EtcdCluster {
     /// [`EtcdCluster::ready_within`] that says why instead of panicking (for a tool that reports
     /// the failure its own way, e.g. the load generator): the error has every member's output.
     pub fn try_ready_within(&mut self, deadline: Duration) -> Result<(), String> {
-        let result = try_poll_until(deadline, || {
+        let mut result = self.poll_ready(deadline);
+        for _ in 0..PORT_RETRIES {
+            if !matches!(result, Ok(Err(_))) || !self.reform_after_port_clash() {
+                break;
+            }
+            result = self.poll_ready(deadline);
+        }
+        match result {
+            Ok(Ok(())) => {
+                self.formed = true;
+                Ok(())
+            }
+            Ok(Err(exited)) => Err(format!("etcd: {exited}\n{}", self.outputs())),
+            Err(last) => {
+                Err(format!("etcd not ready within {deadline:?}: {last}\n{}", self.outputs()))
+            }
+        }
+    }
+
+    /// Polls every running member's health until all are healthy (`Ok(Ok)`), one exited
+    /// (`Ok(Err)`), or the deadline passed (`Err`, the last answers).
+    fn poll_ready(&mut self, deadline: Duration) -> Result<Result<(), String>, String> {
+        try_poll_until(deadline, || {
             let mut unhealthy = Vec::new();
             for i in 0..self.members.len() {
                 if self.members[i].state != State::Running {
@@ -189,14 +278,7 @@ impl EtcdCluster {
                 }
             }
             if unhealthy.is_empty() { Ok(Ok(())) } else { Err(unhealthy.join("; ")) }
-        });
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(exited)) => Err(format!("etcd: {exited}\n{}", self.outputs())),
-            Err(last) => {
-                Err(format!("etcd not ready within {deadline:?}: {last}\n{}", self.outputs()))
-            }
-        }
+        })
     }
 
     /// `GET /health` of member `i`: `Ok` when it answers `{"health":"true"}`.
