@@ -139,13 +139,15 @@ pub fn graph(name: &str) -> Vec<u8> {
 }
 
 /// A TensorFlow server process of `tests/tf/service.py` (`dispatcher` or `worker`), serving on
-/// a port it picked. Killed on drop.
+/// the ports it printed. Killed on drop.
 #[derive(Debug)]
 pub struct TfServer {
     /// The process, output captured.
     pub process: Process,
-    /// The port it serves on.
+    /// The port it serves on (the first worker's, for a process of several workers).
     pub port: u16,
+    /// Every port it serves on: one per `WorkerServer` it hosts, in the order of `--port`.
+    pub ports: Vec<u16>,
 }
 
 impl TfServer {
@@ -165,15 +167,31 @@ impl TfServer {
 
     /// Waits (at most 120 s) for the `PORT <port>` line of a server [`TfServer::spawn`]
     /// started; panics with its output when it exits or never prints it.
-    pub fn ready(role: &str, mut process: Process) -> TfServer {
-        let line = process.wait_for_line(|l| l.starts_with("PORT "), Duration::from_secs(120));
-        let port = line.and_then(|l| l["PORT ".len()..].trim().parse().ok());
-        let Some(port) = port else {
-            let _ = process.child.kill();
-            let (stdout, stderr) = process.output();
-            panic!("TensorFlow {role} did not start:\nstdout:\n{stdout}\nstderr:\n{stderr}");
-        };
-        TfServer { process, port }
+    pub fn ready(role: &str, process: Process) -> TfServer {
+        TfServer::ready_n(role, process, 1)
+    }
+
+    /// [`TfServer::ready`] for a process hosting `n` servers (`service.py worker --port
+    /// P,P,...`): waits for its `n` `PORT` lines.
+    pub fn ready_n(role: &str, mut process: Process, n: usize) -> TfServer {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let mut ports = Vec::with_capacity(n);
+        while ports.len() < n {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = process.wait_for_line(|l| l.starts_with("PORT "), left);
+            match line.and_then(|l| l["PORT ".len()..].trim().parse().ok()) {
+                Some(port) => ports.push(port),
+                None => {
+                    let _ = process.child.kill();
+                    let (stdout, stderr) = process.output();
+                    panic!(
+                        "TensorFlow {role} did not start (ports so far: {ports:?}):\n\
+                         stdout:\n{stdout}\nstderr:\n{stderr}"
+                    );
+                }
+            }
+        }
+        TfServer { process, port: ports[0], ports }
     }
 
     /// TensorFlow's `DispatchServer`.
@@ -187,9 +205,25 @@ impl TfServer {
         TfServer::start("worker", &[dispatcher])
     }
 
+    /// `n` `WorkerServer`s in one process (one TensorFlow import), each on a port of its own,
+    /// registered with the dispatcher at `dispatcher`, started without waiting:
+    /// [`TfServer::ready_n`] does. `args`: more `service.py worker` options (e.g. `--tags`).
+    pub fn spawn_workers(dispatcher: &str, ports: &[Option<u16>], args: &[&str]) -> Process {
+        let ports: Vec<String> = ports.iter().map(|p| p.unwrap_or(0).to_string()).collect();
+        let ports = ports.join(",");
+        let mut all = vec![dispatcher, "--port", &ports];
+        all.extend_from_slice(args);
+        TfServer::spawn("worker", &all)
+    }
+
     /// `127.0.0.1:PORT`.
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:PORT` of every server it hosts.
+    pub fn addresses(&self) -> Vec<String> {
+        self.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect()
     }
 
     /// Everything it printed so far: (stdout, stderr).
@@ -258,7 +292,8 @@ pub struct Cluster {
     pub dispatcher: Option<Running>,
     /// Its port.
     pub port: u16,
-    /// TensorFlow workers, each in its own process.
+    /// TensorFlow worker processes: one per [`Cluster::add_workers`] call, hosting that call's
+    /// workers.
     pub workers: Vec<TfServer>,
     /// How many workers a client waits for (GetWorkers) before it starts its iteration.
     pub expected_workers: usize,
@@ -343,9 +378,9 @@ impl Cluster {
         }
     }
 
-    /// Starts TensorFlow workers, one per entry (`Some(port)`: on that port), all importing
-    /// TensorFlow at once; waits for them after `meanwhile` (e.g. starting the clients, which
-    /// wait for every worker to register before they start their iteration).
+    /// Starts TensorFlow workers, one per entry (`Some(port)`: on that port), in one process
+    /// (one TensorFlow import); waits for them after `meanwhile` (e.g. starting the clients,
+    /// which wait for every worker to register before they start their iteration).
     pub fn add_workers<T>(
         &mut self,
         ports: &[Option<u16>],
@@ -361,22 +396,16 @@ impl Cluster {
         args: &[&str],
         meanwhile: impl FnOnce(&mut Self) -> T,
     ) -> T {
-        let dispatcher = self.address();
         self.expected_workers += ports.len();
-        let spawned: Vec<Process> = ports
-            .iter()
-            .map(|port| {
-                let port = port.unwrap_or(0).to_string();
-                let mut all = vec![dispatcher.as_str(), "--port", &port];
-                all.extend_from_slice(args);
-                TfServer::spawn("worker", &all)
-            })
-            .collect();
+        let spawned = TfServer::spawn_workers(&self.address(), ports, args);
         let out = meanwhile(self);
-        for process in spawned {
-            self.workers.push(TfServer::ready("worker", process));
-        }
+        self.workers.push(TfServer::ready_n("worker", spawned, ports.len()));
         out
+    }
+
+    /// `127.0.0.1:PORT` of every TensorFlow worker, in the order they were added.
+    pub fn worker_addresses(&self) -> Vec<String> {
+        self.workers.iter().flat_map(TfServer::addresses).collect()
     }
 
     /// Starts `e2e.py read SERVICE ARGS`; [`Cluster::finish`] takes its result.
@@ -480,7 +509,7 @@ impl Drop for Cluster {
         }
         for w in &self.workers {
             let (out, err) = w.output();
-            eprintln!("==== TensorFlow worker {}:\n{out}\n{err}", w.port);
+            eprintln!("==== TensorFlow workers {:?}:\n{out}\n{err}", w.ports);
         }
         for (label, p) in &self.clients {
             let (out, err) = p.output();

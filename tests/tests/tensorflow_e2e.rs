@@ -319,7 +319,7 @@ fn mixed_fleet() {
     let i = cluster.add_workers(&[None], |c| c.spawn_client(&["--dataset", "range_10"]));
     let result = cluster.finish(i);
     assert_eq!(elements(&result), (0..10).collect::<Vec<_>>(), "once, from the TensorFlow worker");
-    let tf_address = cluster.workers[0].address();
+    let tf_address = cluster.worker_addresses()[0].clone();
 
     let d = cluster.shardwise();
     let workers = ok(&d.call("GET", "/v1/workers", None));

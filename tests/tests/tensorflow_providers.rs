@@ -154,11 +154,9 @@ fn read_through(kind: Kind, workers: usize, data: &str) -> Results {
             (None, Some(d), address)
         }
     };
-    // Started together: their TensorFlow imports overlap.
-    let spawned: Vec<Process> =
-        (0..workers).map(|_| TfServer::spawn("worker", &[&address])).collect();
-    let _workers: Vec<TfServer> =
-        spawned.into_iter().map(|p| TfServer::ready("worker", p)).collect();
+    // One process for all of them: one TensorFlow import.
+    let spawned = TfServer::spawn_workers(&address, &vec![None; workers], &[]);
+    let _workers = TfServer::ready_n("worker", spawned, workers);
     let target = format!("grpc://{address}");
     let n = workers.to_string();
     let mut client = Process::spawn(&mut script("providers.py", &["read", &target, data, &n]));

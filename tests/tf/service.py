@@ -1,18 +1,21 @@
 """TensorFlow's own tf.data service, one role per process, for the tests.
 
     python service.py dispatcher [OPTIONS]       a DispatchServer on a port it picks
-    python service.py worker DISPATCHER [OPTIONS] a WorkerServer (DISPATCHER: HOST:PORT)
+    python service.py worker DISPATCHER [OPTIONS] WorkerServers (DISPATCHER: HOST:PORT)
     python service.py seed SERVICE               the seed example through SERVICE
     python service.py dataset-def SERVICE OUT    registers range(10) as `distribute` does and
                                                  writes the graph the dispatcher keeps to OUT
 
-`dispatcher` and `worker` print `PORT <port>` once serving, then serve until killed. `seed`
+`dispatcher` prints `PORT <port>` once serving, `worker` one such line per WorkerServer, in the
+order of `--port`; both then serve until killed. `seed`
 prints the elements it read as one JSON list. TensorFlow logs to stderr.
 
 Dispatcher options: `--port P` (0: pick one), `--work-dir DIR`, `--fault-tolerant`,
 `--worker-addresses A,B` (static sharding), and TensorFlow's test-speed timeouts are always set.
-Worker options: `--port P` (0: pick one), `--heartbeat-ms MS` (default 100, for tests),
-`--tags A,B` (worker tags).
+Worker options: `--port P,P,...` (one WorkerServer per port, 0: pick one; default one worker),
+`--heartbeat-ms MS` (default 100, for tests), `--tags A,B` (worker tags of every one). Several
+workers share the process, as TensorFlow's own service tests host theirs, and TensorFlow's
+import, which costs seconds of CPU, is paid once.
 """
 
 import argparse
@@ -47,14 +50,18 @@ def dispatcher(*args):
 
 def worker(dispatcher_address, *args):
     parser = argparse.ArgumentParser(prog="service.py worker")
-    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--port", default="0")
     parser.add_argument("--heartbeat-ms", type=int, default=100)
     parser.add_argument("--tags", default="")
     opts = parser.parse_args(args)
     tags = [t for t in opts.tags.split(",") if t]
-    server = make_worker(dispatcher_address, opts.port, opts.heartbeat_ms, tags)
-    print("PORT", server._server.bound_port(), flush=True)
-    server.join()
+    servers = []
+    for port in opts.port.split(","):
+        server = make_worker(dispatcher_address, int(port), opts.heartbeat_ms, tags)
+        servers.append(server)
+        print("PORT", server._server.bound_port(), flush=True)
+    for server in servers:
+        server.join()
 
 
 def make_worker(dispatcher_address, port=0, heartbeat_ms=100, tags=()):
