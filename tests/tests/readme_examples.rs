@@ -53,22 +53,23 @@ fn readme_setup_commands() -> Vec<String> {
 }
 
 #[test]
-fn the_readme_test_command_needs_only_cargo_and_is_what_ci_runs() {
+fn the_readme_test_command_needs_only_cargo_and_nextest_and_is_what_ci_runs() {
     let commands = readme_setup_commands();
     assert_eq!(commands.len(), 2, "exactly two set-up commands: {commands:?}");
     assert_eq!(commands[0], "cargo run --release --bin shardwise -- dispatcher");
     let test = &commands[1];
-    // Built-in cargo subcommands only: a machine with just the Rust toolchain has no
-    // `cargo nextest` (or any other installed subcommand).
+    // Cargo subcommands a machine with the Rust toolchain and cargo-nextest has (what CI
+    // starts from), and the doc tests, which nextest does not run.
     for part in test.split("&&") {
         let words: Vec<&str> = part.split_whitespace().collect();
         assert_eq!(words.first(), Some(&"cargo"), "{test}");
         assert!(
-            ["test", "build", "run", "check"].contains(&words[1]),
-            "`cargo {}` is not built into cargo: {test}",
+            ["test", "build", "run", "check", "nextest"].contains(&words[1]),
+            "`cargo {}` is neither built into cargo nor cargo-nextest: {test}",
             words[1]
         );
     }
+    assert!(test.contains("cargo test --workspace --doc"), "the doc tests run: {test}");
     let ci = std::fs::read_to_string(shardwise_tests::repo_root().join(".ci/run")).unwrap();
     let last = ci.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
     assert_eq!(last.trim(), test, ".ci/run ends with the README's test command");
