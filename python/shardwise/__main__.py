@@ -116,16 +116,19 @@ def _read(args: argparse.Namespace) -> int:
             format="arrow" if args.arrow else "json",
             arrow_compression=args.compression,
             elements_per_request=args.elements_per_request,
+            # With --max, nothing is taken from the workers before it is wanted.
+            prefetch=0 if args.max is not None else 2,
             split_size=args.split_size,
         )
     except (ValueError, TypeError) as e:
         raise SystemExit(f"shardwise: {e}") from None
     out = sys.stdout
     left = args.max
+    held_back = 0  # rows of the last record batch handed out and not printed
     with reader:
         while left is None or left > 0:
             if left is not None:
-                # Never read more than is wanted: the rows of a read all count once printed.
+                # Reads no larger than what is still wanted (those fetched ahead keep theirs).
                 reader.elements_per_request = min(args.elements_per_request, left)
             try:
                 item = next(reader)
@@ -134,6 +137,7 @@ def _read(args: argparse.Namespace) -> int:
             if args.arrow:
                 rows = item.to_pylist()
                 if left is not None:
+                    held_back = max(0, len(rows) - left)
                     rows = rows[:left]
                 for row in rows:
                     out.write(json.dumps(_jsonable(row)) + "\n")
@@ -145,7 +149,7 @@ def _read(args: argparse.Namespace) -> int:
                 left -= n
         out.flush()
     try:
-        position = reader.position()
+        position = reader.position(held_back=held_back)
     except ShardwiseError as e:
         print(f"shardwise: no read position: {e.detail}", file=sys.stderr)
         return 0

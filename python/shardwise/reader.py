@@ -20,18 +20,22 @@ The protocol is the Rust client's (``core/src/client/reader.rs``, ``gateway/clie
 6. release the lease (``DELETE /v1/clients/{id}``) at the end, on an error, or on
    :meth:`Reader.close`.
 
-The reader is single-threaded: it runs inside ``next()``, making one request at a time, and a
-heartbeat that falls due is sent before the next element request. So heartbeats are only as
-regular as the caller's calls: a caller that stops calling ``next()`` for longer than the
-dispatcher's ``--client-timeout`` (5 minutes by default) loses its lease. The reads of a
-worker wait at most about half a second for elements, so no call blocks much longer than
-that while the dispatcher is reachable.
+The protocol runs on one thread of the reader's own, one request at a time, ahead of the
+caller: it keeps up to ``prefetch`` reads (answers of up to ``elements_per_request``
+elements; 0: read only when the caller waits) ready, so that a training loop finds its next batch read while it was computing, and
+it heartbeats whenever one falls due, also while the caller does not iterate (a training step,
+an evaluation longer than the dispatcher's ``--client-timeout``). ``next()`` takes the next
+element of those reads and waits only when none is ready. Everything the caller sees (the
+elements, their order within a task, the end, the error after everything read before it)
+is what the protocol read; a read's elements are handed out only after every element of the
+read before.
 
 **Read positions.** A ``distributed_epoch`` read of a dataset without transforms (but
 ``shard_hint``) has a position (:meth:`Reader.position`): what the caller was handed, folded
 from the origin runs the workers tag elements with (:class:`PositionTracker`). The fold is
-lazy: a read's runs are folded when the next read arrives, and ``position()`` folds the part of
-the current one handed out so far, so handing out an element costs nothing.
+lazy: a read's runs are folded when the caller is handed the first element of the next read,
+and ``position()`` folds the part of the current one handed out so far, so handing out an
+element costs nothing. Reads fetched ahead and not handed out are not in a position.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import collections
 import json
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,7 +64,32 @@ from .client import Backoff, Dispatcher, ProcessingMode, _text
 from .errors import ShardwiseError
 from .positions import PositionTracker, _parse_position, parse_runs
 
-__all__ = ["MAX_ELEMENTS_PER_REQUEST", "Reader", "distribute", "fingerprint"]
+__all__ = ["MAX_ELEMENTS_PER_REQUEST", "MAX_PREFETCH", "Reader", "distribute", "fingerprint"]
+
+# The most reads a reader keeps ready ahead of its caller.
+MAX_PREFETCH = 64
+# How much longer than one request close() waits for the protocol's thread.
+CLOSE_GRACE = 5.0
+
+
+def _run(ref: weakref.ref[Reader]) -> None:
+    """The protocol's thread: steps the read while the reader lives and the read goes on.
+    It holds the reader only for one turn at a time, so a reader nobody holds is collected."""
+    while True:
+        reader = ref()
+        if reader is None:
+            return
+        try:
+            if not reader._run_once():
+                reader._over_now()
+                return
+        except BaseException as e:  # a bug or an interpreter shutdown: the caller hears of it
+            reader._reading = False
+            reader._error = ShardwiseError.protocol(f"the reader's thread failed: {e!r}")
+            reader._over_now()
+            return
+        finally:
+            del reader
 
 
 class Reader:
@@ -93,6 +123,7 @@ class Reader:
         format: str = "json",
         arrow_compression: str | None = None,
         elements_per_request: int = 1024,
+        prefetch: int = 2,
         split_size: int | None = None,
         dataset_id: str | None = None,
         target_workers: str = "AUTO",
@@ -125,6 +156,10 @@ class Reader:
                 f"arrow_compression must be None, 'lz4' or 'zstd', not {arrow_compression!r}"
             )
         check_count(elements_per_request)
+        if not isinstance(prefetch, int) or isinstance(prefetch, bool):
+            raise TypeError("prefetch is an int")
+        if not 0 <= prefetch <= MAX_PREFETCH:
+            raise ValueError(f"prefetch must be between 0 and {MAX_PREFETCH}, not {prefetch}")
         if heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be positive")
         if target_workers not in ("AUTO", "ANY", "LOCAL"):
@@ -144,6 +179,7 @@ class Reader:
         self.dataset = dataset
         self.format = format
         self._count = elements_per_request
+        self._prefetch = prefetch
         self._compression = arrow_compression
         self._target_workers = target_workers
         self._local_workers = list(local_workers)
@@ -180,11 +216,20 @@ class Reader:
         self._runs: list[dict[str, Any]] | None = None
         self._batch_rows = 0
 
-        # What was read and not handed out yet, and its rows.
+        # The caller's side: what of the current read was not handed out yet, and its rows.
         self._pending: collections.deque[Any] = collections.deque()
         self._pending_rows = 0
 
-        # The read's state.
+        # Between the two threads (under `_cond`): the reads fetched ahead (items, rows,
+        # origin), whether the caller waits for one, and whether the protocol's thread is over.
+        self._cond = threading.Condition()
+        self._ahead: collections.deque[tuple[list[Any], int, list[dict[str, Any]] | None]] = (
+            collections.deque()
+        )
+        self._waiting = False
+        self._over = False
+
+        # The protocol's state, the protocol's thread's alone (but `_stopped`).
         self._start = time.monotonic()
         self._tasks: list[Task] = []
         self._index: dict[str, int] = {}
@@ -201,16 +246,16 @@ class Reader:
         self._nudge_at: float | None = None
         self._reading = True
         self._error: ShardwiseError | None = None
-
-        # The lease is kept while the caller does not iterate (a training step, an evaluation
-        # longer than the dispatcher's --client-timeout): a thread heartbeats when one is due
-        # and no call of the caller's is under way. Every step of the read holds the lock.
-        self._lock = threading.Lock()
         self._stopped = threading.Event()
-        self._keeper = threading.Thread(
-            target=self._keep_lease, name=f"shardwise-lease-{self.client_id}", daemon=True
+
+        # The thread holds the reader weakly: a reader dropped without close() is collected,
+        # and its finalizer stops the thread, which releases the lease.
+        self._thread = threading.Thread(
+            target=_run, args=(weakref.ref(self),), name=f"shardwise-read-{self.client_id}",
+            daemon=True,
         )
-        self._keeper.start()
+        weakref.finalize(self, self._stopped.set)
+        self._thread.start()
 
     # -- the iterator ----------------------------------------------------------------------
 
@@ -223,13 +268,22 @@ class Reader:
                 item = self._pending.popleft()
                 self._pending_rows -= item.num_rows if self.format == "arrow" else 1
                 return item
-            with self._lock:
-                if not self._reading:
+            with self._cond:
+                while not self._ahead and not self._over:
+                    self._waiting = True
+                    self._cond.notify_all()  # a read is wanted now (prefetch 0)
+                    self._cond.wait()
+                self._waiting = False
+                if not self._ahead:
                     if self._error is not None:
                         error, self._error = self._error, None
                         raise error
                     raise StopIteration
-                self._step()
+                items, rows, origin = self._ahead.popleft()
+                self._cond.notify_all()  # room for the next read
+            self._arrived(rows, origin)
+            self._pending.extend(items)
+            self._pending_rows += rows
 
     def __enter__(self) -> Reader:
         return self
@@ -238,23 +292,28 @@ class Reader:
         self.close()
 
     def close(self) -> None:
-        """Stops reading and releases the client lease; what was read and not handed out is
+        """Stops reading and releases the client lease (waiting for the request under way, at
+        most the dispatcher's ``timeout`` and a little); what was read and not handed out is
         dropped. :meth:`position` still answers what was handed out. Idempotent."""
         self._stopped.set()
-        with self._lock:
-            if self._reading:
-                self._end(None)
+        with self._cond:
+            self._cond.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(self.dispatcher.timeout + CLOSE_GRACE)
+        with self._cond:
+            self._over = True
+            self._ahead.clear()
+            self._error = None
         # What is dropped was never handed out: the current read's rows are those before it.
         self._batch_rows -= self._pending_rows
         self._pending.clear()
         self._pending_rows = 0
-        self._error = None
 
     @property
     def elements_per_request(self) -> int:
         """The most elements (rows) asked for per request, 1 to 10,000. It may be changed
-        between calls of ``next()``, e.g. to read no more rows than a caller still wants (a
-        worker answers at most that many)."""
+        between calls of ``next()``; it applies to the requests made after (the reads fetched
+        ahead keep their size)."""
         return self._count
 
     @elements_per_request.setter
@@ -274,7 +333,7 @@ class Reader:
     @property
     def closed(self) -> bool:
         """The read is over: ended, failed or closed (buffered elements may remain)."""
-        return not self._reading
+        return not self._reading or self._stopped.is_set()
 
     def position(self, held_back: int = 0) -> dict[str, Any]:
         """Where the caller is in the read: every element (row) this reader handed out, and,
@@ -305,6 +364,41 @@ class Reader:
             raise ShardwiseError("FAILED_PRECONDITION", f"this reader has no read position: {why}")
         return tracker.position(self.dataset_id, self.repetition)
 
+    # -- the protocol's thread ---------------------------------------------------------------
+
+    def _full(self) -> bool:
+        """Whether no read is wanted now: ``prefetch`` reads are ready, and the caller does not
+        wait for one (it does with ``prefetch`` 0). Under ``_cond``."""
+        n = len(self._ahead)
+        return n >= self._prefetch and not (self._waiting and n == 0)
+
+    def _run_once(self) -> bool:
+        """One turn of the protocol's thread: a step of the read, or, when no read is wanted,
+        a heartbeat if one is due or a wait for a want; false once the read is over."""
+        if self._stopped.is_set() and self._reading:
+            self._end(None)
+        if not self._reading:
+            return False
+        with self._cond:
+            full = self._full()
+        if not full:
+            self._step()
+            return True
+        now = self._now()
+        if self._hb_nudged or self._hb_next_at <= now:
+            self._heartbeat(now)
+            return True
+        with self._cond:
+            if self._full() and not self._stopped.is_set():
+                self._cond.wait(max(0.0, self._hb_next_at - now))
+        return True
+
+    def _over_now(self) -> None:
+        """The protocol's thread is done: the caller takes what is ahead, then the end."""
+        with self._cond:
+            self._over = True
+            self._cond.notify_all()
+
     # -- one step of the read --------------------------------------------------------------
 
     def _now(self) -> float:
@@ -325,7 +419,7 @@ class Reader:
         if self._nudge_at is not None:
             deadlines.append(self._nudge_at)
         deadlines.extend(t.retry_at for t in self._tasks if not t.done and t.retry_at is not None)
-        time.sleep(max(0.0, min(deadlines) - now))
+        self._stopped.wait(max(0.0, min(deadlines) - now))
         if self._nudge_at is not None and self._nudge_at <= self._now():
             self._update(self._now())
 
@@ -427,9 +521,9 @@ class Reader:
         if end:
             task.done = True
         if rows > 0:
-            self._arrived(rows, origin)
-            self._pending.extend(items)
-            self._pending_rows += rows
+            with self._cond:
+                self._ahead.append((items, rows, origin))
+                self._cond.notify_all()
         self._update(self._now())
 
     def _get_elements(
@@ -498,23 +592,8 @@ class Reader:
         elif not self._tasks and (self._finished or self._skipped_any):
             self._end(None)  # no task, or every task skipped by target_workers
 
-    def _keep_lease(self) -> None:
-        """The lease keeper's loop: a heartbeat whenever one is due while the caller is not
-        iterating, until the read is over."""
-        while not self._stopped.wait(self._heartbeat_interval):
-            if not self._lock.acquire(blocking=False):
-                continue  # the caller is iterating: its steps heartbeat
-            try:
-                if not self._reading:
-                    return
-                if self._hb_next_at <= self._now():
-                    self._heartbeat(self._now())
-            finally:
-                self._lock.release()
-
     def _end(self, error: ShardwiseError | None) -> None:
         """The read is over (with ``error`` if it failed): release the lease, best effort."""
-        self._stopped.set()
         self._reading = False
         self._error = error
         path = f"/v1/clients/{self.client_id}"
@@ -539,6 +618,7 @@ def distribute(
     format: str = "json",
     arrow_compression: str | None = None,
     elements_per_request: int = 1024,
+    prefetch: int = 2,
     split_size: int | None = None,
     dataset_id: str | None = None,
     target_workers: str = "AUTO",
@@ -570,6 +650,10 @@ def distribute(
         arrow_compression: With ``"arrow"``: ``"lz4"`` or ``"zstd"`` record batches
             (default uncompressed, the cheapest on a fast network).
         elements_per_request: The most elements (rows) per request, 1 to 10,000.
+        prefetch: How many reads (answers of up to ``elements_per_request`` elements) the
+            reader's thread keeps ready ahead of the caller, 0 to 64: the memory it may hold
+            besides the read being handed out. 0 reads only when the caller waits for an
+            element (no element is taken from the workers before it is wanted).
         split_size: Elements per DYNAMIC split of a range or list (default: the dispatcher's).
         dataset_id: The id to register under (default: :func:`fingerprint` of ``dataset``).
         target_workers: ``"AUTO"`` (skip workers tagged ``COLOCATED``), ``"ANY"`` or
@@ -595,6 +679,7 @@ def distribute(
         format=format,
         arrow_compression=arrow_compression,
         elements_per_request=elements_per_request,
+        prefetch=prefetch,
         split_size=split_size,
         dataset_id=dataset_id,
         target_workers=target_workers,

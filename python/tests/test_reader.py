@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import unittest
 from typing import Any
 
@@ -171,6 +172,90 @@ class Protocol(unittest.TestCase):
                 self.assertEqual((cm.exception.code, cm.exception.kind), ("INTERNAL", "protocol"))
 
 
+def poll(what: str, condition: Any, seconds: float = 10.0) -> None:
+    """Waits (bounded) until ``condition()`` holds."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds} s: {what}")
+        time.sleep(0.005)
+
+
+class ReadAhead(unittest.TestCase):
+    def test_prefetch_reads_are_fetched_while_the_caller_is_away_and_no_more(self) -> None:
+        reads = [elements([10 * i, 10 * i + 1], origin(0, 100, 2 * i, 2)) for i in range(6)]
+        with FakeCluster({"4000": reads}) as c:
+            r = read(c, prefetch=2)
+            gets = lambda: c.server.count("GET", "/v1/tasks/4000/elements")  # noqa: E731
+            beats = lambda: c.server.count("POST", "/v1/clients/3000/heartbeat")  # noqa: E731
+            self.assertEqual(next(r), 0)
+            # The read being handed out and two more, fetched without the caller.
+            poll("two reads ahead", lambda: gets() == 3)
+            # Full: the thread only heartbeats (the lease is kept) and reads nothing more.
+            seen = beats()
+            poll("two more heartbeats", lambda: beats() >= seen + 2)
+            self.assertEqual(gets(), 3)
+            # Reads fetched ahead are not in the position; the handed-out element is.
+            self.assertEqual(
+                r.position()["partial"], [{"split": {"start": 0, "stop": 100}, "consumed": 1}]
+            )
+            self.assertEqual([next(r) for _ in range(5)], [1, 10, 11, 20, 21])
+            r.close()
+            self.assertEqual(
+                r.position()["partial"], [{"split": {"start": 0, "stop": 100}, "consumed": 6}]
+            )
+            self.assertEqual(c.server.count("DELETE", "/v1/clients/3000"), 1)
+
+    def test_prefetch_0_reads_only_when_the_caller_waits(self) -> None:
+        reads = [elements([i], origin(0, 100, i, 1)) for i in range(4)]
+        with FakeCluster({"4000": reads}) as c:
+            r = read(c, prefetch=0)
+            gets = lambda: c.server.count("GET", "/v1/tasks/4000/elements")  # noqa: E731
+            beats = lambda: c.server.count("POST", "/v1/clients/3000/heartbeat")  # noqa: E731
+            self.assertEqual(next(r), 0)
+            seen = beats()
+            poll("two more heartbeats", lambda: beats() >= seen + 2)
+            self.assertEqual(gets(), 1, "nothing read before it is wanted")
+            self.assertEqual(next(r), 1)
+            self.assertEqual(gets(), 2)
+            r.close()
+
+    def test_an_error_comes_after_every_element_read_before_it(self) -> None:
+        tasks = {
+            "4000": [
+                elements([1, 2]),
+                elements([3]),
+                problem("INVALID_ARGUMENT", 400, "refused"),
+            ]
+        }
+        with FakeCluster(tasks) as c:
+            r = read(c, prefetch=8)
+            # The thread reaches the refusal before the caller takes anything.
+            poll("the refusal", lambda: c.server.count("GET", "/v1/tasks/4000/elements") == 3)
+            poll("the end of the read", lambda: r.closed)
+            self.assertEqual([next(r), next(r), next(r)], [1, 2, 3])
+            with self.assertRaises(ShardwiseError) as cm:
+                next(r)
+            self.assertEqual(cm.exception.code, "INVALID_ARGUMENT")
+            with self.assertRaises(StopIteration):
+                next(r)
+
+    def test_a_reader_dropped_without_close_stops_its_thread(self) -> None:
+        import gc
+        import threading
+
+        with FakeCluster({"4000": [elements([1, 2])] * 50}) as c:
+            r = read(c, prefetch=1)
+            self.assertEqual(next(r), 1)
+            name = f"shardwise-read-{r.client_id}"
+            del r
+            gc.collect()
+            poll(
+                "the reader's thread ends",
+                lambda: not any(t.name == name for t in threading.enumerate()),
+            )
+
+
 class Positions(unittest.TestCase):
     def test_positions_count_what_was_handed_out(self) -> None:
         tasks = {
@@ -309,6 +394,9 @@ class Options(unittest.TestCase):
                 {"elements_per_request": 0},
                 {"elements_per_request": 10_001},
                 {"elements_per_request": True},
+                {"prefetch": -1},
+                {"prefetch": 65},
+                {"prefetch": 1.5},
                 {"format": "csv"},
                 {"arrow_compression": "gzip"},
                 {"heartbeat_interval": 0},
