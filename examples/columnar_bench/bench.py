@@ -2,9 +2,9 @@
 Shardwise workers, through local pyarrow, and through TensorFlow's tf.data service.
 
     python bench.py --shardwise PATH/TO/shardwise [--gb 1.0] [--tokens-gb GB] [--seconds S]
-                    [--only pyarrow,shardwise,tensorflow] [--workers 1,2] [--in-flight 2]
-                    [--rows 64,4096] [--split-rows 128,8192] [--no-lz4] [--no-tf-auto]
-                    [--repeat N] [--data DIR]
+                    [--only pyarrow,shardwise,package,tensorflow] [--workers 1,2]
+                    [--in-flight 2] [--rows 64,4096] [--split-rows 128,8192] [--no-lz4]
+                    [--no-tf-auto] [--step-ms MS] [--repeat N] [--data DIR]
 
 Writes two datasets (see data.py: `images`, float32 224x224x3 tensors, `--gb` GB; `tokens`,
 int32 ids 2048 a row, `--tokens-gb` GB, default half of `--gb`) as 4 Parquet files each, and
@@ -14,7 +14,9 @@ each contender delivers every row of each dataset into NumPy (contenders.py says
 
 * local pyarrow, reading the Parquet files itself: the limit;
 * `shardwise worker`s (1 and 2, and lz4 with the most) behind a `shardwise dispatcher`, a
-  `distributed_epoch` split by rows, Arrow IPC streams over loopback HTTP;
+  `distributed_epoch` split by rows, Arrow IPC streams over loopback HTTP, read by this
+  script's own client (several reads in flight per task) and, with `--only ...,package`, by
+  the Python package's reader (`shardwise.distribute`, what a user installs);
 * TensorFlow's `DispatchServer` and `WorkerServer`s (1 and 2, and its default compression
   `AUTO` with the most) serving the TFRecord copy, `distribute("distributed_epoch")`.
 
@@ -22,8 +24,12 @@ Every contender reads the same number of rows per batch (`--rows`, for images an
 default a row group each, 38.5 and 33.6 MB: Shardwise's `max`, TensorFlow's `batch`, pyarrow's
 `batch_size`); Shardwise's splits are `--split-rows` (two row groups). Prints a markdown table
 on stdout: GB/s and rows/s delivered, the workers' CPU (utime + stime of /proc/PID/stat,
-before and after) and the consumer's per GB, and ratios to local pyarrow and to TensorFlow's
-best row of the dataset.
+before and after) and the consumer's per GB, how long the consumer waited for a batch (median
+and 99th percentile) and the share of the read spent waiting, and ratios to local pyarrow and
+to TensorFlow's best row of the dataset. `--step-ms MS` makes the consumer a training loop at
+light load: it sleeps MS per `--rows` rows it was handed (an accelerator's step; the same rate
+of rows for every contender, whatever the sizes of its batches), and the waits say how long the
+loop stalled for data.
 A run is timed from the consumer's first request (Shardwise: registering the dataset;
 TensorFlow: creating the distributed dataset's iterator; pyarrow: opening the first file) to
 the last row delivered; Shardwise's and TensorFlow's workers are started before and idle.
@@ -40,8 +46,11 @@ import tempfile
 import threading
 import time
 
-import contenders
-import data
+# The Python package, from this checkout (pure Python: no build).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+
+import contenders  # noqa: E402
+import data  # noqa: E402
 
 MIB = 1 << 20
 
@@ -123,6 +132,8 @@ class Result:
     def __init__(self, dataset, contender, workers, tally, seconds, worker_cpu, consumer_cpu, hit):
         self.dataset, self.contender, self.workers = dataset, contender, workers
         self.rows, self.bytes, self.seconds = tally.rows, tally.bytes, seconds
+        self.wait_p50, self.wait_p99 = tally.wait_quantile(0.5), tally.wait_quantile(0.99)
+        self.stall = sum(tally.waits) / seconds if seconds > 0 else None
         self.worker_cpu, self.consumer_cpu, self.partial = worker_cpu, consumer_cpu, hit
         self.gbps = self.bytes / 1e9 / seconds if seconds > 0 else 0.0
         self.rows_per_s = self.rows / seconds if seconds > 0 else 0.0
@@ -135,10 +146,11 @@ def measure(opts, dataset, contender, workers, procs, entry, spec, read):
     """Runs `read(tally, deadline)` `--repeat` times; the run of median GB/s."""
     results = []
     for _ in range(opts.repeat):
-        tally = contenders.Tally(spec)
+        tally = contenders.Tally(spec, opts.step_ms / 1000, rows_per_call(opts, spec))
         deadline = contenders.Deadline(opts.seconds)
         cpu0 = [p.cpu_seconds() for p in procs]
         own0, t0 = own_cpu_seconds(), time.monotonic()
+        tally.start()
         read(tally, deadline)
         t1, own1 = time.monotonic(), own_cpu_seconds()
         cpu1 = [p.cpu_seconds() for p in procs]
@@ -157,7 +169,8 @@ def measure(opts, dataset, contender, workers, procs, entry, spec, read):
     r = results[len(results) // 2]
     print(
         f"# {dataset:6} {contender:34} {workers or '-':>2}: {r.gbps:6.2f} GB/s "
-        f"{r.rows_per_s:9.0f} rows/s, {r.rows} rows in {r.seconds:.2f} s",
+        f"{r.rows_per_s:9.0f} rows/s, {r.rows} rows in {r.seconds:.2f} s, "
+        f"waits p50 {fmt_ms(r.wait_p50)} p99 {fmt_ms(r.wait_p99)} ms",
         file=sys.stderr,
         flush=True,
     )
@@ -213,7 +226,7 @@ def run_shardwise(opts, manifest, directory, log_dir):
                 role = f"shardwise worker {i}"
                 workers.append(Proc(role, cmd + worker_args, listening("worker"), log_dir))
                 procs.append(workers[-1])
-            label = "Shardwise" + (f" ({compression})" if compression else "")
+            suffix = f", {compression}" if compression else ""
             for name, entry in manifest.items():
                 spec, rows = data.SPECS[name], rows_per_call(opts, data.SPECS[name])
                 definition = {
@@ -227,14 +240,25 @@ def run_shardwise(opts, manifest, directory, log_dir):
                     }
                 }
 
-                def read(tally, dl, definition=definition, rows=rows, name=name):
+                split = opts.split_rows[spec.base]
+
+                def read(tally, dl, definition=definition, rows=rows, split=split):
                     epoch = contenders.ShardwiseEpoch(
-                        dispatcher.address, definition, opts.split_rows[spec.base], rows,
-                        opts.in_flight, compression,
+                        dispatcher.address, definition, split, rows, opts.in_flight, compression
                     )
                     epoch.run(tally, dl)
 
-                out.append(measure(opts, name, label, n, workers, entry, spec, read))
+                def read_package(tally, dl, definition=definition, rows=rows, split=split):
+                    contenders.read_package(
+                        dispatcher.address, definition, split, rows, compression, tally, dl
+                    )
+
+                if "shardwise" in opts.only:
+                    label = f"Shardwise (bench client{suffix})" if suffix else "Shardwise"
+                    out.append(measure(opts, name, label, n, workers, entry, spec, read))
+                if "package" in opts.only:
+                    label = f"Shardwise (Python package{suffix})"
+                    out.append(measure(opts, name, label, n, workers, entry, spec, read_package))
         finally:
             for p in reversed(procs):
                 p.stop()
@@ -289,11 +313,15 @@ def fmt(value, digits=2):
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def fmt_ms(seconds):
+    return "–" if seconds is None else f"{seconds * 1000:.1f}"
+
+
 def table(results):
     lines = [
         "| dataset | contender | workers | GB/s | rows/s | worker CPU s/GB | consumer CPU s/GB "
-        "| × local pyarrow | × TF service |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| wait p50 / p99 ms | waiting | × local pyarrow | × TF service |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name in data.SPECS:
         rows = [r for r in results if r.dataset == name]
@@ -311,6 +339,8 @@ def table(results):
                 f"| {name} | {r.contender}{mark} | {r.workers or '–'} | {r.gbps:.2f} "
                 f"| {r.rows_per_s:.0f} | {fmt(r.per_gb(r.worker_cpu))} "
                 f"| {fmt(r.per_gb(r.consumer_cpu))} "
+                f"| {fmt_ms(r.wait_p50)} / {fmt_ms(r.wait_p99)} "
+                f"| {fmt(None if r.stall is None else 100 * r.stall, 0)}% "
                 f"| {fmt(r.gbps / local if local else None)} | {fmt(r.gbps / tf if tf else None)} |"
             )
     return "\n".join(lines)
@@ -359,7 +389,7 @@ def main():
     parser.add_argument("--gb", type=float, default=1.0, help="GB of images (default 1)")
     parser.add_argument("--tokens-gb", type=float, help="GB of tokens (default half of --gb)")
     parser.add_argument("--seconds", type=float, default=0, help="cap on one read (0: none)")
-    parser.add_argument("--only", default="pyarrow,shardwise,tensorflow")
+    parser.add_argument("--only", default="pyarrow,shardwise,package,tensorflow")
     parser.add_argument("--workers", default="1,2", help="worker counts (default 1,2)")
     parser.add_argument("--in-flight", type=int, default=2, help="Shardwise reads per task")
     parser.add_argument("--rows", default="64,4096", help="rows per read/batch: images,tokens")
@@ -369,12 +399,18 @@ def main():
     parser.add_argument("--no-lz4", dest="lz4", action="store_false")
     parser.add_argument("--no-tf-auto", dest="tf_auto", action="store_false")
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell (the median)")
+    parser.add_argument(
+        "--step-ms", type=float, default=0, help="the consumer's step per --rows rows (light load)"
+    )
     parser.add_argument("--data", help="keep the data in DIR (reused when the sizes match)")
     opts = parser.parse_args()
     only = set(opts.only.split(","))
-    if only - {"pyarrow", "shardwise", "tensorflow"}:
+    if only - {"pyarrow", "shardwise", "package", "tensorflow"}:
         raise SystemExit(f"--only: {only}")
-    if "shardwise" in only and not opts.shardwise:
+    opts.only = only
+    if opts.step_ms < 0:
+        raise SystemExit("--step-ms must not be negative")
+    if only & {"shardwise", "package"} and not opts.shardwise:
         raise SystemExit("--shardwise PATH is needed")
     opts.rows = per_dataset("--rows", opts.rows, 10_000)
     opts.split_rows = per_dataset("--split-rows", opts.split_rows, 1 << 40)
@@ -410,7 +446,7 @@ def main():
         results = []
         if "pyarrow" in only:
             results += run_pyarrow(opts, manifest)
-        if "shardwise" in only:
+        if only & {"shardwise", "package"}:
             results += run_shardwise(opts, manifest, directory, log_dir)
         if "tensorflow" in only:
             results += run_tensorflow(opts, manifest, log_dir)
@@ -420,7 +456,8 @@ def main():
             f"{name}: {e['rows']} rows, {rows_per_call(opts, data.SPECS[name])} rows per "
             f"read/batch" for name, e in manifest.items()
         )
-        print(f"{sizes}. Shardwise: {opts.in_flight} reads in flight per task. "
+        step = f"Consumer step: {opts.step_ms:g} ms per read/batch's rows. " if opts.step_ms else ""
+        print(f"{sizes}. {step}Shardwise's bench client: {opts.in_flight} reads in flight per task. "
               f"Machine: {load0} at the start, {os.getloadavg()[0]:.1f} at the end.")
         ok = True
     finally:

@@ -14,6 +14,8 @@ exactly once) and the last value of every row's tensor. The bytes counted are th
   tensor column again through `to_numpy_ndarray()`. Several reads are in flight: `in_flight`
   threads per task, each with its own kept-alive HTTP/1.1 connection (TensorFlow's client and
   Shardwise's Rust client keep several requests outstanding too); the main thread consumes.
+* `read_package`: the same read with the Python package (`python/`, what a user installs):
+  `shardwise.distribute(..., format="arrow")` yields the record batches.
 * `read_tensorflow`: `tf.data.TFRecordDataset(files).batch(rows).map(parse)` distributed with
   `tf.data.experimental.service.distribute(processing_mode="distributed_epoch")`; the consumer
   iterates the dataset and calls `.numpy()` on both tensors.
@@ -36,12 +38,27 @@ STALL_SECONDS = 120
 
 
 class Tally:
-    """What the consumer delivered."""
+    """What the consumer delivered, and how long it waited for each batch.
 
-    def __init__(self, spec):
+    With `step` (seconds), the consumer is a training loop at light load: after each batch it
+    spends `step` per `step_rows` rows of the batch away from the data (a sleep, as an
+    accelerator's step leaves the host's CPU to the loader), so every contender is asked for
+    rows at the same rate whatever its batches' sizes; a batch's *wait* is the time from the end
+    of the previous step (or the start) to the batch delivered, which is what the loop stalls
+    for.
+    """
+
+    def __init__(self, spec, step=0.0, step_rows=1):
         self.spec = spec
         self.rows = self.bytes = self.key_sum = self.batches = 0
         self.probe = 0.0
+        self.step, self.step_rows = step, step_rows
+        self.waits = []
+        self.ready_at = time.monotonic()
+
+    def start(self):
+        """The clock of the first wait starts now (the read's first request)."""
+        self.ready_at = time.monotonic()
 
     def deliver(self, tensor, keys):
         rows = len(keys)
@@ -55,6 +72,18 @@ class Tally:
         self.rows += rows
         self.bytes += tensor.nbytes + keys.nbytes
         self.batches += 1
+        now = time.monotonic()
+        self.waits.append(now - self.ready_at)
+        if self.step:
+            time.sleep(self.step * rows / self.step_rows)
+        self.ready_at = time.monotonic()
+
+    def wait_quantile(self, q):
+        """The `q` quantile of the waits, in seconds (None before any batch)."""
+        if not self.waits:
+            return None
+        ordered = sorted(self.waits)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
     def deliver_arrow(self, batch):
         column = batch.column(self.spec.tensor)
@@ -287,6 +316,29 @@ class ShardwiseEpoch:
             with self.lock:
                 state["live"] -= 1
             self.changed.set()
+
+
+# ---- Shardwise's Python package ----
+
+
+def read_package(dispatcher, definition, split_size, rows_per_call, compression, tally, deadline):
+    """A `distributed_epoch` read with the Python package a user installs (`python/`):
+    `shardwise.distribute(..., format="arrow")`, which yields the workers' record batches."""
+    import shardwise
+
+    reader = shardwise.distribute(
+        f"http://{host_port(dispatcher)}",
+        definition,
+        format="arrow",
+        arrow_compression=compression,
+        elements_per_request=rows_per_call,
+        split_size=split_size,
+    )
+    with reader:
+        for batch in reader:
+            tally.deliver_arrow(batch)
+            if deadline.passed():
+                return
 
 
 # ---- TensorFlow ----

@@ -26,6 +26,7 @@ class Task:
         "backoff",
         "done",
         "info",
+        "reading",
         "retry_at",
         "task_id",
         "unavailable_since",
@@ -37,14 +38,19 @@ class Task:
         self.address = str(info["worker_address"])  # where reads go: the first address listed
         self.info = info
         self.done = bool(info.get("worker_lost"))
+        self.reading = False  # a read of it is under way
         self.retry_at: float | None = None
         self.backoff = Backoff(0.005, 0.5)
         self.unknown_since: float | None = None
         self.unavailable_since: float | None = None
 
     def ready(self, now: float) -> bool:
-        """It may be read at ``now``: not over, and not waiting for a retry."""
-        return not self.done and (self.retry_at is None or self.retry_at <= now)
+        """It may be read at ``now``: not over, not being read, and not waiting for a retry."""
+        return (
+            not self.done
+            and not self.reading
+            and (self.retry_at is None or self.retry_at <= now)
+        )
 
 
 def check_count(count: Any) -> None:

@@ -20,9 +20,10 @@ The protocol is the Rust client's (``core/src/client/reader.rs``, ``gateway/clie
 6. release the lease (``DELETE /v1/clients/{id}``) at the end, on an error, or on
    :meth:`Reader.close`.
 
-The protocol runs on one thread of the reader's own, one request at a time, ahead of the
-caller: it keeps up to ``prefetch`` reads (answers of up to ``elements_per_request``
-elements; 0: read only when the caller waits) ready, so that a training loop finds its next batch read while it was computing, and
+The protocol runs on one thread of the reader's own, ahead of the caller: it keeps up to
+``prefetch`` reads (answers of up to ``elements_per_request`` elements; 0: read only when the
+caller waits) ready or under way, several tasks' reads at once (one each, on threads that only
+make the request and decode it, so a worker with nothing ready holds up no other), so that a training loop finds its next batch read while it was computing, and
 it heartbeats whenever one falls due, also while the caller does not iterate (a training step,
 an evaluation longer than the dispatcher's ``--client-timeout``). ``next()`` takes the next
 element of those reads and waits only when none is ready. Everything the caller sees (the
@@ -228,6 +229,8 @@ class Reader:
         )
         self._waiting = False
         self._over = False
+        # Reads that finished on their threads, for the protocol's thread: (task, outcome).
+        self._finished_reads: list[tuple[Task, Any]] = []
 
         # The protocol's state, the protocol's thread's alone (but `_stopped`).
         self._start = time.monotonic()
@@ -247,6 +250,7 @@ class Reader:
         self._reading = True
         self._error: ShardwiseError | None = None
         self._stopped = threading.Event()
+        self._in_flight = 0  # reads under way
 
         # The thread holds the reader weakly: a reader dropped without close() is collected,
         # and its finalizer stops the thread, which releases the lease.
@@ -366,32 +370,89 @@ class Reader:
 
     # -- the protocol's thread ---------------------------------------------------------------
 
-    def _full(self) -> bool:
-        """Whether no read is wanted now: ``prefetch`` reads are ready, and the caller does not
-        wait for one (it does with ``prefetch`` 0). Under ``_cond``."""
-        n = len(self._ahead)
-        return n >= self._prefetch and not (self._waiting and n == 0)
+    def _wanted(self) -> int:
+        """How many more reads may start now: ``prefetch`` reads ready or under way at most,
+        and one when the caller waits with none of either (``prefetch`` 0). Under ``_cond``."""
+        busy = len(self._ahead) + self._in_flight
+        if self._waiting and busy == 0:
+            return 1
+        return max(0, self._prefetch - busy)
 
     def _run_once(self) -> bool:
-        """One turn of the protocol's thread: a step of the read, or, when no read is wanted,
-        a heartbeat if one is due or a wait for a want; false once the read is over."""
+        """One turn of the protocol's thread: the outcomes of finished reads, else a heartbeat
+        when one is due, else reads of ready tasks as many as are wanted, else a wait for any
+        of those; false once the read is over."""
         if self._stopped.is_set() and self._reading:
             self._end(None)
         if not self._reading:
             return False
         with self._cond:
-            full = self._full()
-        if not full:
-            self._step()
+            finished, self._finished_reads = self._finished_reads, []
+        if finished:
+            for task, outcome in finished:
+                self._in_flight -= 1
+                task.reading = False
+                if self._reading:
+                    self._read_outcome(task, outcome)
             return True
         now = self._now()
         if self._hb_nudged or self._hb_next_at <= now:
             self._heartbeat(now)
             return True
+        if self._nudge_at is not None and self._nudge_at <= now:
+            self._update(now)
+            return True
+        started = False
+        while True:
+            with self._cond:
+                wanted = self._wanted()
+            task = self._next_ready(now) if wanted > 0 else None
+            if task is None:
+                break
+            self._start_read(task)
+            started = True
+        if started:
+            return True
+        deadlines = [self._hb_next_at]
+        if self._nudge_at is not None:
+            deadlines.append(self._nudge_at)
+        deadlines.extend(
+            t.retry_at for t in self._tasks if t.retry_at is not None and t.ready(float("inf"))
+        )
         with self._cond:
-            if self._full() and not self._stopped.is_set():
-                self._cond.wait(max(0.0, self._hb_next_at - now))
+            # Anything that changes what to do notifies `_cond`: a finished read, the caller
+            # taking or waiting for a read, close().
+            if (
+                not self._finished_reads
+                and not self._stopped.is_set()
+                and not (self._wanted() > 0 and self._next_ready(now) is not None)
+            ):
+                self._cond.wait(max(0.0, min(deadlines) - now))
         return True
+
+    def _start_read(self, task: Task) -> None:
+        """A read of ``task`` on a thread of its own (the request and its decoding); its outcome
+        comes back to the protocol's thread through ``_finished_reads``."""
+        task.reading = True
+        task.retry_at = None
+        self._in_flight += 1
+        count = self._count
+        threading.Thread(
+            target=self._fetch, args=(task, count), name=f"shardwise-read-{task.task_id}",
+            daemon=True,
+        ).start()
+
+    def _fetch(self, task: Task, count: int) -> None:
+        outcome: Any
+        try:
+            outcome = self._get_elements(task, count)
+        except ShardwiseError as e:
+            outcome = e
+        except Exception as e:  # a bug: the read ends with it rather than hanging
+            outcome = ShardwiseError.protocol(f"a read failed: {e!r}")
+        with self._cond:
+            self._finished_reads.append((task, outcome))
+            self._cond.notify_all()
 
     def _over_now(self) -> None:
         """The protocol's thread is done: the caller takes what is ahead, then the end."""
@@ -403,25 +464,6 @@ class Reader:
 
     def _now(self) -> float:
         return time.monotonic() - self._start
-
-    def _step(self) -> None:
-        """One call (a heartbeat if one is due, else a read of the next ready task), or a wait
-        for the next deadline."""
-        now = self._now()
-        if self._hb_nudged or self._hb_next_at <= now:
-            self._heartbeat(now)
-            return
-        task = self._next_ready(now)
-        if task is not None:
-            self._read(task, now)
-            return
-        deadlines = [self._hb_next_at]
-        if self._nudge_at is not None:
-            deadlines.append(self._nudge_at)
-        deadlines.extend(t.retry_at for t in self._tasks if not t.done and t.retry_at is not None)
-        self._stopped.wait(max(0.0, min(deadlines) - now))
-        if self._nudge_at is not None and self._nudge_at <= self._now():
-            self._update(self._now())
 
     def _heartbeat(self, now: float) -> None:
         self._hb_nudged = False
@@ -498,12 +540,12 @@ class Reader:
                 return self._tasks[i]
         return None
 
-    def _read(self, task: Task, now: float) -> None:
-        task.retry_at = None
-        try:
-            items, rows, end, origin = self._get_elements(task, self._count)
-        except ShardwiseError as e:
-            now = self._now()
+    def _read_outcome(self, task: Task, outcome: Any) -> None:
+        """What a read of ``task`` brought: elements for the caller, the task's end, a retry
+        later, or the end of the read."""
+        now = self._now()
+        if isinstance(outcome, ShardwiseError):
+            e = outcome
             if e.kind == "problem" and e.code == "NOT_FOUND":
                 since = task.unknown_since = task.unknown_since or now
                 if now - since >= self._unknown_task_timeout:
@@ -516,6 +558,7 @@ class Reader:
                 return self._end(e)
             task.retry_at = now + task.backoff.next_delay()
             return self._update(now)
+        items, rows, end, origin = outcome
         task.backoff.reset()
         task.unknown_since = task.unavailable_since = None
         if end:
@@ -524,7 +567,7 @@ class Reader:
             with self._cond:
                 self._ahead.append((items, rows, origin))
                 self._cond.notify_all()
-        self._update(self._now())
+        self._update(now)
 
     def _get_elements(
         self, task: Task, count: int

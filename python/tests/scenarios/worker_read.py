@@ -54,7 +54,11 @@ def both(url: str, n: int) -> None:
 
 
 def pause(url: str, n: int, take: int) -> None:
-    r = shardwise.distribute(url, dataset(n), split_size=SPLIT, elements_per_request=10, **FAST)
+    # prefetch=0: nothing is read ahead while paused, so all the killed process served
+    # reached the caller before it died.
+    r = shardwise.distribute(
+        url, dataset(n), split_size=SPLIT, elements_per_request=10, prefetch=0, **FAST
+    )
     before: list[list[int]] = []
 
     def take_one() -> None:
