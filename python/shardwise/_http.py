@@ -221,6 +221,26 @@ def _read(res: Any, limit: int, context: str, *, truncate: bool) -> bytes:
     if length is not None and length.strip().isdigit() and int(length) > limit and not truncate:
         res.close()
         raise ShardwiseError.protocol(f"the answer is larger than {limit} bytes", context=context)
+    if (
+        length is not None
+        and length.strip().isdigit()
+        and int(length) <= limit
+        and not res.headers.get("content-encoding")
+    ):
+        # A known length within the limit, not encoded: one read into one buffer (no chunks to
+        # join, which would copy a record batch's tens of MB once more).
+        n = int(length)
+        try:
+            body = res.read(n) if n else b""
+            if len(body) == n and not res.read(1):
+                return body
+        except (HTTPError, OSError) as e:
+            res.close()
+            raise ShardwiseError.transport(str(e) or type(e).__name__, context=context) from None
+        res.close()
+        raise ShardwiseError.transport(
+            f"the answer's body is not the {n} bytes its Content-Length says", context=context
+        )
     chunks: list[bytes] = []
     size = 0
     try:

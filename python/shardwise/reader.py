@@ -438,7 +438,7 @@ class Reader:
         self._in_flight += 1
         count = self._count
         threading.Thread(
-            target=self._fetch, args=(task, count), name=f"shardwise-read-{task.task_id}",
+            target=self._fetch, args=(task, count), name=f"shardwise-fetch-{task.task_id}",
             daemon=True,
         ).start()
 

@@ -107,6 +107,36 @@ class Calls(unittest.TestCase):
                 )
             self.assertEqual(Dispatcher(s.url).version()["version"], 1)
 
+    def test_a_body_shorter_than_its_content_length_is_a_transport_error(self) -> None:
+        import threading
+
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        try:
+            with self.assertRaises(ShardwiseError) as cm:
+                _http.request(
+                    "GET",
+                    "http://127.0.0.1:%d/short" % listener.getsockname()[1],
+                    token=None,
+                    ca_file=None,
+                    timeout=5,
+                    context="c",
+                )
+            self.assertEqual((cm.exception.code, cm.exception.kind), ("UNAVAILABLE", "transport"))
+        finally:
+            t.join(5)
+            listener.close()
+
 
 class Failover(unittest.TestCase):
     def test_a_refused_replica_is_passed_over_and_the_next_call_starts_where_one_answered(
