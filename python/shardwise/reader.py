@@ -252,13 +252,13 @@ class Reader:
         self._stopped = threading.Event()
         self._in_flight = 0  # reads under way
 
-        # The thread holds the reader weakly: a reader dropped without close() is collected,
-        # and its finalizer stops the thread, which releases the lease.
+        # The thread holds the reader weakly (strongly only during one turn): a reader dropped
+        # without close() is collected and its thread ends; its lease then expires after the
+        # dispatcher's --client-timeout, as a vanished client's does.
         self._thread = threading.Thread(
             target=_run, args=(weakref.ref(self),), name=f"shardwise-read-{self.client_id}",
             daemon=True,
         )
-        weakref.finalize(self, self._stopped.set)
         self._thread.start()
 
     # -- the iterator ----------------------------------------------------------------------
