@@ -140,7 +140,18 @@ fn build(name: &str, requirements: &str, pip_timeout: Duration) -> PathBuf {
 /// directory (never the source tree, so that the installed package is what is imported), with
 /// no proxy and no `PYTHONPATH`.
 pub fn python(args: &[&str]) -> Command {
-    let mut cmd = Command::new(package_env());
+    clean_python(package_env(), args)
+}
+
+/// [`python`] with the torch venv's interpreter ([`torch_env`]), JAX on its CPU backend.
+pub fn torch_python(args: &[&str]) -> Command {
+    let mut cmd = clean_python(torch_env(), args);
+    cmd.env("JAX_PLATFORMS", "cpu");
+    cmd
+}
+
+fn clean_python(interpreter: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(interpreter);
     cmd.args(args)
         .current_dir(target_dir())
         .env("PYTHONUNBUFFERED", "1")

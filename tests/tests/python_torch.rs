@@ -12,10 +12,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use shardwise_tests::pyenv::torch_env;
-use shardwise_tests::{
-    Dispatcher, Process, TempDir, Worker, ok, poll_until, repo_root, target_dir,
-};
+use shardwise_tests::pyenv::torch_python;
+use shardwise_tests::{Dispatcher, Process, TempDir, Worker, ok, poll_until, repo_root};
 
 const WORKER_FLAGS: [&str; 2] = ["--heartbeat-interval", "200ms"];
 
@@ -23,19 +21,8 @@ const WORKER_FLAGS: [&str; 2] = ["--heartbeat-interval", "200ms"];
 /// (so that the installed package is imported), with `env`.
 fn scenario(script: &str, args: &[&str], env: &[(&str, String)]) -> Command {
     let path = repo_root().join("python/tests/scenarios").join(script);
-    let mut cmd = Command::new(torch_env());
-    cmd.arg(path)
-        .args(args)
-        .current_dir(target_dir())
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("JAX_PLATFORMS", "cpu")
-        .env_remove("PYTHONPATH");
-    for proxy in
-        ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
-    {
-        cmd.env_remove(proxy);
-    }
+    let mut cmd = torch_python(&[path.to_str().expect("a UTF-8 path")]);
+    cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -3,10 +3,9 @@
 //! run trains on every element and checkpoints; the second resumes from the last checkpoint and
 //! trains on exactly the elements after it.
 
-use std::process::Command;
 use std::time::Duration;
 
-use shardwise_tests::pyenv::torch_env;
+use shardwise_tests::pyenv::torch_python;
 use shardwise_tests::{
     Dispatcher, TempDir, Worker, assert_ran, ok, poll_until, repo_root, run_bounded,
 };
@@ -39,18 +38,8 @@ fn run_twice(title: &str, count: &str) -> ([String; 2], u64) {
     let script = std::path::Path::new(dir.path()).join("train.py");
     std::fs::write(&script, example.replace("http://127.0.0.1:5050", &d.url)).expect("write");
     let python = |args: &[&str]| {
-        let mut cmd = Command::new(torch_env());
-        cmd.args(args)
-            .current_dir(dir.path())
-            .env("PYTHONUNBUFFERED", "1")
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("JAX_PLATFORMS", "cpu")
-            .env_remove("PYTHONPATH");
-        for proxy in
-            ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
-        {
-            cmd.env_remove(proxy);
-        }
+        let mut cmd = torch_python(args);
+        cmd.current_dir(dir.path());
         let run = run_bounded(&mut cmd, Duration::from_secs(300));
         assert_ran(&format!("the README's {title} example: python {args:?}"), &run);
         run.stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default().to_owned()
