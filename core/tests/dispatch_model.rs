@@ -208,6 +208,12 @@ struct MTfDataset {
     decided: Option<bool>,
 }
 
+/// The model's fingerprint of a TensorFlow dataset: a function of its graph and metadata that
+/// explicit ids (`tf-0`, `tf-1`) can collide with, so derived and explicit names meet.
+fn tf_fingerprint(graph: u8, snappy: bool) -> u8 {
+    graph * 2 + u8::from(snappy)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Status {
     Fresh,
@@ -583,8 +589,9 @@ impl Model {
     }
 
     /// TensorFlow's get-or-register: an existing id answers when the metadata (here the
-    /// compression) matches, whatever the graph; without an id the same graph and metadata
-    /// get the id they have.
+    /// compression) matches, whatever the graph; without an id the dataset of the same
+    /// fingerprint (graph and metadata) answers, and a new one is `tf-<fingerprint>` unless an
+    /// explicit registration holds that name (then the next generated id).
     fn tf_register(&mut self, explicit: Option<u8>, graph: u8, snappy: bool) {
         let id = explicit.map(|e| format!("tf-{e}"));
         let call = Call::TfRegister { id: id.clone(), graph, snappy };
@@ -598,6 +605,12 @@ impl Model {
             ),
             None => {
                 let id = id.unwrap_or_else(|| {
+                    let derived = format!("tf-{}", tf_fingerprint(graph, snappy));
+                    let taken = self.tf_datasets.iter().any(|d| d.id == derived)
+                        || self.datasets.iter().any(|d| d.id == derived);
+                    if !taken {
+                        return derived;
+                    }
                     self.generated_datasets += 1;
                     (FIRST_DATASET + self.generated_datasets - 1).to_string()
                 });
@@ -1320,6 +1333,7 @@ impl Sut {
                         compression: if *snappy { 2 } else { 1 },
                         cardinality: 7,
                         split_providers: Ok(vec![SplitProviderDef::Slices { len: 2 }]),
+                        fingerprint: Some(tf_fingerprint(*graph, *snappy).to_string()),
                     },
                 };
                 let r = self.d.call(now, req).map(|r| r.dataset_id);

@@ -33,6 +33,7 @@ fn tf(graph: &[u8], providers: Result<Vec<SplitProviderDef>, &str>) -> TfDataset
         compression: SNAPPY,
         cardinality: -2,
         split_providers: providers.map_err(str::to_owned),
+        fingerprint: None,
     }
 }
 
@@ -151,6 +152,46 @@ impl H {
             }
         }
     }
+}
+
+/// A derived name (`tf-<fingerprint>`) claimed first by an explicit registration of another
+/// graph never hands that graph to a registration without an id: the victim gets its own
+/// dataset (the next decimal id), and later registrations of its pipeline find it by
+/// fingerprint, across a restart too. Registrations by fingerprint find explicit ones of the
+/// same fingerprint.
+#[test]
+fn a_derived_id_never_names_another_graphs_dataset() {
+    let mut h = H::new();
+    let fingerprinted = |graph: &[u8], fp: &str| TfDataset {
+        fingerprint: Some(fp.into()),
+        ..tf(graph, Ok(vec![range(0, 1, 10)]))
+    };
+    let victim = fingerprinted(b"victim", "aa11");
+    let attacker = fingerprinted(b"attacker", "bb22");
+    // The attacker claims the victim's derived name first.
+    assert_eq!(h.register(Some("tf-aa11"), attacker.clone()).unwrap(), "tf-aa11");
+    let mine = h.register(None, victim.clone()).unwrap();
+    assert_eq!(mine, "1000");
+    let graph_of = |h: &H, id: &str| match &h.d.dispatcher().state().datasets()[id].spec {
+        DatasetSpec::TensorFlow(t) => t.graph.clone(),
+        DatasetSpec::Declarative(_) => panic!("{id} is declarative"),
+    };
+    assert_eq!(graph_of(&h, &mine), b"victim");
+    // Another build of the victim's pipeline (other bytes, same fingerprint) finds it.
+    let rebuilt = fingerprinted(b"victim, nodes named apart", "aa11");
+    assert_eq!(h.register(None, rebuilt.clone()).unwrap(), "1000");
+    h.restart();
+    assert_eq!(h.register(None, rebuilt).unwrap(), "1000");
+    // Without a claim in the way, a new dataset is named by its fingerprint.
+    assert_eq!(h.register(None, fingerprinted(b"third", "cc33")).unwrap(), "tf-cc33");
+    // The attacker registering without an id gets its own graph's dataset, by fingerprint.
+    assert_eq!(h.register(None, attacker).unwrap(), "tf-aa11");
+    assert_eq!(graph_of(&h, "tf-aa11"), b"attacker");
+    // A legacy record (no fingerprint) is found only by identical bytes and metadata.
+    let legacy = tf(b"legacy", Ok(vec![]));
+    let legacy_id = h.register(None, legacy.clone()).unwrap();
+    assert_eq!(h.register(None, legacy.clone()).unwrap(), legacy_id);
+    assert_ne!(h.register(None, fingerprinted(b"legacy", "dd44")).unwrap(), legacy_id);
 }
 
 #[test]

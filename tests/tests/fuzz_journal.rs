@@ -190,6 +190,7 @@ fn session_updates() -> Vec<Update> {
                 SplitProviderDef::Range { start: 5, step: 5, len: 3 },
                 SplitProviderDef::Slices { len: 2 },
             ]),
+            fingerprint: Some("0123456789abcdef0123456789abcdef".into()),
         },
     };
     let tf_ds = d.call(t, graph).expect("register a TensorFlow dataset").dataset_id;

@@ -150,6 +150,33 @@ fn dataset_identity(kind: Kind) {
     }
 }
 
+/// Dataset identity under attack: before any victim registers, an attacker claims the id a
+/// victim's `range(10)` would get (an explicit `dataset_id`, learned on a scratch dispatcher of
+/// the same kind), and registers, without an id, the graph of the victim's `range(10).map(x *
+/// 2)` with its own `range(100, 110)` appended behind a second `_Retval` (the one TensorFlow's
+/// workers run). Each victim then reads its own data, as on TensorFlow's dispatcher.
+fn dataset_identity_attacks(kind: Kind) {
+    let scratch = Cluster::start(kind, Config::default());
+    let mut cluster = Cluster::start(kind, Config::default());
+    let attack = |how: &str, victim: &str| {
+        let args = [how, &scratch.service(), &cluster.service(), victim];
+        let run = shardwise_tests::tf::run_script("identity.py", &args, CLIENT_DEADLINE);
+        let line = run.stdout.lines().last().unwrap_or_default().to_owned();
+        serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{how}: {e}: {run:?}"))
+    };
+    let claimed = attack("claim", "range_10");
+    let sink = attack("sink", "map_10");
+    let (a, b) = cluster.add_workers(&[None], |c| {
+        (c.spawn_client(&["--dataset", "range_10"]), c.spawn_client(&["--dataset", "map_10"]))
+    });
+    let (range, doubled) = (elements(&cluster.finish(a)), elements(&cluster.finish(b)));
+    assert_eq!(
+        (&range, &doubled),
+        (&(0..10).collect(), &(0..10).map(|x| x * 2).collect()),
+        "the victims of the claim {claimed} and of the sink {sink} read their own data"
+    );
+}
+
 /// Coordinated reads as TensorFlow's own tests make them: `n` consumers of one job in one
 /// program, read round by round by a deterministic parallel interleave; the workers' dataset
 /// yields groups of `n` consecutive integers. In every round all consumers read from the same
@@ -434,6 +461,11 @@ fn tensorflow_dispatcher_dataset_identity() {
 }
 
 #[test]
+fn tensorflow_dispatcher_dataset_identity_attacks() {
+    dataset_identity_attacks(Kind::TensorFlow);
+}
+
+#[test]
 fn tensorflow_dispatcher_coordinated_read_groups() {
     coordinated_read_groups(Kind::TensorFlow);
 }
@@ -479,6 +511,11 @@ fn shardwise_dispatcher_coordinated_reads() {
 #[test]
 fn shardwise_dispatcher_dataset_identity() {
     dataset_identity(Kind::Shardwise);
+}
+
+#[test]
+fn shardwise_dispatcher_dataset_identity_attacks() {
+    dataset_identity_attacks(Kind::Shardwise);
 }
 
 #[test]

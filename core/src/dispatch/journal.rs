@@ -112,6 +112,7 @@ mod tests {
                         SplitProviderDef::Range { start: 5, step: 5, len: 3 },
                         SplitProviderDef::Slices { len: 2 },
                     ]),
+                    fingerprint: Some("00ff".into()),
                 }),
             },
             Update::RegisterWorker {

@@ -53,6 +53,13 @@ pub struct TfDataset {
     /// the graph; `Err` holds why there are none (it names the op without a split provider),
     /// the refusal text of a DYNAMIC iteration of this dataset.
     pub split_providers: Result<Vec<SplitProviderDef>, String>,
+    /// The dataset's identity, computed by the front from what the workers run (the graph's
+    /// structure, TensorFlow's `HashGraph` equalities, and the metadata): two registrations
+    /// without an explicit id share a dataset only when their fingerprints are equal, whatever
+    /// ids exist. `None` in records written before fingerprints were kept: such a dataset is
+    /// found again only by an explicit id or identical bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
 }
 
 impl fmt::Debug for TfDataset {
@@ -64,6 +71,7 @@ impl fmt::Debug for TfDataset {
             .field("compression", &self.compression)
             .field("cardinality", &self.cardinality)
             .field("split_providers", &self.split_providers)
+            .field("fingerprint", &self.fingerprint)
             .finish()
     }
 }
@@ -76,6 +84,17 @@ impl TfDataset {
             && self.element_spec == other.element_spec
             && self.compression == other.compression
             && self.cardinality == other.cardinality
+    }
+
+    /// Whether a registration of `other` without an id gets this dataset: the same
+    /// fingerprint when both have one (two builds of one pipeline, whatever their node names),
+    /// else the same content.
+    pub fn same_dataset(&self, other: &TfDataset) -> bool {
+        match (&self.fingerprint, &other.fingerprint) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => self.same_content(other),
+            _ => false,
+        }
     }
 
     /// The bytes it holds, as `max_dataset_bytes` counts them: the graph and the element spec.
@@ -416,7 +435,10 @@ impl utoipa::ToSchema for DatasetSpec {
 /// Get-or-register a TensorFlow dataset (TensorFlow's `GetOrRegisterDataset`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegisterTfDataset {
-    /// An explicit id: when it exists it is the answer (TensorFlow's get-or-register).
+    /// The client's explicit id: when it exists it is the answer (TensorFlow's
+    /// get-or-register, which compares the metadata only). Without one, the dataset of the same
+    /// [`TfDataset::fingerprint`] is the answer, or a new dataset gets `tf-<fingerprint>` (or
+    /// the next decimal id when another dataset holds that name).
     pub dataset_id: Option<String>,
     /// The dataset.
     pub dataset: TfDataset,
@@ -509,6 +531,7 @@ mod tests {
             compression: 7,
             cardinality: -1,
             split_providers: Err("op Foo has no split provider".into()),
+            fingerprint: None,
         };
         let rest = serde_json::to_value(DatasetSpec::TensorFlow(Box::new(t.clone()))).unwrap();
         assert_eq!(
@@ -566,6 +589,7 @@ mod tests {
             compression: COMPRESSION_SNAPPY,
             cardinality: -2,
             split_providers: Err("op Foo has no split provider".into()),
+            fingerprint: None,
         };
         let text = serde_json::to_string(&t).unwrap();
         assert!(text.contains("\"graph\":\"AAEC/w==\""), "{text}");
@@ -581,5 +605,15 @@ mod tests {
             )
             .is_err()
         );
+        // Records from before fingerprints were kept read as `None`; a fingerprint is kept.
+        let old: TfDataset = serde_json::from_str(
+            r#"{"graph":"AA==","compression":0,"cardinality":0,"split_providers":{"Ok":[]}}"#,
+        )
+        .unwrap();
+        assert_eq!(old.fingerprint, None);
+        let kept = TfDataset { fingerprint: Some("ab12".into()), ..old };
+        let text = serde_json::to_string(&kept).unwrap();
+        assert!(text.contains("\"fingerprint\":\"ab12\""), "{text}");
+        assert_eq!(serde_json::from_str::<TfDataset>(&text).unwrap(), kept);
     }
 }

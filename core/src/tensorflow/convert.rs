@@ -346,9 +346,9 @@ pub fn split_providers(
 /// graph's bytes prepared as TensorFlow's dispatcher prepares them ([`prepare_graph`]: lookup
 /// tables shared by node name, devices cleared; otherwise byte for byte as sent, and as sent
 /// when they are not a graph), the metadata exactly as sent, the split providers computed
-/// here, and the
-/// id the client gave or else `tf-` and the dataset's [fingerprint] (so the registration is a
-/// get-or-register by content, whatever order TensorFlow wrote the graph's maps in).
+/// here, the dataset's [fingerprint] (its identity: a registration without an id is a
+/// get-or-register by it, whatever order TensorFlow wrote the graph's maps in), and the id the
+/// client gave, if any.
 pub fn register_dataset(
     req: tf::GetOrRegisterDatasetRequest,
     files: &dyn graph::Files,
@@ -365,29 +365,23 @@ pub fn register_dataset(
     let split_providers = split_providers(&graph, files);
     let element_spec =
         metadata.optional_element_spec.map(|OptionalElementSpec::ElementSpec(spec)| spec);
-    // Without an id, the dataset's fingerprint names it: another process's serialization of
-    // the same dataset (its maps in another order) gets the same id, as on TensorFlow's
-    // dispatcher, so clients in different processes share jobs by name.
-    let dataset_id = match req.optional_dataset_id {
-        Some(OptionalDatasetId::DatasetId(id)) => id,
-        None => format!(
-            "tf-{}",
-            fingerprint(
-                &graph,
-                element_spec.as_deref(),
-                metadata.compression,
-                metadata.cardinality
-            )
-        ),
-    };
+    // The fingerprint is the dataset's identity: without an id, the dataset of the same
+    // fingerprint is the answer (another process's build of the same pipeline, its maps in
+    // another order, its nodes named apart), so clients in different processes share jobs by
+    // name as on TensorFlow's dispatcher. The core names a new one `tf-<fingerprint>`; an
+    // explicit id is only ever the client's own.
+    let fingerprint =
+        fingerprint(&graph, element_spec.as_deref(), metadata.compression, metadata.cardinality);
+    let dataset_id = req.optional_dataset_id.map(|OptionalDatasetId::DatasetId(id)| id);
     Ok(RegisterTfDataset {
-        dataset_id: Some(dataset_id),
+        dataset_id,
         dataset: TfDataset {
             graph,
             element_spec,
             compression: metadata.compression,
             cardinality: metadata.cardinality,
             split_providers,
+            fingerprint: Some(fingerprint),
         },
     })
 }

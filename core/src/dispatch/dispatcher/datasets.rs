@@ -113,9 +113,11 @@ impl Dispatcher {
 
     /// Get-or-register a TensorFlow dataset. An explicit id that exists is the answer when
     /// the metadata matches (TensorFlow's get-or-register compares the metadata, not the
-    /// graph, which differs between clients of the same pipeline). Without an id, the same
-    /// graph and metadata get the id they have. A new dataset must fit in `max_dataset_bytes`
-    /// (its graph and element spec).
+    /// graph, which differs between clients of the same pipeline). Without an id, the dataset
+    /// of the same fingerprint (what the workers run, by structure) is the answer; a new one is
+    /// named `tf-<fingerprint>`, or gets the next decimal id when an explicit registration
+    /// already holds that name: a derived id never names another graph's dataset. A new dataset
+    /// must fit in `max_dataset_bytes` (its graph and element spec).
     pub(super) fn register_tf_dataset(
         &mut self,
         req: RegisterTfDataset,
@@ -143,22 +145,33 @@ impl Dispatcher {
                 )));
             }
         }
-        let (fingerprint, bytes) = footprint_tf(&new);
+        let (index_key, bytes) = footprint_tf(&new);
         if req.dataset_id.is_none()
-            && let Some(id) = self.state.datasets_by_fingerprint.get(&fingerprint).and_then(|ids| {
+            && let Some(id) = self.state.datasets_by_fingerprint.get(&index_key).and_then(|ids| {
                 ids.iter().find(|id| {
                     self.state
                         .datasets
                         .get(*id)
                         .and_then(|d| d.spec.tensorflow())
-                        .is_some_and(|t| t.same_content(&new))
+                        .is_some_and(|t| t.same_dataset(&new))
                 })
             })
         {
             return Ok(id.clone());
         }
         self.check_dataset_bytes(bytes)?;
-        let id = req.dataset_id.unwrap_or_else(|| self.state.peek_dataset_id());
+        let id = match (req.dataset_id, &new.fingerprint) {
+            (Some(id), _) => id,
+            (None, Some(fingerprint)) => {
+                let derived = format!("tf-{fingerprint}");
+                if valid_id(&derived) && !self.state.datasets.contains_key(&derived) {
+                    derived
+                } else {
+                    self.state.peek_dataset_id()
+                }
+            }
+            (None, None) => self.state.peek_dataset_id(),
+        };
         self.commit(Update::RegisterTfDataset { dataset_id: id.clone(), dataset: Box::new(new) });
         Ok(id)
     }

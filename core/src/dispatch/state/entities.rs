@@ -298,12 +298,17 @@ pub fn footprint(spec: &DatasetSpec, metadata: &Value) -> (u64, u64) {
     }
 }
 
-/// [`footprint`] of a TensorFlow dataset: a hash of the graph and metadata as sent (not the
-/// providers, derived from the graph), and the bytes `max_dataset_bytes` counts (the graph
-/// and the element spec).
+/// [`footprint`] of a TensorFlow dataset: a hash of its fingerprint, or (a dataset recorded
+/// without one) of the graph and metadata as sent (not the providers, derived from the graph),
+/// and the bytes `max_dataset_bytes` counts (the graph and the element spec).
 pub fn footprint_tf(tf: &TfDataset) -> (u64, u64) {
     use std::hash::{DefaultHasher, Hasher};
     let mut hasher = DefaultHasher::new();
+    if let Some(fingerprint) = &tf.fingerprint {
+        hasher.write(b"tensorflow fingerprint");
+        hasher.write(fingerprint.as_bytes());
+        return (hasher.finish(), tf.bytes());
+    }
     hasher.write(b"tensorflow");
     hasher.write(&tf.graph);
     match &tf.element_spec {

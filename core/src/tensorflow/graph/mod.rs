@@ -140,8 +140,8 @@ pub enum GraphError {
     /// The bytes are not a `GraphDef`.
     #[error("the dataset's graph is not a GraphDef: {0}")]
     Decode(String),
-    /// No `_Retval` node, or more than one.
-    #[error("the dataset's graph has {0} `_Retval` nodes; exactly one (the dataset) is expected")]
+    /// No `_Retval` node (the dataset is the last one's input).
+    #[error("the dataset's graph has {0} `_Retval` nodes; at least one (the dataset) is expected")]
     Output(usize),
     /// Two nodes with one name.
     #[error("the dataset's graph has two nodes named `{0}`")]

@@ -468,9 +468,14 @@ fn graph_of(nodes: Vec<NodeDef>, output: &str) -> GraphDef {
 fn malformed_graphs_are_errors() {
     let no_output = GraphDef { node: range("r", 0, 1, 1), library: None };
     assert_eq!(split_providers_no_files(&no_output), Err(GraphError::Output(0)));
+    // Two sinks: the last one is the dataset (what TensorFlow's workers run).
     let mut two = graph(range("r", 0, 1, 1), "r");
-    two.node.push(node("dataset2", "_Retval", &["r"]));
-    assert_eq!(split_providers_no_files(&two), Err(GraphError::Output(2)));
+    two.node.extend(range("s", 100, 110, 1));
+    two.node.push(node("dataset2", "_Retval", &["s"]));
+    assert_eq!(
+        split_providers_no_files(&two),
+        Ok(vec![SplitProvider::Range { start: 100, stop: 110, step: 1 }])
+    );
     let mut duplicate = graph(range("r", 0, 1, 1), "r");
     duplicate.node.push(scalar("r/start", 1));
     assert_eq!(

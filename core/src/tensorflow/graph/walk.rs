@@ -12,7 +12,7 @@ use super::{
 };
 
 /// The split providers of the dataset `graph` computes, in TensorFlow's order: depth first
-/// from the `_Retval` node through each dataset op's dataset inputs, in input order.
+/// from the (last) `_Retval` node through each dataset op's dataset inputs, in input order.
 ///
 /// The walk is bounded whatever the graph: at most [`MAX_FAN_OUT`] inputs of a node are read,
 /// at most [`MAX_VISITS`] nodes visited and [`MAX_WORK`] steps taken in all.
@@ -26,9 +26,10 @@ pub fn split_providers(
             return Err(GraphError::DuplicateNode(node.name.clone()));
         }
     }
-    let outputs: Vec<&NodeDef> = graph.node.iter().filter(|n| n.op == "_Retval").collect();
-    let [output] = outputs[..] else {
-        return Err(GraphError::Output(outputs.len()));
+    // TensorFlow's workers (and its dispatcher's split providers) run the dataset of the last
+    // `_Retval` node.
+    let Some(output) = graph.node.iter().rev().find(|n| n.op == "_Retval") else {
+        return Err(GraphError::Output(0));
     };
     let mut walk = Walk { nodes, work: 0 };
 

@@ -8,8 +8,10 @@
 //! graph by its structure and gives the second registration the first one's dataset id; this
 //! module computes a hash with the same equalities:
 //!
-//! - Only what the dataset's sink (the first `_Retval` node) reaches counts: unreachable nodes
-//!   and functions are ignored.
+//! - Only what the dataset's sinks (its `_Retval` nodes) reach counts: unreachable nodes and
+//!   functions are ignored. TensorFlow hashes from the first sink and its workers run the
+//!   last; every sink counts here (in order), so a graph with a sink appended never hashes as
+//!   the graph without it.
 //! - A node is its op (or, for a call of a library function, the function's hash), its
 //!   attributes by key (those an op definition declares: keys starting with `_`, such as the
 //!   colocation attribute `_class`, are ignored, and so is a dataset op's `metadata`), its
@@ -99,7 +101,7 @@ fn hash(parts: &[&[u8]]) -> Digest {
     out
 }
 
-/// The structural hash of a serialized `GraphDef` rooted at its first `_Retval` node, with the
+/// The structural hash of a serialized `GraphDef` rooted at its `_Retval` nodes, with the
 /// semantics of TensorFlow's `HashGraph` (see the module): equal for two builds of one dataset,
 /// whatever their node and function names and the order of their function library.
 pub fn hash_graph(graph: &[u8]) -> Result<[u8; 32], Unhashable> {
@@ -108,13 +110,26 @@ pub fn hash_graph(graph: &[u8]) -> Result<[u8; 32], Unhashable> {
 
 fn hash_graph_within(graph: &[u8], max_work: usize) -> Result<[u8; 32], Unhashable> {
     let (nodes, functions) = parse_graph(graph)?;
-    let Some(sink) = nodes.iter().position(|n| n.op == b"_Retval") else {
+    // Every sink counts, in graph order: TensorFlow's workers run the dataset of the *last*
+    // `_Retval` node (its `HashGraph` looks at the first), so two graphs that differ in any
+    // sink must hash apart.
+    let sinks: Vec<(usize, &[u8])> =
+        (0..nodes.len()).filter(|&i| nodes[i].op == b"_Retval").map(|i| (i, &[][..])).collect();
+    if sinks.is_empty() {
         return Err(Unhashable::Invalid("the graph has no _Retval node".into()));
-    };
+    }
     let mut hasher = Hasher::new(&functions, max_work);
     let mut body = hasher.body(&nodes)?;
-    let roots = hasher.hash_roots(&mut body, &[(sink, &[][..])], 0)?;
-    roots.first().copied().ok_or(Unhashable::Invalid("no root".into()))
+    let roots = hasher.hash_roots(&mut body, &sinks, 0)?;
+    match roots[..] {
+        // One sink (every graph TensorFlow's clients send): its hash.
+        [root] => Ok(root),
+        _ => {
+            let parts: Vec<&[u8]> =
+                std::iter::once(&b"sinks"[..]).chain(roots.iter().map(|r| &r[..])).collect();
+            Ok(hash(&parts))
+        }
+    }
 }
 
 #[cfg(test)]

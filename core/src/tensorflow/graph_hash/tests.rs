@@ -183,6 +183,24 @@ fn shuffle_seeds_are_ignored_its_buffer_is_not() {
     assert!(!is_dataset_op(b"Const"));
 }
 
+/// Every sink counts: TensorFlow's workers run the last `_Retval`, so a sink appended to a
+/// graph (or sinks in another order) is another dataset; one sink hashes as it always did.
+#[test]
+fn every_sink_counts() {
+    let h = |nodes: &[NodeDef]| hash_graph(&graph(nodes, &[])).unwrap();
+    let victim =
+        [node("r", "RangeDataset", &[], &[("n", int(10))]), node("s", "_Retval", &["r"], &[])];
+    let other = node("o", "RangeDataset", &[], &[("n", int(100))]);
+    let appended =
+        [victim[0].clone(), victim[1].clone(), other.clone(), node("t", "_Retval", &["o"], &[])];
+    let swapped = [victim[0].clone(), other, node("t", "_Retval", &["o"], &[]), victim[1].clone()];
+    assert_ne!(h(&victim), h(&appended));
+    assert_ne!(h(&appended), h(&swapped));
+    // Sink node names still do not count.
+    let renamed = [victim[0].clone(), node("sink", "_Retval", &["r"], &[])];
+    assert_eq!(h(&victim), h(&renamed));
+}
+
 #[test]
 fn hostile_graphs_end_quickly() {
     let started = Instant::now();
