@@ -196,7 +196,7 @@ fn an_abandoned_glob_stops() {
         "{status:?}"
     );
     assert!(took < Duration::from_secs(5), "answered after {took:?}");
-    assert!(during > 0.3, "the glob ran: {during:.2} s of CPU");
+    assert!(during > 0.1, "the glob ran: {during:.2} s of CPU");
     assert!(after < 0.5, "the dispatcher used {after:.2} s of CPU in the 2 s after the answer");
 
     // The caller goes away.
@@ -206,7 +206,7 @@ fn an_abandoned_glob_stops() {
     let after = cpu_growth(pid, Duration::from_secs(2));
     eprintln!("gone: after {took:?} ({during:.2} s CPU): {answer:?}; after: {after:.2} s");
     assert!(answer.is_none(), "{answer:?}");
-    assert!(during > 0.3, "the glob ran: {during:.2} s of CPU");
+    assert!(during > 0.1, "the glob ran: {during:.2} s of CPU");
     assert!(
         after < 0.5,
         "the dispatcher used {after:.2} s of CPU in the 2 s after its caller left"
