@@ -158,7 +158,7 @@ fn a_hostile_glob_is_answered_fast_and_leaves_no_work_behind() {
     }
     for (name, took, after, answer, why) in results {
         let reason = answer.unwrap_or_else(|s| panic!("{name}: refused: {s:?} after {took:?}"));
-        assert!(took < Duration::from_secs(10), "{name}: answered after {took:?}");
+        assert!(took < Duration::from_secs(15), "{name}: answered after {took:?}");
         assert!(after < 0.5, "{name}: the dispatcher used {after:.2} s of CPU in the 2 s after");
         assert!(reason.contains(why), "{name}: {reason}");
         assert!(reason.len() < 1024, "{name}: {} bytes", reason.len());
