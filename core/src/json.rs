@@ -4,6 +4,12 @@
 //! body with a repeated key is almost always a mistake (two `"cluster"` blocks, a job listed
 //! twice), so Shardwise refuses it. Object key order is preserved (it is the order of
 //! `ClusterSpec.jobs`, as in TensorFlow).
+//!
+//! Request bodies ([`from_slice_strict`]) also refuse an integer outside what a JSON number is
+//! kept as exactly here, `-2^63` to `2^64 - 1` (`serde_json` reads a larger one as the nearest
+//! float: `18446744073709551616` and `18446744073709551617` would be one value, and two `list`
+//! datasets differing only there one dataset). A number written as a float (with a fraction or
+//! an exponent) is a float, as asked.
 
 use std::fmt;
 
@@ -58,11 +64,78 @@ pub fn from_str_strict<T: DeserializeOwned>(text: &str) -> Result<T, JsonError> 
     serde_json::from_value(value).map_err(|e| JsonError::from_serde(&e))
 }
 
-/// Parses bytes strictly; invalid UTF-8 is reported like any other decoding error.
+/// Parses bytes strictly; invalid UTF-8 is reported like any other decoding error, and so is
+/// an integer outside `-2^63..=2^64 - 1` ([`exact_integers`]).
 pub fn from_slice_strict<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, JsonError> {
     let text = std::str::from_utf8(bytes)
         .map_err(|e| JsonError { message: format!("request body is not valid UTF-8: {e}") })?;
-    from_str_strict(text)
+    let value = parse_strict(text)?;
+    exact_integers(text)?;
+    serde_json::from_value(value).map_err(|e| JsonError::from_serde(&e))
+}
+
+/// The smallest integer a JSON number is kept as exactly, without its sign.
+const MIN_INTEGER_MAGNITUDE: &str = "9223372036854775808";
+/// The largest.
+const MAX_INTEGER: &str = "18446744073709551615";
+
+/// Refuses an integer literal of the JSON document `text` (valid JSON) that no 64-bit
+/// integer holds: `serde_json` would read it as the nearest float, silently another value.
+/// The error quotes the integer (cut short) and says where it is and what is allowed.
+pub fn exact_integers(text: &str) -> Result<(), JsonError> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                // A string: to its closing quote, past escapes.
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                let negative = bytes[i] == b'-';
+                if negative {
+                    i += 1;
+                }
+                let digits = i;
+                while i < bytes.len() && bytes[i].is_ascii_digit() {
+                    i += 1;
+                }
+                let integer = &text[digits..i];
+                let float = matches!(bytes.get(i), Some(b'.' | b'e' | b'E'));
+                while i < bytes.len()
+                    && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    i += 1;
+                }
+                let bound = if negative { MIN_INTEGER_MAGNITUDE } else { MAX_INTEGER };
+                // Without leading zeros (JSON has none), a longer integer is a larger one.
+                let too_large = integer.len() > bound.len()
+                    || (integer.len() == bound.len() && integer > bound);
+                if !float && too_large {
+                    let line = 1 + bytes[..start].iter().filter(|&&b| b == b'\n').count();
+                    let line_start =
+                        bytes[..start].iter().rposition(|&b| b == b'\n').map_or(0, |n| n + 1);
+                    return Err(JsonError {
+                        message: format!(
+                            "the integer {} at line {line} column {} is outside the integers a \
+                             JSON number is kept as exactly (-{MIN_INTEGER_MAGNITUDE} to \
+                             {MAX_INTEGER}); write it as a string, or as a float (with a \
+                             fraction or an exponent) to keep it approximately",
+                            crate::echo::echo(&text[start..i]),
+                            start - line_start + 1
+                        ),
+                    });
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
 }
 
 /// A [`Value`] whose decoding rejects duplicate object keys.
@@ -160,6 +233,35 @@ mod tests {
         let v = parse_strict(r#"{"worker": [], "ps": [], "chief": []}"#).unwrap();
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
         assert_eq!(keys, ["worker", "ps", "chief"]);
+    }
+
+    #[test]
+    fn integers_past_64_bits_are_refused_not_rounded() {
+        let ok = |t: &str| from_slice_strict::<Value>(t.as_bytes());
+        for fits in [
+            "[18446744073709551615, -9223372036854775808, 0, -0, 1e300, 1.5, 18446744073709551616.0]",
+            r#"{"a": "18446744073709551616", "b\"99999999999999999999": 1}"#,
+            "[1E30, 123456789012345678901234567890e0, -99999999999999999999.5]",
+        ] {
+            assert!(ok(fits).is_ok(), "{fits}: {:?}", ok(fits));
+        }
+        assert_eq!(ok("[18446744073709551615]").unwrap()[0].as_u64(), Some(u64::MAX));
+        for (past, quoted) in [
+            ("[18446744073709551616]", "\"18446744073709551616\" at line 1 column 2"),
+            (
+                "{\"a\":\n  [1, -9223372036854775809]}",
+                "\"-9223372036854775809\" at line 2 column 7",
+            ),
+            ("[100000000000000000000000]", "\"100000000000000000000000\""),
+        ] {
+            let err = ok(past).unwrap_err().message;
+            assert!(err.contains(quoted) && err.contains("-9223372036854775808 to"), "{err}");
+        }
+        let long = format!("[{}]", "9".repeat(10_000));
+        let err = ok(&long).unwrap_err().message;
+        assert!(err.len() < 400, "{err}");
+        // Other surfaces keep serde_json's reading.
+        assert!(parse_strict("[18446744073709551616]").is_ok());
     }
 
     #[test]

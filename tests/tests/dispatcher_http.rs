@@ -454,6 +454,90 @@ fn raw(base: &str, head: &str, body: &str) -> (u16, String) {
     (rawhttp::status_of(&out), out)
 }
 
+/// A body past `--max-body-bytes` (16 MiB by default) sent whole before the answer is read,
+/// as Python's `requests` and `urllib` send it, gets its 413 problem and a clean close, not a
+/// broken pipe: the dispatcher reads and discards the rest (up to 4 times the limit, within
+/// `--read-timeout`). Over HTTP/1.1 with a declared length and chunked, and over HTTP/2
+/// (curl), where the stream stays open for the rest of the body. And a gRPC message past the
+/// limit is `RESOURCE_EXHAUSTED`.
+#[test]
+fn a_body_past_the_limit_sent_whole_gets_its_413_not_a_broken_pipe() {
+    use std::io::Write as _;
+    let d = Dispatcher::start(&[]);
+    let host = rawhttp::authority(&d.url);
+    const MIB: usize = 1 << 20;
+    let head = |framing: &str| {
+        format!(
+            "POST /v1/datasets HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             {framing}\r\n\r\n"
+        )
+        .into_bytes()
+    };
+    let declared = head(&format!("Content-Length: {}", 32 * MIB));
+    let chunk = [format!("{:x}\r\n", MIB).into_bytes(), vec![b'1'; MIB], b"\r\n".to_vec()].concat();
+    let mut chunks = chunk.repeat(32);
+    chunks.extend_from_slice(b"0\r\n\r\n");
+    for (what, head, body) in [
+        ("declared", declared, vec![b'1'; 32 * MIB]),
+        ("chunked", head("Transfer-Encoding: chunked"), chunks),
+    ] {
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+        s.set_write_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+        let started = std::time::Instant::now();
+        let sent = s.write_all(&head).and_then(|()| s.write_all(&body));
+        let (answer, end) = rawhttp::read_until_closed(s);
+        let took = started.elapsed();
+        let first: String = answer.lines().next().unwrap_or_default().into();
+        eprintln!("{what}: sent {sent:?}, answer {first:?}, end {end:?}, in {took:?}");
+        assert!(sent.is_ok(), "{what}: sending the body: {sent:?}; the answer: {answer}");
+        assert_eq!(rawhttp::status_of(&answer), 413, "{what}: {answer}");
+        assert!(answer.contains("application/problem+json"), "{what}: {answer}");
+        assert!(answer.contains("RESOURCE_EXHAUSTED"), "{what}: {answer}");
+        assert!(end.is_ok(), "{what}: the connection ended with {end:?}");
+    }
+
+    // HTTP/2 (prior knowledge, as gRPC clients speak it), with curl.
+    let dir = TempDir::new("413");
+    let file = format!("{}/body.json", dir.path());
+    std::fs::write(&file, vec![b'1'; 32 * MIB]).unwrap();
+    for framing in [None, Some("Transfer-Encoding: chunked")] {
+        let mut curl = std::process::Command::new("curl");
+        curl.args(["-sS", "--http2-prior-knowledge", "-o", "-", "-w", "\n%{http_code}"])
+            .args(["-H", "Content-Type: application/json", "--data-binary"])
+            .arg(format!("@{file}"))
+            .arg(format!("{}/v1/datasets", d.url));
+        if let Some(framing) = framing {
+            curl.args(["-H", framing]);
+        }
+        let out = curl.output().expect("curl runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprintln!("HTTP/2 {framing:?}: {:?} {stdout} {stderr}", out.status.code());
+        assert!(out.status.success(), "HTTP/2 {framing:?}: {:?}: {stderr}", out.status.code());
+        assert!(stdout.ends_with("\n413") && stdout.contains("RESOURCE_EXHAUSTED"), "{stdout}");
+    }
+    // A gRPC message past the limit.
+    let rt = shardwise_tests::runtime();
+    let url = d.url.clone();
+    let status = rt.block_on(async move {
+        use shardwise_gateway::tf::proto::tensorflow::data as tf;
+        let channel = tonic::transport::Endpoint::from_shared(url).unwrap();
+        let mut c = tf::dispatcher_service_client::DispatcherServiceClient::new(
+            channel.connect().await.unwrap(),
+        )
+        .max_encoding_message_size(usize::MAX);
+        let graph = vec![1u8; 32 * MIB];
+        let req = tf::GetOrRegisterDatasetRequest {
+            dataset: Some(tf::DatasetDef { graph: graph.into() }),
+            ..Default::default()
+        };
+        c.get_or_register_dataset(req).await.expect_err("too large")
+    });
+    eprintln!("gRPC: {status:?}");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+}
+
 #[test]
 fn body_size_rate_and_in_flight_limits_answer_problems() {
     // A declared body over the limit is refused before it is read.

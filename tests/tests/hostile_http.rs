@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use shardwise_tests::{Dispatcher, HttpResponse, Worker, http, ints, ok, poll_until};
+use shardwise_tests::{Dispatcher, HttpResponse, Worker, http, ints, ok, poll_until, rawhttp};
 
 /// Worker flags: heartbeats often enough that a test does not wait.
 const WORKER: &[&str] = &["--heartbeat-interval", "200ms"];
@@ -219,6 +219,36 @@ fn identical_datasets_share_an_id_and_dataset_bytes_are_bounded() {
         panic!("--max-dataset-bytes 0 is refused");
     };
     assert!(bad.contains("--max-dataset-bytes"), "{bad}");
+}
+
+/// `list` (and `splits`) elements are JSON values: an integer literal past 64 bits
+/// (`2^64`, `2^64 + 1`, below `-2^63`) is refused naming the value and the range, not read as
+/// the nearest float (which made two different lists one dataset). Integers at the bounds and
+/// written floats are kept as they are.
+#[test]
+fn integers_past_64_bits_are_refused_not_rounded_into_one_dataset() {
+    let d = Dispatcher::start(&[]);
+    let register = |elements: &str| {
+        let body =
+            format!(r#"{{"dataset": {{"source": {{"list": {{"elements": [{elements}]}}}}}}}}"#);
+        let req = rawhttp::Request::new("POST", "/v1/datasets").json_text(&body);
+        rawhttp::one_shot(&d.url, &req).unwrap()
+    };
+    let (a, b) = (register("18446744073709551616"), register("18446744073709551617"));
+    eprintln!("2^64: {} {}\n2^64 + 1: {} {}", a.status, a.body, b.status, b.body);
+    for (r, value) in [(a, "18446744073709551616"), (b, "18446744073709551617")] {
+        let p = refused(&r, 400, "INVALID_ARGUMENT");
+        assert!(detail(&p).contains(value), "{p}");
+        assert!(detail(&p).contains("-9223372036854775808 to 18446744073709551615"), "{p}");
+    }
+    let r = register("[1, -9223372036854775809]");
+    assert!(detail(&refused(&r, 400, "INVALID_ARGUMENT")).contains("-9223372036854775809"));
+    // The largest integers are kept exactly: neighbours are different datasets.
+    let id = |elements: &str| ok(&register(elements))["dataset_id"].as_str().unwrap().to_owned();
+    assert_ne!(id("18446744073709551615"), id("18446744073709551614"));
+    assert_ne!(id("-9223372036854775808"), id("-9223372036854775807"));
+    // Written as floats, the same float is the same dataset, as asked.
+    assert_eq!(id("1.8446744073709552e19"), id("18446744073709551616.0"));
 }
 
 /// Error texts echo at most a short prefix of what they were sent.

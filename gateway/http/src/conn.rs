@@ -26,7 +26,9 @@
 //!   in total when `serve` is given budgets ([`super::budget`]: the dispatcher's
 //!   `--max-request-bytes-per-connection` and `--max-request-bytes`): a body that finds no room
 //!   is not read further (HTTP/2 flow control stops its sender) and is refused at the read
-//!   timeout (`503`). A request without a body (a long poll such as
+//!   timeout (`503`). A body larger than `--max-body-bytes` is answered `413` at once and the
+//!   rest of it read and discarded, within bounds, so that the client reads the answer
+//!   ([`super::linger`]). A request without a body (a long poll such as
 //!   `GET /v1/cluster?wait=30s`) has nothing to wait for and is not bounded by it.
 //! * **gRPC.** A request with `content-type: application/grpc...` goes to the server's
 //!   [`GrpcService`] when it has one (the dispatcher's `tensorflow.data.DispatcherService`),

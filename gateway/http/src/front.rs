@@ -36,6 +36,7 @@ use tower::{Layer, Service};
 use tracing::Instrument as _;
 
 use super::budget::{Growing, RequestBudget, Short, Waiting};
+use super::linger::{Discard, answer_then_discard, expects_continue};
 use super::problem::{Code, Problem, code_of_status};
 use super::{auth, limit, metrics};
 
@@ -88,6 +89,8 @@ struct Shared {
     body_limit: DefaultBodyLimit,
     ids: RequestIds,
     timeout: Duration,
+    /// What is read of a body refused for its declared size.
+    discard: Discard,
 }
 
 /// The layer around a whole router: see the [module](self) docs.
@@ -112,6 +115,7 @@ impl FrontLayer {
             limits: limit::Limits::new(limits),
             ids: RequestIds { prefix: super::incarnation(), next: AtomicU64::new(0) },
             timeout,
+            discard: Discard::new(limits.max_body_bytes, limits.read_timeout),
         }))
     }
 }
@@ -159,7 +163,15 @@ where
             Ok(permit) => permit,
             Err(refused) => {
                 log_answer(refused.status(), started.elapsed());
-                return Box::pin(std::future::ready(Ok(answer(refused, id))));
+                let mut res = answer(refused, id);
+                if res.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    // A declared body over the limit, not read: answered so that the client
+                    // reads the answer while it is still sending.
+                    let (version, expects) = (req.version(), expects_continue(req.headers()));
+                    res =
+                        answer_then_discard(res, req.into_body(), version, expects, shared.discard);
+                }
+                return Box::pin(std::future::ready(Ok(res)));
             }
         };
         shared.body_limit.apply(&mut req);
@@ -372,7 +384,9 @@ fn record(
 
 /// Reads the whole request body within the read timeout before the handler runs: `408` when
 /// it does not arrive in time, `413` when it is larger than the limit (a chunked body, whose
-/// length was not declared). Requests without a body pass untouched; a body that is already
+/// length was not declared; the rest of it is then read and discarded, within bounds, so that
+/// the client reads the answer: [`answer_then_discard`]). Requests without a body pass
+/// untouched; a body that is already
 /// here (it came with the headers) arms no timer. The body's bytes are reserved as they arrive
 /// from its connection's budget when it has one ([`RequestBudget`]); the reservation is
 /// returned, to hold until the request is done. A body still waiting for room at the read
@@ -387,12 +401,14 @@ async fn read_body(
     let budget = req.extensions().get::<RequestBudget>().map(|b| b.0.clone());
     let mut held = budget.as_ref().map(|b| b.growing());
     let waiting = Waiting::default();
-    let (parts, body) = req.into_parts();
+    let (parts, mut body) = req.into_parts();
     let max = shared.max_body_bytes;
     let held_ref = &mut held;
     let waiting_ref = &waiting;
+    // Borrowed, so that a body refused part way is still there to answer while it arrives.
+    let body_ref = &mut body;
     let read = async move {
-        let mut body = std::pin::pin!(body);
+        let mut body = std::pin::Pin::new(body_ref);
         // One chunk (the usual case) is kept as it is; more are copied into one buffer.
         let mut first: Option<Bytes> = None;
         let mut rest: Vec<u8> = Vec::new();
@@ -430,6 +446,13 @@ async fn read_body(
     let timeout = shared.read_timeout;
     match within(read, || Instant::now() + timeout).await {
         Some(Ok(bytes)) => Ok((Request::from_parts(parts, Body::from(bytes)), held)),
+        Some(Err(p)) if p.status == 413 => {
+            // Larger than the limit: answered so that the client reads the answer while it
+            // is still sending.
+            let discard = Discard::new(max, timeout);
+            let expects = expects_continue(&parts.headers);
+            Err(answer_then_discard(p.into_response(), body, parts.version, expects, discard))
+        }
         Some(Err(p)) => Err(closing(p.into_response())),
         None if waiting.short().is_some() => {
             let flag = request_budget_flag(waiting.short());

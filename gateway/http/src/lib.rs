@@ -2,7 +2,8 @@
 //! problem+json answers ([`problem`]), the front services around a router ([`front`],
 //! [`common_layers`]), the accept loop with bounded read times ([`conn`]), bearer tokens
 //! ([`auth`]), request limits ([`limit`]), the budgets of bytes held per connection
-//! ([`budget`]), Prometheus metrics ([`metrics`]), the strict JSON body extractor and path ids
+//! ([`budget`]), answers to bodies refused unread that the client still reads ([`linger`]),
+//! Prometheus metrics ([`metrics`]), the strict JSON body extractor and path ids
 //! ([`body`]), the served OpenAPI document ([`docs`]), the status page ([`ui`]), the element
 //! route's wire types ([`elements`]), TLS ([`tls`]), durations ([`parse_duration`]), logging
 //! ([`init_logging`]) and a running server's handle ([`Running`]).
@@ -30,6 +31,7 @@ pub mod docs;
 pub mod elements;
 pub mod front;
 pub mod limit;
+pub mod linger;
 pub mod metrics;
 pub mod tls;
 pub mod ui;

@@ -152,6 +152,13 @@ pub struct DispatcherArgs {
         value_name = "DIR"
     )]
     pub data_roots: Vec<PathBuf>,
+    /// The most directory entries the dispatcher reads to glob the `list_files` patterns of
+    /// one registration (all its patterns together; a pattern counts for one entry per 256
+    /// bytes and each `[...]` class for one more). Past it, DYNAMIC sharding of the dataset is
+    /// refused naming this flag (the registration itself succeeds). Raise it for directories of
+    /// more files.
+    #[arg(long, env = "SHARDWISE_MAX_GLOB_ENTRIES", default_value_t = crate::tf::files::DEFAULT_MAX_GLOB_ENTRIES, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_glob_entries: u64,
     /// Keep the journal in etcd (its client URLs, comma separated: `http://host:port`), with
     /// replicas: every dispatcher started with the same --etcd and --etcd-prefix is one, one
     /// of them leads (elected with an etcd lease) and the others follow as hot standbys. Every
@@ -261,6 +268,7 @@ impl Default for DispatcherArgs {
             max_dataset_bytes: shardwise_core::dispatch::DEFAULT_MAX_DATASET_BYTES,
             deployment_mode: None,
             data_roots: Vec::new(),
+            max_glob_entries: crate::tf::files::DEFAULT_MAX_GLOB_ENTRIES,
             etcd: Vec::new(),
             etcd_prefix: replica::DEFAULT_PREFIX.into(),
             leader_lease: Duration::from_secs(5),
@@ -503,8 +511,8 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     };
     let config = args.config();
     config.validate().map_err(StartError::Config)?;
-    let data_roots =
-        crate::tf::files::DataRoots::new(&args.data_roots).map_err(StartError::DataRoot)?;
+    let data_roots = crate::tf::files::DataRoots::new(&args.data_roots, args.max_glob_entries)
+        .map_err(StartError::DataRoot)?;
     // A footer is read, never a whole file: no size limit applies.
     let parquet_roots = if args.data_roots.is_empty() {
         None

@@ -6,8 +6,13 @@ use super::walk::unsupported;
 use super::{GraphError, MAX_CONST_ELEMENTS};
 
 /// The strings of a `Const` string scalar or vector input of `user` (`MatchingFiles`'
-/// patterns).
-pub(super) fn const_strings(user: &NodeDef, node: &NodeDef) -> Result<Vec<String>, GraphError> {
+/// patterns), and how many times more the last one stands at the end: a vector with fewer
+/// values than its shape repeats its last value (none: empty strings), and the repeats are
+/// counted, not copied (a 1 MB value in a vector of 65,536 is not 64 GB).
+pub(super) fn const_strings(
+    user: &NodeDef,
+    node: &NodeDef,
+) -> Result<(Vec<String>, usize), GraphError> {
     let tensor = const_tensor(user, node)?;
     let bad = |what: &str| unsupported(user, format!("its input `{}` {what}", node.name));
     if tensor.dtype != DataType::DtString as i32 {
@@ -23,15 +28,17 @@ pub(super) fn const_strings(user: &NodeDef, node: &NodeDef) -> Result<Vec<String
     if n as u64 > MAX_CONST_ELEMENTS || tensor.string_val.len() > n {
         return Err(bad("has more patterns than the dispatcher reads or its shape holds"));
     }
-    let values: Vec<String> = tensor
+    let mut values: Vec<String> = tensor
         .string_val
         .iter()
         .map(|b| String::from_utf8(b.clone()).map_err(|_| bad("is not UTF-8")))
         .collect::<Result<_, _>>()?;
     // Fewer values than elements repeat the last one (none: empty strings).
-    let last = values.last().cloned().unwrap_or_default();
-    let missing = n - values.len();
-    Ok(values.into_iter().chain(std::iter::repeat_n(last, missing)).collect())
+    if values.is_empty() && n > 0 {
+        values.push(String::new());
+    }
+    let repeats = n - values.len();
+    Ok((values, repeats))
 }
 
 /// The tensor of a `Const` node (its `value` attribute).

@@ -460,6 +460,68 @@ fn list_files_counts_the_files_it_may_read() {
     );
 }
 
+/// Counts its calls and the patterns it was given; each pattern matches 2 files.
+#[derive(Default)]
+struct CountingFiles {
+    calls: std::cell::Cell<usize>,
+    patterns: std::cell::Cell<usize>,
+}
+
+impl Files for CountingFiles {
+    fn count_matching(&self, patterns: &[String]) -> Result<u64, String> {
+        self.calls.set(self.calls.get() + 1);
+        self.patterns.set(self.patterns.get() + patterns.len());
+        Ok(2 * patterns.len() as u64)
+    }
+}
+
+/// A pattern vector whose shape repeats its one 1 MB value 65,536 times, zipped 10,000 times:
+/// its patterns are counted once, not copied 65,536 times (64 GB) on each of 10,000 visits.
+#[test]
+fn list_files_patterns_are_read_once_per_walk_and_repeats_are_not_copied() {
+    let pattern = with_tensor(
+        node("patterns", "Const", &[]),
+        TensorProto {
+            dtype: DataType::DtString as i32,
+            tensor_shape: shape(&[65_536]),
+            string_val: vec![vec![b'a'; 1 << 20]],
+            ..Default::default()
+        },
+    );
+    let zip = node("zip", "ZipDataset", &vec!["slices"; 10_000]);
+    let nodes = vec![
+        pattern,
+        node("files", "MatchingFiles", &["patterns"]),
+        node("slices", "TensorSliceDataset", &["files"]),
+        zip,
+    ];
+    let files = CountingFiles::default();
+    let started = std::time::Instant::now();
+    let providers = split_providers(&graph(nodes, "zip"), &files).expect("providers");
+    assert_eq!(providers.len(), 10_000);
+    assert!(providers.iter().all(|p| *p == SplitProvider::Index { len: 2 * 65_536 }));
+    // The values once, then the repeated last one once.
+    assert_eq!((files.calls.get(), files.patterns.get()), (2, 2));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    // A refusal quotes the first pattern short and says how many there are.
+    let nodes = vec![
+        with_tensor(
+            node("patterns", "Const", &[]),
+            TensorProto {
+                dtype: DataType::DtString as i32,
+                tensor_shape: shape(&[3]),
+                string_val: vec![vec![b'a'; 10_000]],
+                ..Default::default()
+            },
+        ),
+        node("files", "MatchingFiles", &["patterns"]),
+        node("slices", "TensorSliceDataset", &["files"]),
+    ];
+    let err = split_providers(&graph(nodes, "slices"), &NoFiles).expect_err("refused");
+    let text = err.to_string();
+    assert!(text.contains("(one of 3 patterns)") && text.len() < 600, "{text}");
+}
+
 fn graph_of(nodes: Vec<NodeDef>, output: &str) -> GraphDef {
     graph(nodes, output)
 }

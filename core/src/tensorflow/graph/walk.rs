@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use crate::echo::echo;
 use crate::tensorflow::proto::tensorflow::{AttrValue, GraphDef, NodeDef, attr_value};
 
 use super::consts::{const_ints, const_scalar, const_strings, const_tensor, slice_count};
@@ -31,7 +32,7 @@ pub fn split_providers(
     let Some(output) = graph.node.iter().rev().find(|n| n.op == "_Retval") else {
         return Err(GraphError::Output(0));
     };
-    let mut walk = Walk { nodes, work: 0 };
+    let mut walk = Walk { nodes, work: 0, slices: HashMap::new() };
 
     let mut providers = Vec::new();
     // Nodes still to walk, the next one last.
@@ -116,6 +117,8 @@ pub fn split_providers(
 struct Walk<'g> {
     nodes: HashMap<&'g str, &'g NodeDef>,
     work: usize,
+    /// The slice count of each component read so far, by node name.
+    slices: HashMap<&'g str, i64>,
 }
 
 impl<'g> Walk<'g> {
@@ -156,8 +159,23 @@ impl<'g> Walk<'g> {
 
     /// The number of slices of a component of `user` (its first dimension): a `Const`, or
     /// the files `list_files` names (`MatchingFiles` of `Const` patterns, through
-    /// `Identity` nodes).
+    /// `Identity` nodes). Read once per walk: a component reached again (a `zip` of one
+    /// dataset many times) is not read, nor its files globbed, again.
     fn slice_count(
+        &mut self,
+        user: &NodeDef,
+        component: &'g NodeDef,
+        files: &dyn Files,
+    ) -> Result<i64, GraphError> {
+        if let Some(&n) = self.slices.get(component.name.as_str()) {
+            return Ok(n);
+        }
+        let n = self.read_slice_count(user, component, files)?;
+        self.slices.insert(component.name.as_str(), n);
+        Ok(n)
+    }
+
+    fn read_slice_count(
         &mut self,
         user: &NodeDef,
         component: &'g NodeDef,
@@ -169,16 +187,31 @@ impl<'g> Walk<'g> {
                 "Identity" => node = self.input(node, 0)?,
                 "MatchingFiles" => {
                     let pattern = self.input(node, 0)?;
-                    let patterns = const_strings(user, pattern)?;
-                    let count = files.count_matching(&patterns).map_err(|why| {
+                    let (patterns, repeats) = const_strings(user, pattern)?;
+                    let cannot = |why: String| {
+                        let more = match patterns.len() + repeats {
+                            1 => String::new(),
+                            n => format!(" (one of {n} patterns)"),
+                        };
+                        let first = patterns.first().map_or("", String::as_str);
                         unsupported(
                             node,
                             format!(
-                                "the dispatcher cannot glob {patterns:?} for `{}`: {why}",
+                                "the dispatcher cannot glob {}{more} for `{}`: {why}",
+                                echo(first),
                                 user.name
                             ),
                         )
-                    })?;
+                    };
+                    let mut count = files.count_matching(&patterns).map_err(cannot)?;
+                    if repeats > 0 {
+                        let last = patterns.last().cloned().unwrap_or_default();
+                        let each = files.count_matching(&[last]).map_err(cannot)?;
+                        count = each
+                            .checked_mul(repeats as u64)
+                            .and_then(|more| more.checked_add(count))
+                            .unwrap_or(u64::MAX);
+                    }
                     return i64::try_from(count)
                         .map_err(|_| unsupported(node, "it matches too many files".into()));
                 }

@@ -15,7 +15,8 @@
 //! `--read-timeout` (else `DEADLINE_EXCEEDED`, and the stream is reset) and checked as exactly
 //! one length-prefixed message of at most `--max-body-bytes` (else `INVALID_ARGUMENT` or
 //! `RESOURCE_EXHAUSTED`), the bytes of request messages being read and of large replies held
-//! unwritten bounded per connection and in total ([`budget`]), a 30 s bound per call, caught
+//! unwritten bounded per connection and in total ([`budget`]), a 30 s bound per call (sooner:
+//! the caller's `grpc-timeout`, then `DEADLINE_EXCEEDED`), caught
 //! panics. Every refusal is a gRPC
 //! status.
 
@@ -149,6 +150,8 @@ impl GrpcService for GrpcFront {
         peer: SocketAddr,
     ) -> impl Future<Output = Response> + Send + use<> {
         let admitted = self.admit(&req, peer);
+        // The caller's deadline, when it is sooner than the bound of every call.
+        let deadline = grpc_timeout(req.headers()).filter(|t| *t < REQUEST_TIMEOUT);
         let gate = self.gate.clone();
         let budget = self.connection.clone().unwrap_or_else(|| gate.replies.connection());
         let mut server = self.server.clone();
@@ -169,16 +172,25 @@ impl GrpcService for GrpcFront {
                 Err(_) => return answer(panicked(method)),
             };
             // A call answered on its first poll (an in-memory one) arms no timer.
-            let bounded =
-                within(AssertUnwindSafe(call).catch_unwind(), || Instant::now() + REQUEST_TIMEOUT);
+            // The call's future is dropped at the bound: what it started off the async threads
+            // (a registration's glob) sees it abandoned and stops.
+            let bounded = within(AssertUnwindSafe(call).catch_unwind(), || {
+                Instant::now() + deadline.unwrap_or(REQUEST_TIMEOUT)
+            });
             let res = match bounded.await {
                 Some(Ok(Ok(res))) => typed_decode_errors(res.map(Body::new)),
                 Some(Ok(Err(never))) => match never {},
                 Some(Err(_)) => answer(panicked(method)),
-                None => answer(Status::unavailable(format!(
-                    "{method} took longer than {} s; retry",
-                    REQUEST_TIMEOUT.as_secs()
-                ))),
+                None => answer(match deadline {
+                    Some(deadline) => Status::deadline_exceeded(format!(
+                        "{method} did not finish within its deadline (grpc-timeout, {} ms)",
+                        deadline.as_millis()
+                    )),
+                    None => Status::unavailable(format!(
+                        "{method} took longer than {} s; retry",
+                        REQUEST_TIMEOUT.as_secs()
+                    )),
+                }),
             };
             // The request's bytes were reserved until the call is done.
             drop(held);
@@ -186,6 +198,27 @@ impl GrpcService for GrpcFront {
             metered(res)
         }
     }
+}
+
+/// The caller's deadline from its `grpc-timeout` header (gRPC over HTTP/2: at most 8 digits
+/// and a unit, `H`, `M`, `S`, `m`, `u` or `n`); `None` without one, or when it is malformed
+/// (the call then has the bound of every call).
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.as_bytes();
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// `INTERNAL`: the RPC panicked.
@@ -378,6 +411,23 @@ mod tests {
         for rpc in RPCS {
             assert_ne!(access(rpc), Access::Only(Role::Admin), "{rpc}");
         }
+    }
+
+    #[test]
+    fn the_callers_deadline_is_read_from_grpc_timeout() {
+        let timeout = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert("grpc-timeout", http::HeaderValue::from_str(v).unwrap());
+            grpc_timeout(&h)
+        };
+        assert_eq!(timeout("1500m"), Some(Duration::from_millis(1500)));
+        assert_eq!(timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        for bad in ["", "m", "123456789m", "10x", "-1S", "1.5S"] {
+            assert_eq!(timeout(bad), None, "{bad}");
+        }
+        assert_eq!(grpc_timeout(&http::HeaderMap::new()), None);
     }
 
     #[test]

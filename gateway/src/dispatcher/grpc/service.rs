@@ -2,6 +2,7 @@
 //! [`convert`]) to the core request REST uses for the same thing and answered from its reply.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use shardwise_core::dispatch::wire::{CreateIteration, MaybeRemove};
 use shardwise_core::dispatch::{
@@ -76,6 +77,16 @@ impl DispatcherGrpc {
 
 type Answer<T> = Result<Response<T>, Status>;
 
+/// Sets its flag when dropped: with the future of a call, whether it was answered or
+/// abandoned.
+struct AbandonOnDrop(Arc<AtomicBool>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 #[tonic::async_trait]
 impl DispatcherService for DispatcherGrpc {
     async fn worker_heartbeat(
@@ -145,10 +156,14 @@ impl DispatcherService for DispatcherGrpc {
         &self,
         request: Request<tf::GetOrRegisterDatasetRequest>,
     ) -> Answer<tf::GetOrRegisterDatasetResponse> {
-        // Reading the graph (megabytes, maybe) is work for a blocking thread.
+        // Reading the graph (megabytes, maybe) and globbing its `list_files` patterns is work
+        // for a blocking thread, which stops globbing once this call is abandoned: answered
+        // (the 30 s bound, the caller's deadline) or dropped (its client went away).
         let roots = self.data_roots.clone();
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let _abandon_on_drop = AbandonOnDrop(abandoned.clone());
         let req = tokio::task::spawn_blocking(move || {
-            convert::register_dataset(request.into_inner(), &*roots)
+            convert::register_dataset(request.into_inner(), &roots.glob(&abandoned))
         })
         .await
         .map_err(|_| Status::internal("reading the dataset's graph failed (a bug)"))?
