@@ -28,10 +28,14 @@
 //!   header in them is parsed and checked *before* the decoder sees those same bytes: each
 //!   page must fit in its chunk, the sizes the header declares must fit in the bytes left, and
 //!   a page's declared uncompressed size (and its value count, at 8 bytes a value) must fit in
-//!   [`ReadOptions::max_chunk_bytes`]. This bounds decompression, which is where a small file
-//!   could otherwise claim gigabytes. Rows per chunk come from those checked page sizes (and,
-//!   after the first chunk, from the decoded size of the previous one); a row group whose
-//!   average row is larger than `max_chunk_bytes` is refused before it is decoded.
+//!   [`ReadOptions::max_chunk_bytes`], and so must the pages the decoder holds at once (the
+//!   largest page of each column read, with its dictionary). The decoder then gets its pages
+//!   from this module already decompressed, each into exactly the size its header declares:
+//!   a body that inflates past it is refused there, naming the file, row group, column and
+//!   page, without inflating further (the `codec` module says why the `parquet` crate's own
+//!   codecs are not used). Rows per chunk come from those checked page sizes (and, after the
+//!   first chunk, from the decoded size of the previous one); a row group whose average row
+//!   is larger than `max_chunk_bytes` is refused before it is decoded.
 //! * Arrow IPC: the footer and every block must lie within the file; each block's message is
 //!   verified (flatbuffers) and its buffers must lie within its body before the decoder runs,
 //!   and the decompressed sizes a compressed block declares must fit, with the block, in
@@ -61,6 +65,7 @@
 //! file (and the column, row group, batch or record).
 
 mod arrow_file;
+mod codec;
 mod example;
 mod pages;
 mod parquet;

@@ -13,11 +13,10 @@ use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
-    ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, RowSelection, RowSelector,
 };
+use parquet::arrow::{FieldLevels, ProjectionMask, parquet_to_arrow_field_levels};
 use parquet::file::metadata::{
     FooterTail, PageIndexPolicy, ParquetMetaData, ParquetMetaDataOptions, ParquetMetaDataReader,
     ParquetStatisticsPolicy,
@@ -25,7 +24,7 @@ use parquet::file::metadata::{
 use shardwise_core::dataset::{FilesDef, RowsRequest};
 use shardwise_http::{Code, Problem};
 
-use super::pages::{self, PageError, Ranges};
+use super::pages::{self, GroupPages, PageError, Ranges};
 use super::schema::{Plan, quoted};
 use super::{
     ReadOptions, Source, Span, corrupt, guarded, read_at, rows_of, rows_per_chunk, too_large,
@@ -57,10 +56,10 @@ pub fn parquet_row_counts(roots: &DataRoots, paths: &[String]) -> Result<Vec<u64
 pub(crate) struct ParquetRows {
     path: String,
     file: File,
-    len: u64,
     metadata: ArrowReaderMetadata,
     plan: Plan,
-    mask: ProjectionMask,
+    /// The projected columns' Arrow fields and levels, for the decoder.
+    levels: FieldLevels,
     /// The leaf columns of the projection.
     leaves: Vec<usize>,
     opts: ReadOptions,
@@ -108,6 +107,10 @@ impl ParquetRows {
             return Err(corrupt(path, "has an Arrow schema that does not match its Parquet one"));
         }
         let mask = ProjectionMask::roots(descr, plan.read().iter().copied());
+        let hint = metadata.schema().fields();
+        let levels =
+            guarded(path, "its schema", || parquet_to_arrow_field_levels(descr, mask, Some(hint)))?
+                .map_err(|e| corrupt(path, format_args!("has a schema Arrow cannot read: {e}")))?;
         let leaves: Vec<usize> = (0..descr.num_columns())
             .filter(|leaf| plan.read().contains(&descr.get_column_root_idx(*leaf)))
             .collect();
@@ -125,10 +128,9 @@ impl ParquetRows {
         Ok(ParquetRows {
             path: path.to_owned(),
             file,
-            len,
             metadata,
             plan,
-            mask,
+            levels,
             leaves,
             opts: *opts,
             span,
@@ -206,7 +208,7 @@ impl ParquetRows {
         }
         let bytes = self.read_ranges(&ranges)?;
         let max = self.opts.max_chunk_bytes;
-        let mut estimate = 0u64;
+        let (mut estimate, mut held) = (0u64, 0u64);
         let descr = self.metadata.parquet_schema();
         for &(start, end, leaf) in &ranges {
             let name = descr.column(leaf).path().string();
@@ -224,6 +226,15 @@ impl ParquetRows {
                 ),
             })?;
             estimate = estimate.saturating_add(pages.estimate());
+            held = held.saturating_add(pages.largest.saturating_add(pages.dict_bytes));
+        }
+        // The decoder holds one page of each column (and its dictionary) at a time.
+        if held > max {
+            let what = format!(
+                "row group {group} (the largest page of each column read, and its dictionary, \
+                 held at once while decoding)"
+            );
+            return Err(too_large(path, what, held, max));
         }
         let estimate = estimate.div_ceil(rows.max(1)).max(1);
         if estimate > max {
@@ -237,21 +248,36 @@ impl ParquetRows {
             .min(max / row_bytes.max(1))
             .max(1);
         let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-        let mut builder =
-            ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, self.metadata.clone())
-                .with_projection(self.mask.clone())
-                .with_row_groups(vec![group])
-                .with_batch_size(size(batch));
-        if from > 0 || to < rows {
+        let selection = (from > 0 || to < rows).then(|| {
             let mut selectors =
                 vec![RowSelector::skip(size(from)), RowSelector::select(size(to - from))];
             if to < rows {
                 selectors.push(RowSelector::skip(size(rows - to)));
             }
-            builder = builder.with_row_selection(RowSelection::from(selectors));
+            RowSelection::from(selectors)
+        });
+        // The decoder reads its pages from these chunks through `ColumnPages`, which
+        // decompresses each into exactly the size its header declares (see `codec`).
+        let mut chunks = vec![None; descr.num_columns()];
+        for &(start, end, leaf) in &ranges {
+            let name: Arc<str> =
+                format!("column {}", quoted(&descr.column(leaf).path().string())).into();
+            let compression = rg.column(leaf).compression();
+            if let Some(slot) = chunks.get_mut(leaf) {
+                *slot = Some((bytes.get(start..end).unwrap_or_default(), compression, name));
+            }
         }
-        let reader = super::guarded(path, format_args!("row group {group}"), || builder.build())?
-            .map_err(|e| self.group_error(group, format_args!("does not decode: {e}")))?;
+        let pages = GroupPages { metadata: Arc::clone(self.metadata.metadata()), group, chunks };
+        let levels = &self.levels;
+        let reader = super::guarded(path, format_args!("row group {group}"), || {
+            ParquetRecordBatchReader::try_new_with_row_groups(
+                levels,
+                &pages,
+                size(batch),
+                selection,
+            )
+        })?
+        .map_err(|e| self.group_error(group, format_args!("does not decode: {e}")))?;
         Ok((reader, group, first.saturating_add(to)))
     }
 
@@ -271,7 +297,7 @@ impl ParquetRows {
             let data = read_at(&self.path, &self.file, start, end - start)?;
             parts.push((start, Bytes::from(data)));
         }
-        Ok(Ranges::new(self.len, parts))
+        Ok(Ranges::new(parts))
     }
 }
 
