@@ -4,6 +4,10 @@
 //! - Parquet pages whose GZIP or LZ4 body inflates far past the size the page declares are
 //!   refused at that size, naming the file, row group and column: the worker's peak memory
 //!   stays small (before: +1 GB and more per page).
+//! - A read's reply is bounded by what it writes (`--max-reply-bytes`), not by what its rows
+//!   hold: a 279 KB Arrow file of 4,000 rows referencing one 256 KiB dictionary string, read as
+//!   JSON 1,000 rows at a time, answers as many rows as fit and the rest on the next reads,
+//!   every row exactly once (before: a 262 MB reply).
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +16,7 @@ use serde_json::{Value, json};
 use shardwise_core::dataset::DatasetDef;
 use shardwise_gateway::client::{ClientError, DistributeOptions, distribute};
 use shardwise_tests::parquet_bytes::{self, codec};
-use shardwise_tests::{Dispatcher, TempDir, Worker, peak_rss_mib, rss_mib};
+use shardwise_tests::{Dispatcher, TempDir, Worker, http, ok, peak_rss_mib, rss_mib};
 
 fn options() -> DistributeOptions {
     DistributeOptions {
@@ -112,4 +116,243 @@ fn parquet_pages_that_inflate_past_their_declared_size_are_refused_with_small_me
             assert!(text.contains(part), "{name}: {part:?} not in {text}");
         }
     }
+}
+
+/// Creates a job and an iteration over raw HTTP; returns the tasks as (task id, worker url).
+fn raw_iteration(d: &Dispatcher, ds: Value) -> Vec<(String, String)> {
+    let id = ok(&d.call("POST", "/v1/datasets", Some(json!({"dataset": ds}))))["dataset_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mode = json!("parallel_epochs");
+    let job =
+        ok(&d.call("POST", "/v1/jobs", Some(json!({"dataset_id": id, "processing_mode": mode}))));
+    let lease = ok(&d.call(
+        "POST",
+        &format!("/v1/jobs/{}/iterations", job["job_id"].as_str().unwrap()),
+        Some(json!({})),
+    ));
+    let client = lease["client_id"].as_str().unwrap();
+    let hb = ok(&d.call("POST", &format!("/v1/clients/{client}/heartbeat"), Some(json!({}))));
+    hb["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["task_id"].as_str().unwrap().to_owned(),
+                format!("http://{}", t["worker_address"].as_str().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// `id` 0..4000 and `s`, one string in every row: `text` as a dictionary of one entry.
+fn repeated_string(text: &str) -> (arrow_schema::SchemaRef, Vec<arrow_array::ArrayRef>) {
+    use arrow_array::{ArrayRef, DictionaryArray, Int32Array, Int64Array, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    use std::sync::Arc;
+    let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..4000));
+    let keys = Int32Array::from(vec![0; 4000]);
+    let values = Arc::new(StringArray::from(vec![text]));
+    let dict: ArrayRef = Arc::new(DictionaryArray::try_new(keys, values).unwrap());
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("s", dict.data_type().clone(), false),
+    ]);
+    (Arc::new(schema), vec![ids, dict])
+}
+
+/// `len` letters.
+fn letters(len: usize) -> String {
+    (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect()
+}
+
+/// An Arrow IPC file: 4,000 rows whose `s` is a dictionary of the one string `text` (with 256
+/// KiB of letters: 311 KB, the issue's 279 KB file give or take its ids).
+fn dictionary_arrow_file(text: &str) -> Vec<u8> {
+    let (schema, columns) = repeated_string(text);
+    let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns).unwrap();
+    let mut out = Vec::new();
+    let mut w = arrow_ipc::writer::FileWriter::try_new(&mut out, &schema).unwrap();
+    w.write(&batch).unwrap();
+    w.finish().unwrap();
+    drop(w);
+    out
+}
+
+/// A Parquet file (zstd): 4,000 rows whose `s` is one string of `len` letters, stored as
+/// `string_view` (dictionary-encoded: one entry, which the reader's views all point into).
+fn string_view_parquet_file(len: usize) -> Vec<u8> {
+    use arrow_schema::{DataType, Field, Schema};
+    use std::sync::Arc;
+    let text = letters(len);
+    let ids: arrow_array::ArrayRef = Arc::new(arrow_array::Int64Array::from_iter_values(0..4000));
+    let views: arrow_array::ArrayRef =
+        Arc::new(arrow_array::StringViewArray::from_iter_values((0..4000).map(|_| text.as_str())));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("s", DataType::Utf8View, false),
+    ]));
+    let batch = arrow_array::RecordBatch::try_new(schema.clone(), vec![ids, views]).unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+        .build();
+    let mut out = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    out
+}
+
+/// One JSON read of a task over raw HTTP (`max` elements; the worker's 404 retried while it
+/// fetches the task): the `id` of every row, the reply's size and whether the task ended.
+fn read_ids(worker: &str, task: &str, max: u32) -> (Vec<i64>, usize, bool) {
+    for _ in 0..5_000 {
+        let r = http("GET", worker, &format!("/v1/tasks/{task}/elements?max={max}"), None)
+            .expect("the worker answers");
+        if r.status == 404 {
+            continue;
+        }
+        assert_eq!(r.status, 200, "{}", r.body.chars().take(500).collect::<String>());
+        let v: Value = serde_json::from_str(&r.body).expect("JSON");
+        let ids = v["elements"].as_array().unwrap().iter().map(|e| e["id"].as_i64().unwrap());
+        return (ids.collect(), r.body.len(), v["end_of_sequence"] == true);
+    }
+    panic!("task {task} never came");
+}
+
+/// A JSON read of `dataset` with `--max-buffer-bytes` (and so `--max-reply-bytes`) of 16 MiB,
+/// `max=1000` a read, for at most `reads` reads: the ids read, the largest reply, the reads.
+fn read_json(d: &Dispatcher, dataset: Value, reads: usize) -> (Vec<i64>, usize, usize) {
+    let tasks = raw_iteration(d, dataset);
+    let (task, worker) = &tasks[0];
+    let (mut ids, mut largest) = (Vec::new(), 0);
+    for n in 1..=reads {
+        let (got, size, end) = read_ids(worker, task, 1000);
+        ids.extend(got);
+        largest = largest.max(size);
+        if end {
+            return (ids, largest, n);
+        }
+    }
+    (ids, largest, reads)
+}
+
+/// Issue 30, defect 3: row weight is measured on the compact Arrow encoding, but JSON writes
+/// every row out: a 279 KB Arrow file (a dictionary of one 256 KiB string, 4,000 rows) gave a
+/// 262 MB reply to one `?max=1000` read and 786 MB peak RSS; a 12.7 KB Parquet `string_view`
+/// file gave 50 MB replies. A reply now stops at `--max-reply-bytes` (here the default, the
+/// 16 MiB of `--max-buffer-bytes`), and the next read goes on from there: every row once.
+#[test]
+fn json_replies_stop_at_their_byte_budget_and_every_row_comes_once() {
+    let dir = TempDir::new("replies");
+    let arrow = dictionary_arrow_file(&letters(256 << 10));
+    let parquet = string_view_parquet_file(32 << 10);
+    println!("dict.arrow: {} bytes; views.parquet: {} bytes", arrow.len(), parquet.len());
+    std::fs::write(dir.0.join("dict.arrow"), &arrow).unwrap();
+    std::fs::write(dir.0.join("views.parquet"), &parquet).unwrap();
+    let budget = 16 << 20;
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(
+        &d.url,
+        &[
+            "--data-root",
+            dir.path(),
+            "--max-buffer-bytes",
+            "16777216",
+            "--heartbeat-interval",
+            "200ms",
+        ],
+    );
+    let pid = w.child.id();
+    let file = |name: &str, format: &str| {
+        let path = format!("{}/{name}", dir.path());
+        json!({"source": {"files": {"paths": [path], "format": format}}})
+    };
+    // The issue's file: two reads (each writes 16 MiB of JSON; all 4,000 rows would be 1 GB).
+    let t = Instant::now();
+    let (dict_ids, dict_largest, _) = read_json(&d, file("dict.arrow", "arrow"), 2);
+    println!(
+        "dict.arrow: 2 reads of max=1000 in {:.1} s gave {} rows, the largest reply {dict_largest} \
+         bytes; worker peak RSS {} MiB",
+        t.elapsed().as_secs_f64(),
+        dict_ids.len(),
+        peak_rss_mib(pid)
+    );
+    // The string_view file, to its end.
+    let t = Instant::now();
+    let (view_ids, view_largest, reads) = read_json(&d, file("views.parquet", "parquet"), 100);
+    let peak = peak_rss_mib(pid);
+    println!(
+        "views.parquet: {reads} reads of max=1000 in {:.1} s, the largest reply {view_largest} \
+         bytes; worker peak RSS {peak} MiB",
+        t.elapsed().as_secs_f64(),
+    );
+    for (name, largest) in [("dict.arrow", dict_largest), ("views.parquet", view_largest)] {
+        assert!(largest <= budget, "{name}: a reply of {largest} bytes, more than {budget}");
+    }
+    assert!(peak < 200, "the worker's peak RSS reached {peak} MiB");
+    // What did not fit came with the next read: nothing skipped, nothing twice.
+    assert!(dict_ids.len() > 2 && dict_ids.len() < 1000, "{}", dict_ids.len());
+    assert_eq!(dict_ids, (0..dict_ids.len() as i64).collect::<Vec<_>>());
+    assert_eq!(view_ids, (0..4000).collect::<Vec<_>>(), "every row once, in order");
+}
+
+/// A row that does not fit alone in a reply is refused, naming it, and stays unread: the
+/// same read answers the same, and an Arrow read (where the string is not escaped, and its
+/// dictionary is written once) takes it and the rows after it.
+#[test]
+fn a_row_larger_than_the_reply_budget_is_refused_naming_it_and_stays_unread() {
+    let dir = TempDir::new("one-row");
+    // 64 KiB of a control character: 384 KiB as JSON (`\u0001` each), 64 KiB in Arrow.
+    let text = "\u{1}".repeat(64 << 10);
+    std::fs::write(dir.0.join("dict.arrow"), dictionary_arrow_file(&text)).unwrap();
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(
+        &d.url,
+        &[
+            "--data-root",
+            dir.path(),
+            "--max-reply-bytes",
+            "200000",
+            "--heartbeat-interval",
+            "200ms",
+        ],
+    );
+    let path = format!("{}/dict.arrow", dir.path());
+    let ds = json!({"source": {"files": {"paths": [&path], "format": "arrow"}}});
+    let tasks = raw_iteration(&d, ds);
+    let (task, _) = &tasks[0];
+    let read = format!("/v1/tasks/{task}/elements?max=1000");
+    let first = (0..1000).map(|_| w.call("GET", &read)).find(|r| r.status != 404).unwrap();
+    let short = |body: &str| body.chars().take(500).collect::<String>();
+    assert_eq!(first.status, 429, "{}", short(&first.body));
+    let p = first.json();
+    assert_eq!(p["code"], "RESOURCE_EXHAUSTED", "{p}");
+    let detail = p["detail"].as_str().unwrap();
+    for part in
+        ["row 0 of file", "dict.arrow", "more than 200000 bytes as JSON", "--max-reply-bytes"]
+    {
+        assert!(detail.contains(part), "{part:?} not in {detail}");
+    }
+    let again = w.call("GET", &read);
+    assert_eq!(again.json()["detail"], p["detail"], "the row is still first");
+    // As Arrow: the rows come, from row 0.
+    let mut conn = shardwise_tests::rawhttp::Conn::open(&w.url, Duration::from_secs(30)).unwrap();
+    let request = shardwise_tests::rawhttp::Request::new("GET", &read)
+        .header("accept", "application/vnd.apache.arrow.stream");
+    conn.send(&request).unwrap();
+    let head = conn.read_head().unwrap();
+    let body = conn.read_body(&head).unwrap();
+    assert_eq!(head.status, 200);
+    assert!(body.len() <= 200_000, "{}", body.len());
+    let reader =
+        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None).unwrap();
+    let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
+    let ids = arrow_array::cast::AsArray::as_primitive::<arrow_array::types::Int64Type>(
+        batches[0].column(0).as_ref(),
+    );
+    assert_eq!(ids.value(0), 0);
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1000);
 }
