@@ -8,6 +8,11 @@
 //!   hold: a 279 KB Arrow file of 4,000 rows referencing one 256 KiB dictionary string, read as
 //!   JSON 1,000 rows at a time, answers as many rows as fit and the rest on the next reads,
 //!   every row exactly once (before: a 262 MB reply).
+//! - Parquet footers read by a dispatcher to count rows (a source split by rows) are bounded
+//!   (`--max-footer-bytes`, `--max-footer-files`, `--max-footer-reads`), walked rather than
+//!   decoded, remembered by the file's identity, and no longer read once their caller is
+//!   gone: four registrations of a file of 1,000,000 row groups (a 33 MB footer) at once
+//!   (before: +506 MB each, 2.25 GB kept).
 
 use std::time::{Duration, Instant};
 
@@ -355,4 +360,158 @@ fn a_row_larger_than_the_reply_budget_is_refused_naming_it_and_stays_unread() {
     );
     assert_eq!(ids.value(0), 0);
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1000);
+}
+
+/// A registration of a Parquet source split by rows over `paths`.
+fn split_by_rows(paths: &[String]) -> Value {
+    json!({"dataset": {"source": {"files": {"paths": paths, "format": "parquet", "split": "rows"}}}})
+}
+
+/// Registers `body` from `n` threads at once: each answer's status and body.
+fn register_at_once(url: &str, body: &Value, n: usize) -> Vec<(u16, Value, Duration)> {
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (url, body) = (url.to_owned(), body.clone());
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let r = http("POST", &url, "/v1/datasets", Some(&body)).expect("an answer");
+                (r.status, r.json(), t.elapsed())
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// Issue 30, defect 4: a dispatcher read the footer of every file of a Parquet source split by
+/// rows, for every registration, whole and decoded: a 31 MB footer (1,000,000 row groups) cost
+/// +506 MB a registration, four at once reached 2.25 GB and stayed there. A footer over
+/// `--max-footer-bytes` (16 MiB by default) is now refused before it is read; one within it is
+/// walked for its row counts (never decoded), at most `--max-footer-reads` at once, and
+/// remembered by the file's identity.
+#[test]
+fn dispatcher_footer_reads_are_bounded_walked_and_remembered() {
+    let dir = TempDir::new("footers");
+    let t = Instant::now();
+    let big = parquet_bytes::many_row_groups(1_000_000);
+    let footer = u32::from_le_bytes(big[big.len() - 8..big.len() - 4].try_into().unwrap());
+    println!(
+        "big.parquet: {} bytes, a footer of {footer} bytes, made in {:?}",
+        big.len(),
+        t.elapsed()
+    );
+    std::fs::write(dir.0.join("big.parquet"), &big).unwrap();
+    let body = split_by_rows(&[format!("{}/big.parquet", dir.path())]);
+
+    // The defaults: refused at once, naming the bound, without reading the footer.
+    let d = Dispatcher::start(&["--data-root", dir.path()]);
+    let pid = d.child.id();
+    let before = peak_rss_mib(pid);
+    let answers = register_at_once(&d.url, &body, 4);
+    let (peak, after) = (peak_rss_mib(pid), rss_mib(pid));
+    println!(
+        "defaults: answers {:?}; dispatcher peak RSS {before} -> {peak} MiB, {after} MiB after",
+        answers.iter().map(|(s, _, t)| (*s, t.as_millis())).collect::<Vec<_>>()
+    );
+    assert!(peak - before < 100, "the dispatcher's peak RSS grew by {} MiB", peak - before);
+    for (status, p, _) in &answers {
+        assert_eq!(*status, 429, "{p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(detail.contains("--max-footer-bytes"), "{detail}");
+    }
+    drop(d);
+
+    // Allowed: walked two at a time (the others wait their turn), counted once, then
+    // remembered; nothing is decoded.
+    let d = Dispatcher::start(&["--data-root", dir.path(), "--max-footer-bytes", "67108864"]);
+    let pid = d.child.id();
+    let before = peak_rss_mib(pid);
+    let t = Instant::now();
+    let answers = register_at_once(&d.url, &body, 4);
+    let (peak, after) = (peak_rss_mib(pid), rss_mib(pid));
+    println!(
+        "--max-footer-bytes 64 MiB: 4 registrations in {:.1} s; dispatcher peak RSS {before} -> \
+         {peak} MiB, {after} MiB after",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(peak - before < 150, "the dispatcher's peak RSS grew by {} MiB", peak - before);
+    for (status, p, _) in &answers {
+        assert_eq!(*status, 200, "{p}");
+        assert_eq!(p["dataset_id"], answers[0].1["dataset_id"]);
+    }
+    let id = answers[0].1["dataset_id"].as_str().unwrap();
+    let info = ok(&d.call("GET", &format!("/v1/datasets/{id}"), None));
+    assert_eq!(info["dataset"]["source"]["files"]["rows"], json!([1_000_000]), "{info}");
+}
+
+/// At most `--max-footer-files` files a registration (10,000 by default): a registration
+/// naming a tiny file 10,001 times was read 10,001 times.
+#[test]
+fn a_registration_names_at_most_max_footer_files_files() {
+    let dir = TempDir::new("footer-files");
+    let small: Vec<u8> = 7i64.to_le_bytes().to_vec();
+    std::fs::write(
+        dir.0.join("one.parquet"),
+        parquet_bytes::one_page(codec::UNCOMPRESSED, &small, 1),
+    )
+    .unwrap();
+    let d = Dispatcher::start(&["--data-root", dir.path()]);
+    let path = format!("{}/one.parquet", dir.path());
+    let r = d.call("POST", "/v1/datasets", Some(split_by_rows(&vec![path.clone(); 10_001])));
+    assert_eq!(r.status, 429, "{}", r.body.chars().take(300).collect::<String>());
+    assert!(r.json()["detail"].as_str().unwrap().contains("at most 10000 (--max-footer-files)"));
+    let r = d.call("POST", "/v1/datasets", Some(split_by_rows(&vec![path; 10_000])));
+    assert_eq!(r.status, 200, "{}", r.body.chars().take(300).collect::<String>());
+}
+
+/// A registration whose caller went away stops reading footers at its next file: before, it
+/// read every one to the end.
+#[test]
+fn footer_reads_stop_when_their_caller_goes_away() {
+    let dir = TempDir::new("footer-cancel");
+    // 30 distinct files (a file's count is remembered by its identity) of 3 MB footers:
+    // seconds of walking in a debug build.
+    let file = parquet_bytes::many_row_groups(100_000);
+    let paths: Vec<String> = (0..30)
+        .map(|i| {
+            let name = format!("f{i}.parquet");
+            std::fs::write(dir.0.join(&name), &file).unwrap();
+            format!("{}/{name}", dir.path())
+        })
+        .collect();
+    let d = Dispatcher::start(&["--data-root", dir.path()]);
+    let pid = d.child.id();
+    let body = split_by_rows(&paths);
+    let stream = shardwise_tests::http_send("POST", &d.url, "/v1/datasets", Some(&body)).unwrap();
+    // Let the reads begin, then go away.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stream);
+    let (t, cpu) = (Instant::now(), cpu_seconds(pid));
+    let stopped = shardwise_tests::try_poll_until(Duration::from_secs(20), || {
+        let out = d.output();
+        if out.contains("footer reads stopped: their caller went away") { Ok(()) } else { Err(()) }
+    });
+    let waited = t.elapsed();
+    // Then it is idle: no CPU time goes to reading footers for nobody.
+    std::thread::sleep(Duration::from_millis(500));
+    let (after, idle) = (cpu_seconds(pid), cpu_seconds(pid));
+    std::thread::sleep(Duration::from_millis(500));
+    let idle = cpu_seconds(pid) - idle;
+    println!(
+        "stopped {} {:.1} s after the caller went away; {:.2} CPU s spent after it; {idle:.2} \
+         CPU s in the next 0.5 s",
+        if stopped.is_ok() { "(logged)" } else { "(never logged)" },
+        waited.as_secs_f64(),
+        after - cpu
+    );
+    assert!(stopped.is_ok(), "the dispatcher went on reading: {}", d.output());
+}
+
+/// The CPU time a process used so far (user and system), in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').unwrap().1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
 }

@@ -157,6 +157,10 @@ pub struct WorkerArgs {
     /// RESOURCE_EXHAUSTED, naming it. Default: --max-buffer-bytes.
     #[arg(long, env = "SHARDWISE_WORKER_MAX_REPLY_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_reply_bytes: Option<u64>,
+    /// The largest Parquet footer read, in bytes (a file with a larger one fails its task
+    /// with RESOURCE_EXHAUSTED); a footer's decoded metadata must also fit --max-buffer-bytes.
+    #[arg(long, env = "SHARDWISE_WORKER_MAX_FOOTER_BYTES", default_value_t = columnar::DEFAULT_MAX_FOOTER_BYTES, value_parser = clap::value_parser!(u64).range(12..))]
+    pub max_footer_bytes: u64,
     /// Serve TLS only (HTTP/1.1 and HTTP/2 by ALPN) with this PEM certificate chain (the
     /// worker's certificate first); needs --tls-key. Clients then read elements over
     /// `https://`.
@@ -188,6 +192,7 @@ impl WorkerArgs {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_buffer_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             max_reply_bytes: None,
+            max_footer_bytes: columnar::DEFAULT_MAX_FOOTER_BYTES,
             tls_cert: None,
             tls_key: None,
             ca_file: None,
@@ -210,6 +215,8 @@ pub struct Shared {
     pub(crate) limits: Limits,
     /// The most bytes of one read's reply (`--max-reply-bytes`).
     pub(crate) max_reply_bytes: u64,
+    /// The largest Parquet footer read (`--max-footer-bytes`).
+    pub(crate) max_footer_bytes: u64,
     tasks: Mutex<Tasks>,
     /// Heartbeat now (a client asked for a task this worker does not know).
     pub(crate) heartbeat_now: Notify,
@@ -642,6 +649,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
         files,
         limits: Limits { max_buffered_bytes: args.max_buffer_bytes },
         max_reply_bytes: args.max_reply_bytes.unwrap_or(args.max_buffer_bytes),
+        max_footer_bytes: args.max_footer_bytes,
         tasks: Mutex::default(),
         heartbeat_now: Notify::new(),
         report_now: Notify::new(),

@@ -271,10 +271,14 @@ impl Task {
     }
 
     /// How the task's columnar chunks are sized: about a sixteenth of its buffer's bytes (at
-    /// most 8 MiB), and never a chunk over the whole buffer.
-    fn read_options(&self) -> ReadOptions {
+    /// most 8 MiB), and never a chunk (or a decoded Parquet footer) over the whole buffer.
+    fn read_options(&self, shared: &Shared) -> ReadOptions {
         let max = self.limits.max_buffered_bytes;
-        ReadOptions { chunk_bytes: (max / 16).clamp(1, 8 << 20), max_chunk_bytes: max }
+        ReadOptions {
+            chunk_bytes: (max / 16).clamp(1, 8 << 20),
+            max_chunk_bytes: max,
+            max_footer_bytes: shared.max_footer_bytes,
+        }
     }
 
     /// First-come-first-served read of up to `max` elements (as many as `reply` fits),
@@ -368,7 +372,8 @@ impl Task {
                 Some(Action::ReadRows(request)) => {
                     let read = match &files {
                         Some(files) => {
-                            rows.next(&shared.files, files, &request, self.read_options()).await
+                            rows.next(&shared.files, files, &request, self.read_options(&shared))
+                                .await
                         }
                         None => Err(machine::TaskError::new(
                             Code::Internal,

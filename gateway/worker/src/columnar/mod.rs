@@ -22,8 +22,11 @@
 //!
 //! * Every read stays within the length the file had when it was opened (at most the
 //!   worker's `--max-file-bytes`, checked by [`DataRoots`]).
-//! * Parquet: the footer (at most [`MAX_FOOTER_BYTES`]) must lie within the file, its row
-//!   counts must add up, and every column chunk must lie within the file. A row group's
+//! * Parquet: the footer (at most `--max-footer-bytes`, [`ReadOptions::max_footer_bytes`])
+//!   must lie within the file, is walked before it is decoded (its decoded size, estimated
+//!   from its row groups and column chunks and measured after, must fit in
+//!   [`ReadOptions::max_chunk_bytes`]; see the `footer` module), its row counts must add up,
+//!   and every column chunk must lie within the file. A row group's
 //!   selected column chunks are read into memory (at most the file's size) and every page
 //!   header in them is parsed and checked *before* the decoder sees those same bytes: each
 //!   page must fit in its chunk, the sizes the header declares must fit in the bytes left, and
@@ -67,6 +70,7 @@
 mod arrow_file;
 mod codec;
 mod example;
+mod footer;
 mod pages;
 mod parquet;
 mod schema;
@@ -84,7 +88,8 @@ use shardwise_http::{Code, Problem};
 
 use crate::files::{DataRoots, shown};
 
-pub use self::parquet::{MAX_FOOTER_BYTES, parquet_row_counts};
+pub use self::footer::{DEFAULT_MAX_FOOTER_BYTES, DEFAULT_MAX_FOOTER_FILES, RowCounts};
+pub use self::parquet::parquet_row_counts;
 
 /// The class of a file that does not decode (a bad magic, a truncation, a CRC mismatch).
 ///
@@ -99,8 +104,11 @@ pub struct ReadOptions {
     /// The decoded size a chunk aims at, in bytes; a chunk holds at least one row.
     pub chunk_bytes: u64,
     /// The most a chunk (or one row or record) may decode to: more is refused with
-    /// `RESOURCE_EXHAUSTED`. The worker passes its `--max-buffer-bytes`.
+    /// `RESOURCE_EXHAUSTED`. The worker passes its `--max-buffer-bytes`. A Parquet footer's
+    /// decoded metadata is bounded by it too.
     pub max_chunk_bytes: u64,
+    /// The largest Parquet footer read, in bytes (`--max-footer-bytes`).
+    pub max_footer_bytes: u64,
 }
 
 /// The rows `start..stop` of one columnar file, read a chunk at a time.

@@ -154,7 +154,7 @@ impl Sub {
 #[derive(Debug)]
 pub(crate) struct Malformed(pub(crate) String);
 
-fn malformed(why: &str) -> Malformed {
+pub(crate) fn malformed(why: &str) -> Malformed {
     Malformed(why.to_owned())
 }
 
@@ -167,13 +167,13 @@ const BOOL_FALSE: u8 = 2;
 const BYTE: u8 = 3;
 const I16: u8 = 4;
 const I32: u8 = 5;
-const I64: u8 = 6;
+pub(crate) const I64: u8 = 6;
 const DOUBLE: u8 = 7;
 const BINARY: u8 = 8;
-const LIST: u8 = 9;
+pub(crate) const LIST: u8 = 9;
 const SET: u8 = 10;
 const MAP: u8 = 11;
-const STRUCT: u8 = 12;
+pub(crate) const STRUCT: u8 = 12;
 
 pub(crate) struct Reader<'a> {
     pub(crate) buf: &'a [u8],
@@ -253,7 +253,7 @@ impl Reader<'_> {
     }
 
     /// The next field header of a struct (its id and type), or `None` at its end.
-    fn field(&mut self, last: &mut i16) -> Result<Option<(i16, u8)>, Malformed> {
+    pub(crate) fn field(&mut self, last: &mut i16) -> Result<Option<(i16, u8)>, Malformed> {
         let b = self.byte()?;
         if b == 0 {
             return Ok(None);
@@ -270,7 +270,7 @@ impl Reader<'_> {
     }
 
     /// Skips a value of type `ty` (`in_list`: a list element, where booleans take a byte).
-    fn skip(&mut self, ty: u8, depth: u32, in_list: bool) -> Result<(), Malformed> {
+    pub(crate) fn skip(&mut self, ty: u8, depth: u32, in_list: bool) -> Result<(), Malformed> {
         if depth > MAX_DEPTH {
             return Err(malformed("nests too deep"));
         }
@@ -284,16 +284,7 @@ impl Reader<'_> {
                 self.take(usize::try_from(len).unwrap_or(usize::MAX))
             }
             LIST | SET => {
-                let head = self.byte()?;
-                let elem = head & 0x0f;
-                let size = match head >> 4 {
-                    15 => self.varint()?,
-                    n => u64::from(n),
-                };
-                // Every element takes at least one byte.
-                if size > self.left() {
-                    return Err(malformed("declares a list longer than its bytes"));
-                }
+                let (size, elem) = self.list_header()?;
                 for _ in 0..size {
                     self.skip(elem, depth + 1, true)?;
                 }
@@ -323,6 +314,21 @@ impl Reader<'_> {
             }
             _ => Err(malformed("has a value of an unknown type")),
         }
+    }
+
+    /// A list's (or set's) header: its size (at most the bytes left, as every element takes
+    /// at least one) and its elements' type.
+    pub(crate) fn list_header(&mut self) -> Result<(u64, u8), Malformed> {
+        let head = self.byte()?;
+        let elem = head & 0x0f;
+        let size = match head >> 4 {
+            15 => self.varint()?,
+            n => u64::from(n),
+        };
+        if size > self.left() {
+            return Err(malformed("declares a list longer than its bytes"));
+        }
+        Ok((size, elem))
     }
 
     fn left(&self) -> u64 {
@@ -355,6 +361,10 @@ impl Reader<'_> {
             }
         }
         Err(malformed("has a varint longer than 10 bytes"))
+    }
+
+    pub(crate) fn i64(&mut self) -> Result<i64, Malformed> {
+        Ok(unzigzag(self.varint()?))
     }
 
     fn i32(&mut self) -> Result<i32, Malformed> {

@@ -18,38 +18,29 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::arrow::{FieldLevels, ProjectionMask, parquet_to_arrow_field_levels};
 use parquet::file::metadata::{
-    FooterTail, PageIndexPolicy, ParquetMetaData, ParquetMetaDataOptions, ParquetMetaDataReader,
+    PageIndexPolicy, ParquetMetaData, ParquetMetaDataOptions, ParquetMetaDataReader,
     ParquetStatisticsPolicy,
 };
 use shardwise_core::dataset::{FilesDef, RowsRequest};
 use shardwise_http::{Code, Problem};
 
+use super::footer::{DEFAULT_MAX_FOOTER_BYTES, RowCounts, footer_bytes, shape};
 use super::pages::{self, GroupPages, PageError, Ranges};
 use super::schema::{Plan, quoted};
 use super::{
     ReadOptions, Source, Span, corrupt, guarded, read_at, rows_of, rows_per_chunk, too_large,
 };
 use crate::DataRoots;
-use crate::files::shown;
-
-/// The largest Parquet footer read (its decoded metadata takes several times its size).
-pub const MAX_FOOTER_BYTES: u64 = 32 << 20;
 
 /// How many empty batches in a row a row group's decoder may give.
 const MAX_EMPTY_BATCHES: usize = 1 << 16;
 
-/// The magic at both ends of a Parquet file.
-const MAGIC: &[u8; 4] = b"PAR1";
-
-/// Row counts of Parquet files from their footers (for splits by rows), in order.
+/// Row counts of Parquet files from their footers (for splits by rows), in order: footers of
+/// at most [`DEFAULT_MAX_FOOTER_BYTES`], walked, not decoded (see [`RowCounts`], which a
+/// dispatcher keeps, with its flags and its cache).
 pub fn parquet_row_counts(roots: &DataRoots, paths: &[String]) -> Result<Vec<u64>, Problem> {
-    paths
-        .iter()
-        .map(|path| {
-            let (file, len) = roots.open_blocking(path)?;
-            Ok(footer(path, &file, len)?.1)
-        })
-        .collect()
+    RowCounts::new(roots.clone(), DEFAULT_MAX_FOOTER_BYTES, usize::MAX)
+        .count(paths, &std::sync::atomic::AtomicBool::new(false))
 }
 
 /// The rows of a range of a Parquet file.
@@ -93,7 +84,7 @@ impl ParquetRows {
         opts: &ReadOptions,
     ) -> Result<ParquetRows, Problem> {
         let Source { path, file, len } = source;
-        let (metadata, rows) = footer(path, &file, len)?;
+        let (metadata, rows) = footer(path, &file, len, opts)?;
         check_chunks(path, &metadata, len)?;
         let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Skip);
         let metadata = guarded(path, "its schema", || {
@@ -346,39 +337,25 @@ fn check_chunks(path: &str, md: &ParquetMetaData, len: u64) -> Result<(), Proble
     Ok(())
 }
 
-/// The footer of a Parquet file of `len` bytes, and its row count.
-fn footer(path: &str, file: &File, len: u64) -> Result<(ParquetMetaData, u64), Problem> {
-    let not_parquet = |why: &str| corrupt(path, format_args!("is not a Parquet file ({why})"));
-    if len < 12 {
-        return Err(not_parquet("it is too short"));
+/// The footer of a Parquet file of `len` bytes, decoded, and its row count: at most
+/// `--max-footer-bytes` of it read, and decoded only once its walk's estimate of the decoded
+/// size fits `max_chunk_bytes` (a task's `--max-buffer-bytes`; see the `footer` module).
+fn footer(
+    path: &str,
+    file: &File,
+    len: u64,
+    opts: &ReadOptions,
+) -> Result<(ParquetMetaData, u64), Problem> {
+    let bytes = footer_bytes(path, file, len, opts.max_footer_bytes)?;
+    let shape = shape(path, &bytes)?;
+    let max = opts.max_chunk_bytes;
+    let what = format_args!(
+        "its footer ({} row groups of {} column chunks in all, decoded)",
+        shape.row_groups, shape.chunks
+    );
+    if shape.decoded_bytes() > max {
+        return Err(too_large(path, what, shape.decoded_bytes(), max));
     }
-    if read_at(path, file, 0, 4)? != MAGIC {
-        return Err(not_parquet("no PAR1 magic at its start"));
-    }
-    let tail = read_at(path, file, len - 8, 8)?;
-    let tail: [u8; 8] = tail.try_into().map_err(|_| not_parquet("it is too short"))?;
-    let tail = FooterTail::try_new(&tail).map_err(|_| not_parquet("no PAR1 magic at its end"))?;
-    if tail.is_encrypted_footer() {
-        return Err(corrupt(path, "has an encrypted footer, which this worker does not read"));
-    }
-    let size = u64::try_from(tail.metadata_length()).unwrap_or(u64::MAX);
-    if size > len - 12 {
-        return Err(corrupt(
-            path,
-            format_args!("declares a footer of {size} bytes, more than the file holds"),
-        ));
-    }
-    if size > MAX_FOOTER_BYTES {
-        return Err(Problem::new(
-            Code::ResourceExhausted,
-            format!(
-                "file {} has a footer of {size} bytes; a worker reads footers of at most \
-                 {MAX_FOOTER_BYTES}",
-                shown(path)
-            ),
-        ));
-    }
-    let bytes = read_at(path, file, len - 8 - size, size)?;
     let options = ParquetMetaDataOptions::new()
         .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
         .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll)
@@ -387,6 +364,11 @@ fn footer(path: &str, file: &File, len: u64) -> Result<(ParquetMetaData, u64), P
         ParquetMetaDataReader::decode_metadata_with_options(&bytes, Some(&options))
     })?
     .map_err(|e| corrupt(path, format_args!("has a footer that does not decode: {e}")))?;
+    drop(bytes);
+    let decoded = u64::try_from(md.memory_size()).unwrap_or(u64::MAX);
+    if decoded > max {
+        return Err(too_large(path, what, decoded, max));
+    }
     let mut rows = 0u64;
     for (i, rg) in md.row_groups().iter().enumerate() {
         let n = u64::try_from(rg.num_rows())
