@@ -162,7 +162,7 @@ pub struct DispatcherArgs {
     #[arg(long, env = "SHARDWISE_MAX_FOOTER_FILES", default_value_t = shardwise_worker::columnar::DEFAULT_MAX_FOOTER_FILES, value_parser = parse_positive)]
     pub max_footer_files: usize,
     /// Registrations reading footers at once (each holds at most one footer); more wait for
-    /// their turn, up to 30 s, then are answered UNAVAILABLE. Identical files are read once:
+    /// their turn, up to 20 s, then are answered UNAVAILABLE. Identical files are read once:
     /// their row counts are remembered by the file's identity.
     #[arg(long, env = "SHARDWISE_MAX_FOOTER_READS", default_value_t = DEFAULT_FOOTER_READS, value_parser = parse_positive)]
     pub max_footer_reads: usize,

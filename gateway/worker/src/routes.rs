@@ -67,14 +67,20 @@ pub struct ArrowStream(pub Vec<u8>);
         ElementsQuery,
         ("Accept" = Option<String>, Header, description = "`application/vnd.apache.arrow.stream` \
          for an Arrow IPC stream (columnar datasets only: parquet, arrow and tfrecord files); \
-         JSON otherwise."),
+         JSON otherwise. Weights are honoured (RFC 9110): the type of the higher `;q=` wins \
+         (`q=0`: not this; the most specific range applies), Arrow on a tie when it is named; \
+         a weight that is not a number from 0 to 1 is a 400."),
         ("shardwise-arrow-compression" = Option<String>, Header, description = "With Arrow: \
          `lz4` or `zstd` (Arrow IPC's LZ4 frame and Zstandard buffer compression), or `none`; \
-         a comma-separated list in order of preference, like `Accept-Encoding` (the first value \
-         the worker knows wins; unknown values are passed over). Default: uncompressed."),
+         a comma-separated list read like `Accept-Encoding`: the known value of the highest \
+         `;q=` weight wins (`q=0`: not this), the first listed among equals, and unknown \
+         values are passed over. A header that names no value the worker serves (`brotli`, \
+         `zstd;q=0`) is a 400 naming them. Default: uncompressed."),
     ),
     responses(
-        (status = 200, description = "The next elements, and whether the task is over. With \
+        (status = 200, description = "The next elements (as many as fit the worker's \
+         `--max-reply-bytes` as written, at most `max`; the rest come with the next read), and \
+         whether the task is over. With \
          `Accept: application/vnd.apache.arrow.stream`, one Arrow IPC stream (schema, record \
          batches, end-of-stream marker) holding the next rows, `max` counting rows (a `batch` \
          transform's batch is one record batch of that many rows); fixed-shape tensors are \
@@ -87,8 +93,17 @@ pub struct ArrowStream(pub Vec<u8>);
              (ArrowStream = "application/vnd.apache.arrow.stream"),
          ),
          headers(("shardwise-end-of-sequence" = String, description = "`true` when the task is over (Arrow replies; JSON replies say it in the body), `false` otherwise."))),
+        (status = 400, description = "The request is invalid (`INVALID_ARGUMENT`): a bad id, \
+         `max` or query; an `Accept` weight that is not one; a `shardwise-arrow-compression` \
+         header naming no compression the worker serves.", body = Problem,
+         content_type = "application/problem+json"),
         (status = 406, description = "Arrow was asked for a dataset whose elements are JSON \
          values (`FAILED_PRECONDITION`).", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The next element does not fit alone in one reply as it \
+         would be written (the worker's `--max-reply-bytes`): `RESOURCE_EXHAUSTED` naming it \
+         (its row in its file); it stays unread, and the same read is refused the same way: \
+         read it as Arrow (where a row usually takes less), or raise the flag.", body = Problem,
+         content_type = "application/problem+json"),
     )
 )]
 pub async fn get_elements(
