@@ -11,8 +11,9 @@
 //! - Parquet footers read by a dispatcher to count rows (a source split by rows) are bounded
 //!   (`--max-footer-bytes`, `--max-footer-files`, `--max-footer-reads`), walked rather than
 //!   decoded, remembered by the file's identity, and no longer read once their caller is
-//!   gone: four registrations of a file of 1,000,000 row groups (a 33 MB footer) at once
-//!   (before: +506 MB each, 2.25 GB kept).
+//!   gone: four registrations of a file of 1,000,000 row groups (a 31 MB footer) at once
+//!   (before: +506 MB each, 2.25 GB kept). A worker reads footers within the same flag, and
+//!   decodes one only when its metadata fits the task's `--max-buffer-bytes`.
 
 use std::time::{Duration, Instant};
 
@@ -514,4 +515,123 @@ fn cpu_seconds(pid: u32) -> f64 {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
     ticks / 100.0
+}
+
+/// Issue 30, defect 4 on the worker: a worker decoded the footer of every Parquet file it
+/// opened, whole, outside `--max-buffer-bytes` (about 500 MB for 1,000,000 row groups). The
+/// footer is now read within `--max-footer-bytes` and decoded only when its metadata fits the
+/// task's `--max-buffer-bytes`.
+#[test]
+fn worker_footers_are_bounded_by_their_flag_and_the_task_budget() {
+    let dir = TempDir::new("worker-footers");
+    std::fs::write(dir.0.join("big.parquet"), parquet_bytes::many_row_groups(1_000_000)).unwrap();
+    let ds = parquet(&format!("{}/big.parquet", dir.path()));
+    for (flags, want) in [
+        (&[][..], "footers of at most 16777216 bytes are read (--max-footer-bytes)"),
+        (
+            &["--max-footer-bytes", "67108864"][..],
+            "its footer (1000000 row groups of 1000000 column chunks in all, decoded)",
+        ),
+    ] {
+        let d = Dispatcher::start(&[]);
+        let mut args = vec!["--data-root", dir.path(), "--max-buffer-bytes", "16777216"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--heartbeat-interval", "200ms"]);
+        let w = Worker::start(&d.url, &args);
+        let pid = w.child.id();
+        let before = peak_rss_mib(pid);
+        let t = Instant::now();
+        let read = read_within(&d.url, ds.clone(), Duration::from_secs(60));
+        let peak = peak_rss_mib(pid);
+        println!(
+            "{flags:?}: {:.1} s, worker peak RSS {before} -> {peak} MiB",
+            t.elapsed().as_secs_f64()
+        );
+        assert!(
+            peak - before < 100,
+            "{flags:?}: the worker's peak RSS grew by {} MiB",
+            peak - before
+        );
+        let err = read.expect("an answer within a minute").expect_err("a refusal");
+        assert_eq!(err.code(), "RESOURCE_EXHAUSTED", "{err}");
+        assert!(err.to_string().contains(want), "{want:?} not in {err}");
+    }
+}
+
+/// Arrow replies are measured as written too: rows of three files, each with its own 256 KiB
+/// dictionary, fit two files' rows in one stream only if both dictionaries fit, which a 400 KB
+/// budget does not allow: each reply stays within it (fewer rows), and every row comes once.
+#[test]
+fn arrow_replies_stop_at_their_byte_budget_and_every_row_comes_once() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    let dir = TempDir::new("arrow-replies");
+    let mut paths = Vec::new();
+    for k in 0..3u8 {
+        // 300 rows (ids 300 k..300 k + 300) over one 256 KiB string of its own.
+        let text = String::from(char::from(b'a' + k)).repeat(256 << 10);
+        let (schema, columns) = repeated_string(&text);
+        let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns).unwrap();
+        let ids =
+            arrow_array::Int64Array::from_iter_values(300 * i64::from(k)..300 * i64::from(k) + 300);
+        let batch = batch.slice(0, 300);
+        let batch = arrow_array::RecordBatch::try_new(
+            schema.clone(),
+            vec![std::sync::Arc::new(ids), batch.column(1).clone()],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut w = arrow_ipc::writer::FileWriter::try_new(&mut out, &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        let name = format!("f{k}.arrow");
+        std::fs::write(dir.0.join(&name), out).unwrap();
+        paths.push(format!("{}/{name}", dir.path()));
+    }
+    let budget = 400_000;
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(
+        &d.url,
+        &[
+            "--data-root",
+            dir.path(),
+            "--max-reply-bytes",
+            "400000",
+            "--heartbeat-interval",
+            "200ms",
+        ],
+    );
+    let tasks =
+        raw_iteration(&d, json!({"source": {"files": {"paths": paths, "format": "arrow"}}}));
+    let (task, _) = &tasks[0];
+    let (mut ids, mut sizes) = (Vec::new(), Vec::new());
+    for _ in 0..2_000 {
+        let mut conn =
+            shardwise_tests::rawhttp::Conn::open(&w.url, Duration::from_secs(30)).unwrap();
+        let request = shardwise_tests::rawhttp::Request::new(
+            "GET",
+            &format!("/v1/tasks/{task}/elements?max=1000"),
+        )
+        .header("accept", "application/vnd.apache.arrow.stream");
+        conn.send(&request).unwrap();
+        let head = conn.read_head().unwrap();
+        let body = conn.read_body(&head).unwrap();
+        if head.status == 404 {
+            continue;
+        }
+        assert_eq!(head.status, 200, "{}", String::from_utf8_lossy(&body[..body.len().min(500)]));
+        sizes.push(body.len());
+        let reader =
+            arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None).unwrap();
+        for b in reader {
+            ids.extend(b.unwrap().column(0).as_primitive::<Int64Type>().values().iter().copied());
+        }
+        if head.header("shardwise-end-of-sequence") == Some("true") {
+            break;
+        }
+    }
+    println!("{} reads, replies of {sizes:?} bytes", sizes.len());
+    assert!(sizes.iter().all(|s| *s <= budget), "{sizes:?}");
+    assert_eq!(ids, (0..900).collect::<Vec<_>>(), "every row once, in order");
 }
