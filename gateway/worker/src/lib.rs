@@ -154,7 +154,7 @@ pub struct WorkerArgs {
     /// The most bytes one read's reply takes (its JSON or Arrow body, as written, not as its
     /// rows are held): a read of `max` elements answers as many as fit and leaves the rest
     /// for the next read; an element that does not fit alone is refused with
-    /// RESOURCE_EXHAUSTED, naming it. Default: --max-buffer-bytes.
+    /// RESOURCE_EXHAUSTED, naming it. Default: --max-buffer-bytes (at least 64 KiB).
     #[arg(long, env = "SHARDWISE_WORKER_MAX_REPLY_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_reply_bytes: Option<u64>,
     /// The largest Parquet footer read, in bytes (a file with a larger one fails its task
@@ -648,7 +648,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
         buffer: args.buffer,
         files,
         limits: Limits { max_buffered_bytes: args.max_buffer_bytes },
-        max_reply_bytes: args.max_reply_bytes.unwrap_or(args.max_buffer_bytes),
+        max_reply_bytes: args.max_reply_bytes.unwrap_or(args.max_buffer_bytes.max(64 << 10)),
         max_footer_bytes: args.max_footer_bytes,
         tasks: Mutex::default(),
         heartbeat_now: Notify::new(),

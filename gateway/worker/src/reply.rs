@@ -188,9 +188,15 @@ impl Reply {
         }
     }
 
+    /// The budget of a reply of `n` elements: a reply of none (an empty read, the end, a gone
+    /// task's answer) is always written.
+    fn budget_for(&self, n: usize) -> usize {
+        if n == 0 { usize::MAX } else { self.budget }
+    }
+
     /// `elements` as the start of a JSON body, all of them within the budget.
     fn json_of(&self, elements: &[Element], index: u64) -> Result<(JsonOut, Vec<usize>), Problem> {
-        let mut out = JsonOut::new(self.budget);
+        let mut out = JsonOut::new(self.budget_for(elements.len()));
         let mut ends = Vec::with_capacity(elements.len());
         let over = |e: Option<&Element>| match e {
             Some(e) => self.too_large(e, index),
@@ -221,7 +227,8 @@ impl Reply {
     ) -> Result<Vec<u8>, Unwritten> {
         let schema = schema_of(elements).or_else(|| schema.map(Arc::clone));
         let batches = record_batches(elements)?;
-        write_stream_within(schema.as_ref(), &batches, origin, compression, self.budget)
+        let budget = self.budget_for(elements.len());
+        write_stream_within(schema.as_ref(), &batches, origin, compression, budget)
     }
 
     /// An element that does not fit alone in a reply.
