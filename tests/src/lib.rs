@@ -8,6 +8,7 @@ pub mod fake_k8s;
 pub mod fuzz;
 pub mod graphs;
 pub mod markdown;
+pub mod parquet_bytes;
 pub mod pyenv;
 pub mod rawhttp;
 pub mod tf;
@@ -525,6 +526,24 @@ impl Drop for Worker {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A line of `/proc/PID/status` (`VmHWM`, `VmRSS`: in KiB there), in MiB.
+fn status_mib(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("a live process");
+    let line = status.lines().find(|l| l.starts_with(key)).expect("the key");
+    let kib: u64 = line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("KiB");
+    kib >> 10
+}
+
+/// The peak resident memory of a live process so far (`VmHWM`), in MiB.
+pub fn peak_rss_mib(pid: u32) -> u64 {
+    status_mib(pid, "VmHWM:")
+}
+
+/// The resident memory of a live process now (`VmRSS`), in MiB.
+pub fn rss_mib(pid: u32) -> u64 {
+    status_mib(pid, "VmRSS:")
 }
 
 /// The repository's root directory.

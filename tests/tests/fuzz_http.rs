@@ -384,7 +384,7 @@ fn dispatcher() -> (tokio::runtime::Runtime, axum::Router, DriverHandle, MemoryJ
         max_resolve_tasks: shardwise_core::cluster::slurm::DEFAULT_MAX_TASKS,
         routes: Arc::new(RouteMetrics::for_document(&api_router().1)),
         pusher: Default::default(),
-        parquet_roots: None,
+        footers: None,
     };
     let limits = LimitConfig { max_body_bytes: 1 << 20, ..LimitConfig::default() };
     let app = router(state, limits, None);

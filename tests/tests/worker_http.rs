@@ -1184,3 +1184,77 @@ fn a_task_the_dispatcher_never_assigned_is_not_found_for_good() {
         raw_iteration(&d, json!({"source": {"range": {"stop": 3}}}), json!("parallel_epochs"));
     assert_eq!(ints(&read_task(&w.url, &tasks[0].0)), [0, 1, 2]);
 }
+
+/// One read of a task with `headers`: the status, the content type and the body's bytes
+/// (the worker's 404 retried while it fetches the task).
+fn read_with(worker: &str, task: &str, headers: &[(&str, &str)]) -> (u16, String, Vec<u8>) {
+    let path = format!("/v1/tasks/{task}/elements?max=10");
+    for _ in 0..2_000 {
+        let mut request = rawhttp::Request::new("GET", &path);
+        for (k, v) in headers {
+            request = request.header(k, v);
+        }
+        let mut conn = rawhttp::Conn::open(worker, Duration::from_secs(30)).unwrap();
+        conn.send(&request).unwrap();
+        let head = conn.read_head().unwrap();
+        let body = conn.read_body(&head).unwrap();
+        if head.status == 404 {
+            continue;
+        }
+        let content_type = head.header("content-type").unwrap_or_default().to_owned();
+        return (head.status, content_type, body);
+    }
+    panic!("task {task} never came");
+}
+
+/// Issue 30, rough edges: an unknown `shardwise-arrow-compression` was served uncompressed
+/// without a word, and `Accept` weights were ignored (`application/json` preferred by its
+/// weight still got Arrow). Now a compression header naming nothing the worker serves is a 400
+/// naming what it serves, and `Accept` is negotiated by weight (RFC 9110).
+#[test]
+fn accept_weights_are_honoured_and_unknown_compressions_refused() {
+    let dir = TempDir::new("negotiation");
+    let values: Vec<u8> = (0..3i64).flat_map(i64::to_le_bytes).collect();
+    let file = shardwise_tests::parquet_bytes::one_page(0, &values, 3);
+    std::fs::write(dir.0.join("x.parquet"), file).unwrap();
+    let d = Dispatcher::start(&[]);
+    let w = Worker::start(&d.url, &[WORKER, &["--data-root", dir.path()]].concat());
+    let path = format!("{}/x.parquet", dir.path());
+    let ds = json!({"source": {"files": {"paths": [path], "format": "parquet"}}, "transforms": [{"repeat": null}]});
+    let tasks = raw_iteration(&d, ds, json!("parallel_epochs"));
+    let (task, _) = &tasks[0];
+    const ARROW: &str = "application/vnd.apache.arrow.stream";
+    let answers = |accept: &str| read_with(&w.url, task, &[("accept", accept)]).1;
+    for (accept, want) in [
+        (ARROW, ARROW),
+        ("application/json", "application/json"),
+        // The higher weight wins; a tie goes to Arrow when it is named; q=0 is "not this".
+        ("application/vnd.apache.arrow.stream;q=0.5, application/json", "application/json"),
+        ("application/json;q=0.1, application/vnd.apache.arrow.stream;q=0.9", ARROW),
+        ("application/json, application/vnd.apache.arrow.stream", ARROW),
+        ("application/vnd.apache.arrow.stream;q=0", "application/json"),
+        ("*/*", "application/json"),
+        ("application/*;q=0.2, application/vnd.apache.arrow.stream;q=0.1", "application/json"),
+        ("application/json;q=0, */*", ARROW),
+    ] {
+        assert_eq!(answers(accept), want, "Accept: {accept}");
+    }
+    let (status, _, body) = read_with(&w.url, task, &[("accept", "application/json;q=2")]);
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+
+    // The compression header: a codec the worker serves, or a 400 naming them.
+    let arrow_with = |value: &str| {
+        read_with(&w.url, task, &[("accept", ARROW), ("shardwise-arrow-compression", value)])
+    };
+    for value in ["zstd", "bogus, lz4", "zstd;q=0.2, lz4;q=0.8", "none"] {
+        let (status, content_type, _) = arrow_with(value);
+        assert_eq!((status, content_type.as_str()), (200, ARROW), "{value}");
+    }
+    for value in ["brotli", "gzip, br", "zstd;q=0"] {
+        let (status, _, body) = arrow_with(value);
+        let p: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((status, p["code"].as_str()), (400, Some("INVALID_ARGUMENT")), "{value}: {p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(detail.contains("ask for lz4, zstd or none"), "{value}: {detail}");
+    }
+}

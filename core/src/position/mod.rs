@@ -170,6 +170,26 @@ impl OriginRun {
         });
     }
 
+    /// The runs covering the first `n` elements covered by `runs` (fewer when `runs` covers
+    /// fewer), as [`OriginRun::take_front`] would take them, leaving `runs` as they are.
+    pub fn front(runs: &std::collections::VecDeque<OriginRun>, n: u64) -> Vec<OriginRun> {
+        let mut out = Vec::new();
+        let mut left = n;
+        for run in runs {
+            if left == 0 {
+                break;
+            }
+            if run.count <= left {
+                left -= run.count;
+                out.push(*run);
+            } else {
+                out.push(OriginRun { count: left, end: false, ..*run });
+                left = 0;
+            }
+        }
+        out
+    }
+
     /// Takes the runs covering the first `n` elements covered by `runs` (fewer when `runs`
     /// covers fewer), cutting the run in which the `n`th element falls in two.
     pub fn take_front(runs: &mut std::collections::VecDeque<OriginRun>, n: u64) -> Vec<OriginRun> {
@@ -220,6 +240,11 @@ mod run_tests {
             [r(0, 0, 3, true), r(10, 0, 1, false), r(10, 2, 1, false), r(0, 3, 1, false)]
         );
         let mut q: std::collections::VecDeque<_> = runs.into();
+        // Looking at the front takes nothing, and answers what taking it would.
+        for n in 0..7 {
+            let mut taken = q.clone();
+            assert_eq!(OriginRun::front(&q, n), OriginRun::take_front(&mut taken, n), "{n}");
+        }
         assert_eq!(OriginRun::take_front(&mut q, 2), [r(0, 0, 2, false)]);
         assert_eq!(
             OriginRun::take_front(&mut q, 3),

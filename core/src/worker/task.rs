@@ -497,6 +497,19 @@ impl Task {
         self.buf.len() + round_unread(self.rounds.as_ref())
     }
 
+    /// The buffered elements a read of [`Read::Elements`] would take, front first, with their
+    /// weights: a reader that answers fewer than `max` (a reply's byte budget) looks at them
+    /// and then reads exactly the number it chose, in the same critical section.
+    pub fn buffered(&self) -> impl Iterator<Item = (&Element, u64)> + '_ {
+        self.buf.iter().map(|(e, w)| (e, *w))
+    }
+
+    /// The origin runs a read of the first `n` buffered elements would answer (`None` when
+    /// origins are not tracked), without taking them.
+    pub fn buffered_origin(&self, n: usize) -> Option<Vec<OriginRun>> {
+        self.origins.as_ref().map(|runs| OriginRun::front(runs, n as u64))
+    }
+
     /// The ids of the splits fetched last and not yet acknowledged.
     pub fn held_splits(&self) -> &[SplitId] {
         &self.held

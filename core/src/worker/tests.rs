@@ -528,6 +528,27 @@ fn handed_out_elements_carry_their_positions() {
     assert_eq!(flat, expected);
 }
 
+/// A reader may look at the buffered elements and their origins, then take exactly as many
+/// as it chose: what it saw is what it gets.
+#[test]
+fn buffered_elements_and_their_origins_are_what_a_read_takes() {
+    let mut c = Cluster::new(json!({"source": {"range": {"start": 100, "stop": 110}}}), 3);
+    let mut task = c.worker(1, "p");
+    assert!(read(&mut task, 1).is_none());
+    c.serve(&mut task, 2, "p");
+    let seen: Vec<(Value, u64)> =
+        task.buffered().map(|(e, w)| (e.as_value().unwrap().clone(), w)).collect();
+    assert_eq!(seen.len(), 8, "a buffer of 8");
+    assert!(seen.iter().all(|(_, w)| *w > 0));
+    let origin = task.buffered_origin(4);
+    assert_eq!(task.buffered().count(), 8, "looking took nothing");
+    let r = read(&mut task, 4).unwrap().unwrap();
+    let taken: Vec<Value> = seen.iter().take(4).map(|(v, _)| v.clone()).collect();
+    assert_eq!(r.elements.iter().map(|e| e.as_value().unwrap().clone()).collect::<Vec<_>>(), taken);
+    assert_eq!(r.origin, origin);
+    assert_eq!(task.buffered().next().unwrap().0.as_value(), Some(&json!(104)));
+}
+
 /// Inputs nobody asked for change nothing.
 #[test]
 fn unasked_answers_are_ignored() {

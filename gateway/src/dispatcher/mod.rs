@@ -159,6 +159,20 @@ pub struct DispatcherArgs {
     /// more files.
     #[arg(long, env = "SHARDWISE_MAX_GLOB_ENTRIES", default_value_t = crate::tf::files::DEFAULT_MAX_GLOB_ENTRIES, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_glob_entries: u64,
+    /// The largest Parquet footer read to count a file's rows (a Parquet source split by
+    /// rows), in bytes; a file with a larger one is refused with RESOURCE_EXHAUSTED. Footers
+    /// are walked for their row counts, never decoded.
+    #[arg(long, env = "SHARDWISE_MAX_FOOTER_BYTES", default_value_t = shardwise_worker::columnar::DEFAULT_MAX_FOOTER_BYTES, value_parser = clap::value_parser!(u64).range(12..))]
+    pub max_footer_bytes: u64,
+    /// The most files whose footers one registration reads (a Parquet source split by rows);
+    /// more is refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "SHARDWISE_MAX_FOOTER_FILES", default_value_t = shardwise_worker::columnar::DEFAULT_MAX_FOOTER_FILES, value_parser = parse_positive)]
+    pub max_footer_files: usize,
+    /// Registrations reading footers at once (each holds at most one footer); more wait for
+    /// their turn, up to 20 s, then are answered UNAVAILABLE. Identical files are read once:
+    /// their row counts are remembered by the file's identity.
+    #[arg(long, env = "SHARDWISE_MAX_FOOTER_READS", default_value_t = DEFAULT_FOOTER_READS, value_parser = parse_positive)]
+    pub max_footer_reads: usize,
     /// Keep the journal in etcd (its client URLs, comma separated: `http://host:port`), with
     /// replicas: every dispatcher started with the same --etcd and --etcd-prefix is one, one
     /// of them leads (elected with an etcd lease) and the others follow as hot standbys. Every
@@ -190,6 +204,17 @@ pub struct DispatcherArgs {
     /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
     #[arg(long, env = "SHARDWISE_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+}
+
+/// The default `--max-footer-reads`.
+pub const DEFAULT_FOOTER_READS: usize = 2;
+
+/// A count of at least 1.
+fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
+    }
 }
 
 /// `--leader-lease`: whole seconds, 2 s to 1 h.
@@ -269,6 +294,9 @@ impl Default for DispatcherArgs {
             deployment_mode: None,
             data_roots: Vec::new(),
             max_glob_entries: crate::tf::files::DEFAULT_MAX_GLOB_ENTRIES,
+            max_footer_bytes: shardwise_worker::columnar::DEFAULT_MAX_FOOTER_BYTES,
+            max_footer_files: shardwise_worker::columnar::DEFAULT_MAX_FOOTER_FILES,
+            max_footer_reads: DEFAULT_FOOTER_READS,
             etcd: Vec::new(),
             etcd_prefix: replica::DEFAULT_PREFIX.into(),
             leader_lease: Duration::from_secs(5),
@@ -513,14 +541,20 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
     config.validate().map_err(StartError::Config)?;
     let data_roots = crate::tf::files::DataRoots::new(&args.data_roots, args.max_glob_entries)
         .map_err(StartError::DataRoot)?;
-    // A footer is read, never a whole file: no size limit applies.
-    let parquet_roots = if args.data_roots.is_empty() {
+    // A footer is read, never a whole file: no file size limit applies, the footer's does.
+    let footers = if args.data_roots.is_empty() {
         None
     } else {
-        Some(
-            shardwise_worker::DataRoots::new(&args.data_roots, u64::MAX)
-                .map_err(|e| StartError::DataRoot(e.to_string()))?,
-        )
+        let roots = shardwise_worker::DataRoots::new(&args.data_roots, u64::MAX)
+            .map_err(|e| StartError::DataRoot(e.to_string()))?;
+        Some(std::sync::Arc::new(routes::Footers::new(
+            shardwise_worker::columnar::RowCounts::new(
+                roots,
+                args.max_footer_bytes,
+                args.max_footer_files,
+            ),
+            args.max_footer_reads,
+        )))
     };
     let cluster = match &args.cluster_config {
         None => None,
@@ -604,7 +638,7 @@ pub async fn start(args: DispatcherArgs) -> Result<Running, StartError> {
         max_resolve_tasks: args.max_resolve_tasks,
         routes: std::sync::Arc::new(metrics::RouteMetrics::for_document(&api_router().1)),
         pusher,
-        parquet_roots,
+        footers,
     };
     let app = router(state, args.limits(), tokens);
     let requests = grpc::budget::ReplyBudgets::new(

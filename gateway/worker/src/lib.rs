@@ -50,6 +50,7 @@
 pub mod columnar;
 pub mod columnar_out;
 mod files;
+mod reply;
 pub mod routes;
 mod rows;
 mod task;
@@ -150,6 +151,16 @@ pub struct WorkerArgs {
     /// with RESOURCE_EXHAUSTED); a task's element buffer also pauses production there.
     #[arg(long, env = "SHARDWISE_WORKER_MAX_BUFFER_BYTES", default_value_t = DEFAULT_MAX_BUFFERED_BYTES, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_buffer_bytes: u64,
+    /// The most bytes one read's reply takes (its JSON or Arrow body, as written, not as its
+    /// rows are held): a read of `max` elements answers as many as fit and leaves the rest
+    /// for the next read; an element that does not fit alone is refused with
+    /// RESOURCE_EXHAUSTED, naming it. Default: --max-buffer-bytes (at least 64 KiB).
+    #[arg(long, env = "SHARDWISE_WORKER_MAX_REPLY_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_reply_bytes: Option<u64>,
+    /// The largest Parquet footer read, in bytes (a file with a larger one fails its task
+    /// with RESOURCE_EXHAUSTED); a footer's decoded metadata must also fit --max-buffer-bytes.
+    #[arg(long, env = "SHARDWISE_WORKER_MAX_FOOTER_BYTES", default_value_t = columnar::DEFAULT_MAX_FOOTER_BYTES, value_parser = clap::value_parser!(u64).range(12..))]
+    pub max_footer_bytes: u64,
     /// Serve TLS only (HTTP/1.1 and HTTP/2 by ALPN) with this PEM certificate chain (the
     /// worker's certificate first); needs --tls-key. Clients then read elements over
     /// `https://`.
@@ -180,6 +191,8 @@ impl WorkerArgs {
             data_roots: Vec::new(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_buffer_bytes: DEFAULT_MAX_BUFFERED_BYTES,
+            max_reply_bytes: None,
+            max_footer_bytes: columnar::DEFAULT_MAX_FOOTER_BYTES,
             tls_cert: None,
             tls_key: None,
             ca_file: None,
@@ -200,6 +213,10 @@ pub struct Shared {
     pub(crate) files: DataRoots,
     /// The limits of every task's pipeline (and its element buffer's byte bound).
     pub(crate) limits: Limits,
+    /// The most bytes of one read's reply (`--max-reply-bytes`).
+    pub(crate) max_reply_bytes: u64,
+    /// The largest Parquet footer read (`--max-footer-bytes`).
+    pub(crate) max_footer_bytes: u64,
     tasks: Mutex<Tasks>,
     /// Heartbeat now (a client asked for a task this worker does not know).
     pub(crate) heartbeat_now: Notify,
@@ -631,6 +648,8 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
         buffer: args.buffer,
         files,
         limits: Limits { max_buffered_bytes: args.max_buffer_bytes },
+        max_reply_bytes: args.max_reply_bytes.unwrap_or(args.max_buffer_bytes.max(64 << 10)),
+        max_footer_bytes: args.max_footer_bytes,
         tasks: Mutex::default(),
         heartbeat_now: Notify::new(),
         report_now: Notify::new(),

@@ -14,13 +14,11 @@ use serde::{Deserialize, Serialize};
 use shardwise_core::dispatch::{IterationId, JobId, ShardingPolicy, TaskId};
 use utoipa::{IntoParams, ToSchema};
 
-use super::columnar_out::{
-    IpcCompression, parse_compression, record_batches, schema_of, to_json, write_stream,
-};
-use super::task::{Gone, ReadResult};
+use super::columnar_out::parse_compression;
+use super::reply::{Format, Reply};
+use super::task::Gone;
 use super::{Lookup, Shared};
 use shardwise_client::arrow_stream::{ARROW_STREAM, COMPRESSION_HEADER};
-use shardwise_core::dataset::Element;
 pub use shardwise_http::elements::{DEFAULT_MAX_ELEMENTS, Elements, MAX_ELEMENTS};
 use shardwise_http::{Code, Problem, auth};
 
@@ -69,14 +67,20 @@ pub struct ArrowStream(pub Vec<u8>);
         ElementsQuery,
         ("Accept" = Option<String>, Header, description = "`application/vnd.apache.arrow.stream` \
          for an Arrow IPC stream (columnar datasets only: parquet, arrow and tfrecord files); \
-         JSON otherwise."),
+         JSON otherwise. Weights are honoured (RFC 9110): the type of the higher `;q=` wins \
+         (`q=0`: not this; the most specific range applies), Arrow on a tie when it is named; \
+         a weight that is not a number from 0 to 1 is a 400."),
         ("shardwise-arrow-compression" = Option<String>, Header, description = "With Arrow: \
          `lz4` or `zstd` (Arrow IPC's LZ4 frame and Zstandard buffer compression), or `none`; \
-         a comma-separated list in order of preference, like `Accept-Encoding` (the first value \
-         the worker knows wins; unknown values are passed over). Default: uncompressed."),
+         a comma-separated list read like `Accept-Encoding`: the known value of the highest \
+         `;q=` weight wins (`q=0`: not this), the first listed among equals, and unknown \
+         values are passed over. A header that names no value the worker serves (`brotli`, \
+         `zstd;q=0`) is a 400 naming them. Default: uncompressed."),
     ),
     responses(
-        (status = 200, description = "The next elements, and whether the task is over. With \
+        (status = 200, description = "The next elements (as many as fit the worker's \
+         `--max-reply-bytes` as written, at most `max`; the rest come with the next read), and \
+         whether the task is over. With \
          `Accept: application/vnd.apache.arrow.stream`, one Arrow IPC stream (schema, record \
          batches, end-of-stream marker) holding the next rows, `max` counting rows (a `batch` \
          transform's batch is one record batch of that many rows); fixed-shape tensors are \
@@ -89,8 +93,17 @@ pub struct ArrowStream(pub Vec<u8>);
              (ArrowStream = "application/vnd.apache.arrow.stream"),
          ),
          headers(("shardwise-end-of-sequence" = String, description = "`true` when the task is over (Arrow replies; JSON replies say it in the body), `false` otherwise."))),
+        (status = 400, description = "The request is invalid (`INVALID_ARGUMENT`): a bad id, \
+         `max` or query; an `Accept` weight that is not one; a `shardwise-arrow-compression` \
+         header naming no compression the worker serves.", body = Problem,
+         content_type = "application/problem+json"),
         (status = 406, description = "Arrow was asked for a dataset whose elements are JSON \
          values (`FAILED_PRECONDITION`).", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The next element does not fit alone in one reply as it \
+         would be written (the worker's `--max-reply-bytes`): `RESOURCE_EXHAUSTED` naming it \
+         (its row in its file); it stays unread, and the same read is refused the same way: \
+         read it as Arrow (where a row usually takes less), or raise the flag.", body = Problem,
+         content_type = "application/problem+json"),
     )
 )]
 pub async fn get_elements(
@@ -110,11 +123,14 @@ pub async fn get_elements(
             format!("max must be in 1..={MAX_ELEMENTS}, not {max}"),
         ));
     }
-    let arrow = wants_arrow(&headers).then(|| {
-        parse_compression(
+    let format = match wants_arrow(&headers)? {
+        false => Format::Json,
+        true => Format::Arrow(parse_compression(
             headers.get_all(COMPRESSION_HEADER).iter().filter_map(|v| v.to_str().ok()),
-        )
-    });
+        )?),
+    };
+    let arrow = matches!(format, Format::Arrow(_));
+    let mut reply = Reply::new(format, w.0.max_reply_bytes);
     let shared = &w.0;
     let task = match shared.lookup(id) {
         Lookup::Live(t) => t,
@@ -142,10 +158,10 @@ pub async fn get_elements(
                 ),
             ));
         }
-        Lookup::Gone(g) => return g.answer(id).and_then(|r| reply(r, arrow, None)),
+        Lookup::Gone(g) => return g.answer(id).and_then(|r| reply.finish(r, None, 0)),
     };
     let columnar = super::rows::files_of(&task.def).is_some_and(|f| f.format.is_columnar());
-    if arrow.is_some() && !columnar {
+    if arrow && !columnar {
         return Err(Problem::new(
             Code::FailedPrecondition,
             format!(
@@ -165,7 +181,7 @@ pub async fn get_elements(
                 ),
             ));
         }
-        (Some(_), Some(i), Some(r)) => task.read_round(shared, i, r, READ_WAIT).await?,
+        (Some(_), Some(i), Some(r)) => task.read_round(shared, i, r, READ_WAIT, &mut reply).await?,
         (Some(n), _, _) => {
             return Err(Problem::new(
                 Code::InvalidArgument,
@@ -175,7 +191,7 @@ pub async fn get_elements(
                 ),
             ));
         }
-        (None, None, None) => task.read(shared, max as usize, READ_WAIT).await?,
+        (None, None, None) => task.read(shared, max as usize, READ_WAIT, &mut reply).await?,
         (None, _, _) => {
             return Err(Problem::new(
                 Code::InvalidArgument,
@@ -185,54 +201,56 @@ pub async fn get_elements(
             ));
         }
     };
-    reply(read, arrow, task.schema())
+    let (read, served) = read;
+    reply.finish(read, task.schema().as_ref(), served)
 }
 
-/// Whether the request's `Accept` names the Arrow stream media type (with a non-zero `q`).
-fn wants_arrow(headers: &HeaderMap) -> bool {
-    headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).any(|accept| {
-        accept.split(',').any(|range| {
-            let mut parts = range.split(';').map(str::trim);
-            let media = parts.next().unwrap_or_default();
-            let refused = parts.any(|p| {
-                p.strip_prefix("q=")
-                    .is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0))
-            });
-            media.eq_ignore_ascii_case(ARROW_STREAM) && !refused
-        })
-    })
-}
-
-/// A read's answer: JSON (rows as objects), or, when `arrow` is asked (with its compression),
-/// one Arrow IPC stream of the rows, `schema` giving the columns of a read without rows.
-fn reply(
-    read: ReadResult,
-    arrow: Option<Option<IpcCompression>>,
-    schema: Option<arrow_schema::SchemaRef>,
-) -> Result<Response, Problem> {
-    let ReadResult { elements, end_of_sequence, origin } = read;
-    let Some(compression) = arrow else {
-        let elements = elements
-            .into_iter()
-            .map(|e| match e {
-                Element::Value(v) => Ok(v),
-                rows => to_json(&rows),
-            })
-            .collect::<Result<Vec<_>, Problem>>()?;
-        let body = serde_json::to_vec(&Elements { elements, end_of_sequence, origin })
-            .map_err(|e| Problem::new(Code::Internal, format!("encoding the elements: {e}")))?;
-        let json = HeaderValue::from_static("application/json");
-        return Ok(([(header::CONTENT_TYPE, json)], body).into_response());
-    };
-    let schema = schema_of(&elements).or(schema);
-    let batches = record_batches(&elements)?;
-    let body = write_stream(schema.as_ref(), &batches, origin.as_deref(), compression)?;
-    let end = HeaderValue::from_static(if end_of_sequence { "true" } else { "false" });
-    let headers = [
-        (header::CONTENT_TYPE, HeaderValue::from_static(ARROW_STREAM)),
-        (header::HeaderName::from_static("shardwise-end-of-sequence"), end),
-    ];
-    Ok((headers, body).into_response())
+/// Whether a read answers Arrow rather than JSON, from its `Accept` headers (RFC 9110
+/// content negotiation): each media range's weight `;q=` (default 1, 0: "not this") applies
+/// to the types it matches, the most specific range first (`application/json` before
+/// `application/*` before `*/*`); the type of the higher weight wins. Arrow wins a tie only
+/// when it is named itself (as it always did: `Accept: application/vnd.apache.arrow.stream,
+/// application/json` is Arrow, `*/*` is JSON), and JSON answers when neither is acceptable
+/// (no `Accept`, or one naming neither: the header is then disregarded, as RFC 9110 allows).
+/// A weight that is not a number from 0 to 1 is `INVALID_ARGUMENT`.
+fn wants_arrow(headers: &HeaderMap) -> Result<bool, Problem> {
+    const JSON: &str = "application/json";
+    // Per type: (specificity of the range that set it, its weight); specificity 3 is the
+    // type itself, 2 `type/*`, 1 `*/*`.
+    let mut arrow = (0u8, 0.0f32);
+    let mut json = (0u8, 0.0f32);
+    for value in headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()) {
+        for range in value.split(',') {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+            if media.is_empty() {
+                continue;
+            }
+            let q = super::columnar_out::weight(parts).map_err(|why| {
+                Problem::new(
+                    Code::InvalidArgument,
+                    format!("Accept: {why} in {}", shardwise_core::echo::echo(value)),
+                )
+            })?;
+            for (target, slot) in [(ARROW_STREAM, &mut arrow), (JSON, &mut json)] {
+                let specificity = match media.as_str() {
+                    m if m == target => 3,
+                    "*/*" => 1,
+                    m => match (m.strip_suffix("/*"), target.split_once('/')) {
+                        (Some(t), Some((kind, _))) if t == kind => 2,
+                        _ => 0,
+                    },
+                };
+                // The most specific range decides; among equally specific ones, the highest.
+                if specificity > slot.0 || (specificity == slot.0 && specificity > 0 && q > slot.1)
+                {
+                    *slot = (specificity, q);
+                }
+            }
+        }
+    }
+    let named = arrow.0 == 3;
+    Ok(arrow.1 > json.1 || (arrow.1 > 0.0 && arrow.1 == json.1 && named))
 }
 
 /// How far a task is.

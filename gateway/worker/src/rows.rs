@@ -21,6 +21,7 @@ use shardwise_core::dispatch::wire::TaskDef;
 use shardwise_core::worker::TaskError;
 
 use super::columnar::{ReadOptions, RowReader, batch_bytes};
+use super::columnar_out::FileRows;
 use super::files::DataRoots;
 
 /// The `files` source of a task's dataset, if it has one.
@@ -79,7 +80,9 @@ impl RowsReads {
         }
         let rows = u64::try_from(batch.num_rows()).unwrap_or(u64::MAX);
         let bytes = batch_bytes(&batch);
-        Ok((Chunk::new(rows, bytes, Arc::new(batch)), last))
+        let first_row = request.start;
+        let data = FileRows { batch, path: request.path.clone(), first_row };
+        Ok((Chunk::new(rows, bytes, Arc::new(data)), last))
     }
 
     fn check_schema(&mut self, path: &str, batch: &RecordBatch) -> Result<(), TaskError> {

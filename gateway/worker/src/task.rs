@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::columnar::ReadOptions;
+use super::reply::Reply;
 use super::rows::{RowsReads, files_of};
 use shardwise_client::rest::CallError;
 use shardwise_http::{Code, Problem};
@@ -225,30 +226,41 @@ impl Task {
     }
 
     /// Hands `read` to the machine, again each time it becomes readable, until it answers
-    /// or `wait` is over (an empty read).
+    /// or `wait` is over (an empty read). A read of elements takes only as many as `reply`
+    /// fits in its budget, written under the same lock (see [`super::reply`]). With the
+    /// answer: the task's count of elements served before it (to name an element).
     async fn await_read(
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         read: Read,
         wait: Duration,
-    ) -> Result<ReadResult, Problem> {
+        reply: &mut Reply,
+    ) -> Result<(ReadResult, u64), Problem> {
         let deadline = Instant::now() + wait;
+        let schema = self.schema();
         loop {
             let notified = self.readable.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let answer = {
                 let mut m = self.lock();
+                let served = m.view().elements_served;
+                let read = match read {
+                    Read::Elements { max } => {
+                        Read::Elements { max: reply.fit(&m, max, schema.as_ref())? }
+                    }
+                    round @ Read::Round { .. } => round,
+                };
                 let answer = m.handle_read(self.now(), read);
                 self.dispatch_events(&mut m, shared);
-                answer
+                answer.map(|a| a.map(|r| (r, served)))
             };
             self.ensure_driven(shared);
             if let Some(answer) = answer {
                 return answer.map_err(problem);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Ok(ReadResult::empty());
+                return Ok((ReadResult::empty(), 0));
             }
         }
     }
@@ -259,20 +271,26 @@ impl Task {
     }
 
     /// How the task's columnar chunks are sized: about a sixteenth of its buffer's bytes (at
-    /// most 8 MiB), and never a chunk over the whole buffer.
-    fn read_options(&self) -> ReadOptions {
+    /// most 8 MiB), and never a chunk (or a decoded Parquet footer) over the whole buffer.
+    fn read_options(&self, shared: &Shared) -> ReadOptions {
         let max = self.limits.max_buffered_bytes;
-        ReadOptions { chunk_bytes: (max / 16).clamp(1, 8 << 20), max_chunk_bytes: max }
+        ReadOptions {
+            chunk_bytes: (max / 16).clamp(1, 8 << 20),
+            max_chunk_bytes: max,
+            max_footer_bytes: shared.max_footer_bytes,
+        }
     }
 
-    /// First-come-first-served read of up to `max` elements, waiting at most `wait` for one.
+    /// First-come-first-served read of up to `max` elements (as many as `reply` fits),
+    /// waiting at most `wait` for one.
     pub(crate) async fn read(
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         max: usize,
         wait: Duration,
-    ) -> Result<ReadResult, Problem> {
-        self.await_read(shared, Read::Elements { max }, wait).await
+        reply: &mut Reply,
+    ) -> Result<(ReadResult, u64), Problem> {
+        self.await_read(shared, Read::Elements { max }, wait, reply).await
     }
 
     /// Coordinated read: consumer `consumer`'s element of round `round` (see
@@ -283,8 +301,9 @@ impl Task {
         consumer: u64,
         round: u64,
         wait: Duration,
-    ) -> Result<ReadResult, Problem> {
-        self.await_read(shared, Read::Round { consumer, round }, wait).await
+        reply: &mut Reply,
+    ) -> Result<(ReadResult, u64), Problem> {
+        self.await_read(shared, Read::Round { consumer, round }, wait, reply).await
     }
 
     /// The driver: performs the machine's actions until it will have no more (it ended,
@@ -353,7 +372,8 @@ impl Task {
                 Some(Action::ReadRows(request)) => {
                     let read = match &files {
                         Some(files) => {
-                            rows.next(&shared.files, files, &request, self.read_options()).await
+                            rows.next(&shared.files, files, &request, self.read_options(&shared))
+                                .await
                         }
                         None => Err(machine::TaskError::new(
                             Code::Internal,
@@ -361,7 +381,7 @@ impl Task {
                         )),
                     };
                     if let (Ok((chunk, _)), None) = (&read, self.schema.get())
-                        && let Some(batch) = chunk.data().downcast_ref::<arrow_array::RecordBatch>()
+                        && let Some(batch) = super::columnar_out::batch_of(chunk)
                     {
                         let _ = self.schema.set(batch.schema());
                     }

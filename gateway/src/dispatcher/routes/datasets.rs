@@ -1,6 +1,9 @@
 //! Datasets: `POST /v1/datasets` (get-or-register), `GET /v1/datasets/{dataset_id}`,
 //! `DELETE /v1/datasets/{dataset_id}`.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use axum::extract::{Path, State};
 use shardwise_core::dataset::{FileSplit, SourceDef};
 use shardwise_core::dispatch::wire::{
@@ -39,25 +42,61 @@ pub(super) async fn register_dataset(
     ok(&s.driver.call(req).await?)
 }
 
+/// How long a registration waits for a turn to read footers (`--max-footer-reads`): well within
+/// the 30 s every request is given, so that the answer says why.
+const FOOTER_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Fills in the row counts of a Parquet source split by rows from its files' footers, read
 /// beneath `--data-root` (without a root the core refuses the split, saying why).
+///
+/// At most `--max-footer-reads` registrations read footers at once; the others wait for a
+/// turn (a burst of trainers registering one dataset then finds the first one's counts
+/// remembered) and are answered `UNAVAILABLE` after 20 s. A registration whose caller goes
+/// away stops reading at its next file.
 async fn count_rows(s: &AppState, req: &mut RegisterDataset) -> Result<(), Problem> {
-    let (SourceDef::Files(files), Some(roots)) = (&mut req.dataset.source, &s.parquet_roots) else {
+    let (SourceDef::Files(files), Some(footers)) = (&mut req.dataset.source, &s.footers) else {
         return Ok(());
     };
     if files.split != FileSplit::Rows || files.rows.is_some() {
         return Ok(());
     }
-    let (roots, paths) = (roots.clone(), files.paths.clone());
+    let turn =
+        tokio::time::timeout(FOOTER_TURN_WAIT, Arc::clone(&footers.turns).acquire_owned()).await;
+    let Ok(Ok(turn)) = turn else {
+        return Err(Problem::new(
+            Code::Unavailable,
+            format!(
+                "{} registrations are reading Parquet footers (--max-footer-reads); this one \
+                 waited {} s for its turn: retry",
+                footers.reads,
+                FOOTER_TURN_WAIT.as_secs()
+            ),
+        ));
+    };
+    // Dropped with this future when the caller goes away: the reader stops at its next file.
+    let cancel = Cancel(Arc::new(AtomicBool::new(false)));
+    let (footers, paths, flag) = (Arc::clone(footers), files.paths.clone(), Arc::clone(&cancel.0));
     let counted = tokio::task::spawn_blocking(move || {
-        shardwise_worker::columnar::parquet_row_counts(&roots, &paths)
+        let counted = footers.counts.count(&paths, &flag);
+        drop(turn);
+        counted
     })
     .await
     .map_err(|e| Problem::new(Code::Internal, format!("the footer reader stopped: {e}")))?;
+    drop(cancel);
     files.rows = Some(counted.map_err(|p| {
         Problem::new(p.code, format!("counting the rows of the parquet files: {}", p.detail))
     })?);
     Ok(())
+}
+
+/// Sets its flag when dropped.
+struct Cancel(Arc<AtomicBool>);
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// `GET /v1/datasets/{dataset_id}`.

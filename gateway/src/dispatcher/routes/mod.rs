@@ -52,7 +52,23 @@ pub struct AppState {
     pub pusher: Arc<super::grpc::push::Pusher>,
     /// `--data-root`, opened as a worker opens it: the dispatcher reads the row counts of a
     /// Parquet source split by rows from its files' footers (`None` without a root).
-    pub parquet_roots: Option<shardwise_worker::DataRoots>,
+    pub footers: Option<Arc<Footers>>,
+}
+
+/// The footer reads of registrations (a Parquet source split by rows): the row counter (its
+/// bounds and cache) and the turns of `--max-footer-reads`.
+#[derive(Debug)]
+pub struct Footers {
+    pub(super) counts: shardwise_worker::columnar::RowCounts,
+    pub(super) turns: Arc<tokio::sync::Semaphore>,
+    pub(super) reads: usize,
+}
+
+impl Footers {
+    /// `counts`, read by at most `reads` registrations at once.
+    pub fn new(counts: shardwise_worker::columnar::RowCounts, reads: usize) -> Footers {
+        Footers { counts, turns: Arc::new(tokio::sync::Semaphore::new(reads)), reads }
+    }
 }
 
 /// The API routes and their part of the OpenAPI document (before state and layers): every

@@ -22,16 +22,23 @@
 //!
 //! * Every read stays within the length the file had when it was opened (at most the
 //!   worker's `--max-file-bytes`, checked by [`DataRoots`]).
-//! * Parquet: the footer (at most [`MAX_FOOTER_BYTES`]) must lie within the file, its row
-//!   counts must add up, and every column chunk must lie within the file. A row group's
+//! * Parquet: the footer (at most `--max-footer-bytes`, [`ReadOptions::max_footer_bytes`])
+//!   must lie within the file, is walked before it is decoded (its decoded size, estimated
+//!   from its row groups and column chunks and measured after, must fit in
+//!   [`ReadOptions::max_chunk_bytes`]; see the `footer` module), its row counts must add up,
+//!   and every column chunk must lie within the file. A row group's
 //!   selected column chunks are read into memory (at most the file's size) and every page
 //!   header in them is parsed and checked *before* the decoder sees those same bytes: each
 //!   page must fit in its chunk, the sizes the header declares must fit in the bytes left, and
 //!   a page's declared uncompressed size (and its value count, at 8 bytes a value) must fit in
-//!   [`ReadOptions::max_chunk_bytes`]. This bounds decompression, which is where a small file
-//!   could otherwise claim gigabytes. Rows per chunk come from those checked page sizes (and,
-//!   after the first chunk, from the decoded size of the previous one); a row group whose
-//!   average row is larger than `max_chunk_bytes` is refused before it is decoded.
+//!   [`ReadOptions::max_chunk_bytes`], and so must the pages the decoder holds at once (the
+//!   largest page of each column read, with its dictionary). The decoder then gets its pages
+//!   from this module already decompressed, each into exactly the size its header declares:
+//!   a body that inflates past it is refused there, naming the file, row group, column and
+//!   page, without inflating further (the `codec` module says why the `parquet` crate's own
+//!   codecs are not used). Rows per chunk come from those checked page sizes (and, after the
+//!   first chunk, from the decoded size of the previous one); a row group whose average row
+//!   is larger than `max_chunk_bytes` is refused before it is decoded.
 //! * Arrow IPC: the footer and every block must lie within the file; each block's message is
 //!   verified (flatbuffers) and its buffers must lie within its body before the decoder runs,
 //!   and the decompressed sizes a compressed block declares must fit, with the block, in
@@ -61,7 +68,9 @@
 //! file (and the column, row group, batch or record).
 
 mod arrow_file;
+mod codec;
 mod example;
+mod footer;
 mod pages;
 mod parquet;
 mod schema;
@@ -79,7 +88,8 @@ use shardwise_http::{Code, Problem};
 
 use crate::files::{DataRoots, shown};
 
-pub use self::parquet::{MAX_FOOTER_BYTES, parquet_row_counts};
+pub use self::footer::{DEFAULT_MAX_FOOTER_BYTES, DEFAULT_MAX_FOOTER_FILES, RowCounts};
+pub use self::parquet::parquet_row_counts;
 
 /// The class of a file that does not decode (a bad magic, a truncation, a CRC mismatch).
 ///
@@ -94,8 +104,11 @@ pub struct ReadOptions {
     /// The decoded size a chunk aims at, in bytes; a chunk holds at least one row.
     pub chunk_bytes: u64,
     /// The most a chunk (or one row or record) may decode to: more is refused with
-    /// `RESOURCE_EXHAUSTED`. The worker passes its `--max-buffer-bytes`.
+    /// `RESOURCE_EXHAUSTED`. The worker passes its `--max-buffer-bytes`. A Parquet footer's
+    /// decoded metadata is bounded by it too.
     pub max_chunk_bytes: u64,
+    /// The largest Parquet footer read, in bytes (`--max-footer-bytes`).
+    pub max_footer_bytes: u64,
 }
 
 /// The rows `start..stop` of one columnar file, read a chunk at a time.

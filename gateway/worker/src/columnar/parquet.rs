@@ -13,54 +13,44 @@ use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
-    ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader, RowSelection, RowSelector,
 };
+use parquet::arrow::{FieldLevels, ProjectionMask, parquet_to_arrow_field_levels};
 use parquet::file::metadata::{
-    FooterTail, PageIndexPolicy, ParquetMetaData, ParquetMetaDataOptions, ParquetMetaDataReader,
+    PageIndexPolicy, ParquetMetaData, ParquetMetaDataOptions, ParquetMetaDataReader,
     ParquetStatisticsPolicy,
 };
 use shardwise_core::dataset::{FilesDef, RowsRequest};
 use shardwise_http::{Code, Problem};
 
-use super::pages::{self, PageError, Ranges};
+use super::footer::{DEFAULT_MAX_FOOTER_BYTES, RowCounts, footer_bytes, shape};
+use super::pages::{self, GroupPages, PageError, Ranges};
 use super::schema::{Plan, quoted};
 use super::{
     ReadOptions, Source, Span, corrupt, guarded, read_at, rows_of, rows_per_chunk, too_large,
 };
 use crate::DataRoots;
-use crate::files::shown;
-
-/// The largest Parquet footer read (its decoded metadata takes several times its size).
-pub const MAX_FOOTER_BYTES: u64 = 32 << 20;
 
 /// How many empty batches in a row a row group's decoder may give.
 const MAX_EMPTY_BATCHES: usize = 1 << 16;
 
-/// The magic at both ends of a Parquet file.
-const MAGIC: &[u8; 4] = b"PAR1";
-
-/// Row counts of Parquet files from their footers (for splits by rows), in order.
+/// Row counts of Parquet files from their footers (for splits by rows), in order: footers of
+/// at most [`DEFAULT_MAX_FOOTER_BYTES`], walked, not decoded (see [`RowCounts`], which a
+/// dispatcher keeps, with its flags and its cache).
 pub fn parquet_row_counts(roots: &DataRoots, paths: &[String]) -> Result<Vec<u64>, Problem> {
-    paths
-        .iter()
-        .map(|path| {
-            let (file, len) = roots.open_blocking(path)?;
-            Ok(footer(path, &file, len)?.1)
-        })
-        .collect()
+    RowCounts::new(roots.clone(), DEFAULT_MAX_FOOTER_BYTES, usize::MAX)
+        .count(paths, &std::sync::atomic::AtomicBool::new(false))
 }
 
 /// The rows of a range of a Parquet file.
 pub(crate) struct ParquetRows {
     path: String,
     file: File,
-    len: u64,
     metadata: ArrowReaderMetadata,
     plan: Plan,
-    mask: ProjectionMask,
+    /// The projected columns' Arrow fields and levels, for the decoder.
+    levels: FieldLevels,
     /// The leaf columns of the projection.
     leaves: Vec<usize>,
     opts: ReadOptions,
@@ -94,7 +84,7 @@ impl ParquetRows {
         opts: &ReadOptions,
     ) -> Result<ParquetRows, Problem> {
         let Source { path, file, len } = source;
-        let (metadata, rows) = footer(path, &file, len)?;
+        let (metadata, rows) = footer(path, &file, len, opts)?;
         check_chunks(path, &metadata, len)?;
         let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Skip);
         let metadata = guarded(path, "its schema", || {
@@ -108,6 +98,10 @@ impl ParquetRows {
             return Err(corrupt(path, "has an Arrow schema that does not match its Parquet one"));
         }
         let mask = ProjectionMask::roots(descr, plan.read().iter().copied());
+        let hint = metadata.schema().fields();
+        let levels =
+            guarded(path, "its schema", || parquet_to_arrow_field_levels(descr, mask, Some(hint)))?
+                .map_err(|e| corrupt(path, format_args!("has a schema Arrow cannot read: {e}")))?;
         let leaves: Vec<usize> = (0..descr.num_columns())
             .filter(|leaf| plan.read().contains(&descr.get_column_root_idx(*leaf)))
             .collect();
@@ -125,10 +119,9 @@ impl ParquetRows {
         Ok(ParquetRows {
             path: path.to_owned(),
             file,
-            len,
             metadata,
             plan,
-            mask,
+            levels,
             leaves,
             opts: *opts,
             span,
@@ -206,7 +199,7 @@ impl ParquetRows {
         }
         let bytes = self.read_ranges(&ranges)?;
         let max = self.opts.max_chunk_bytes;
-        let mut estimate = 0u64;
+        let (mut estimate, mut held) = (0u64, 0u64);
         let descr = self.metadata.parquet_schema();
         for &(start, end, leaf) in &ranges {
             let name = descr.column(leaf).path().string();
@@ -224,6 +217,15 @@ impl ParquetRows {
                 ),
             })?;
             estimate = estimate.saturating_add(pages.estimate());
+            held = held.saturating_add(pages.largest.saturating_add(pages.dict_bytes));
+        }
+        // The decoder holds one page of each column (and its dictionary) at a time.
+        if held > max {
+            let what = format!(
+                "row group {group} (the largest page of each column read, and its dictionary, \
+                 held at once while decoding)"
+            );
+            return Err(too_large(path, what, held, max));
         }
         let estimate = estimate.div_ceil(rows.max(1)).max(1);
         if estimate > max {
@@ -237,21 +239,36 @@ impl ParquetRows {
             .min(max / row_bytes.max(1))
             .max(1);
         let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-        let mut builder =
-            ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, self.metadata.clone())
-                .with_projection(self.mask.clone())
-                .with_row_groups(vec![group])
-                .with_batch_size(size(batch));
-        if from > 0 || to < rows {
+        let selection = (from > 0 || to < rows).then(|| {
             let mut selectors =
                 vec![RowSelector::skip(size(from)), RowSelector::select(size(to - from))];
             if to < rows {
                 selectors.push(RowSelector::skip(size(rows - to)));
             }
-            builder = builder.with_row_selection(RowSelection::from(selectors));
+            RowSelection::from(selectors)
+        });
+        // The decoder reads its pages from these chunks through `ColumnPages`, which
+        // decompresses each into exactly the size its header declares (see `codec`).
+        let mut chunks = vec![None; descr.num_columns()];
+        for &(start, end, leaf) in &ranges {
+            let name: Arc<str> =
+                format!("column {}", quoted(&descr.column(leaf).path().string())).into();
+            let compression = rg.column(leaf).compression();
+            if let Some(slot) = chunks.get_mut(leaf) {
+                *slot = Some((bytes.get(start..end).unwrap_or_default(), compression, name));
+            }
         }
-        let reader = super::guarded(path, format_args!("row group {group}"), || builder.build())?
-            .map_err(|e| self.group_error(group, format_args!("does not decode: {e}")))?;
+        let pages = GroupPages { metadata: Arc::clone(self.metadata.metadata()), group, chunks };
+        let levels = &self.levels;
+        let reader = super::guarded(path, format_args!("row group {group}"), || {
+            ParquetRecordBatchReader::try_new_with_row_groups(
+                levels,
+                &pages,
+                size(batch),
+                selection,
+            )
+        })?
+        .map_err(|e| self.group_error(group, format_args!("does not decode: {e}")))?;
         Ok((reader, group, first.saturating_add(to)))
     }
 
@@ -271,7 +288,7 @@ impl ParquetRows {
             let data = read_at(&self.path, &self.file, start, end - start)?;
             parts.push((start, Bytes::from(data)));
         }
-        Ok(Ranges::new(self.len, parts))
+        Ok(Ranges::new(parts))
     }
 }
 
@@ -320,39 +337,25 @@ fn check_chunks(path: &str, md: &ParquetMetaData, len: u64) -> Result<(), Proble
     Ok(())
 }
 
-/// The footer of a Parquet file of `len` bytes, and its row count.
-fn footer(path: &str, file: &File, len: u64) -> Result<(ParquetMetaData, u64), Problem> {
-    let not_parquet = |why: &str| corrupt(path, format_args!("is not a Parquet file ({why})"));
-    if len < 12 {
-        return Err(not_parquet("it is too short"));
+/// The footer of a Parquet file of `len` bytes, decoded, and its row count: at most
+/// `--max-footer-bytes` of it read, and decoded only once its walk's estimate of the decoded
+/// size fits `max_chunk_bytes` (a task's `--max-buffer-bytes`; see the `footer` module).
+fn footer(
+    path: &str,
+    file: &File,
+    len: u64,
+    opts: &ReadOptions,
+) -> Result<(ParquetMetaData, u64), Problem> {
+    let bytes = footer_bytes(path, file, len, opts.max_footer_bytes)?;
+    let shape = shape(path, &bytes)?;
+    let max = opts.max_chunk_bytes;
+    let what = format_args!(
+        "its footer ({} row groups of {} column chunks in all, decoded)",
+        shape.row_groups, shape.chunks
+    );
+    if shape.decoded_bytes() > max {
+        return Err(too_large(path, what, shape.decoded_bytes(), max));
     }
-    if read_at(path, file, 0, 4)? != MAGIC {
-        return Err(not_parquet("no PAR1 magic at its start"));
-    }
-    let tail = read_at(path, file, len - 8, 8)?;
-    let tail: [u8; 8] = tail.try_into().map_err(|_| not_parquet("it is too short"))?;
-    let tail = FooterTail::try_new(&tail).map_err(|_| not_parquet("no PAR1 magic at its end"))?;
-    if tail.is_encrypted_footer() {
-        return Err(corrupt(path, "has an encrypted footer, which this worker does not read"));
-    }
-    let size = u64::try_from(tail.metadata_length()).unwrap_or(u64::MAX);
-    if size > len - 12 {
-        return Err(corrupt(
-            path,
-            format_args!("declares a footer of {size} bytes, more than the file holds"),
-        ));
-    }
-    if size > MAX_FOOTER_BYTES {
-        return Err(Problem::new(
-            Code::ResourceExhausted,
-            format!(
-                "file {} has a footer of {size} bytes; a worker reads footers of at most \
-                 {MAX_FOOTER_BYTES}",
-                shown(path)
-            ),
-        ));
-    }
-    let bytes = read_at(path, file, len - 8 - size, size)?;
     let options = ParquetMetaDataOptions::new()
         .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
         .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll)
@@ -361,6 +364,11 @@ fn footer(path: &str, file: &File, len: u64) -> Result<(ParquetMetaData, u64), P
         ParquetMetaDataReader::decode_metadata_with_options(&bytes, Some(&options))
     })?
     .map_err(|e| corrupt(path, format_args!("has a footer that does not decode: {e}")))?;
+    drop(bytes);
+    let decoded = u64::try_from(md.memory_size()).unwrap_or(u64::MAX);
+    if decoded > max {
+        return Err(too_large(path, what, decoded, max));
+    }
     let mut rows = 0u64;
     for (i, rg) in md.row_groups().iter().enumerate() {
         let n = u64::try_from(rg.num_rows())

@@ -2,7 +2,10 @@
 //!
 //! A row is an object of its columns, in the schema's order; a `batch` element an array of such
 //! objects. Each value is read where it lies in its chunk's arrays (no batch is sliced or
-//! copied per row), and the forms are those a JSON reader expects:
+//! copied per row) and written straight into the reply ([`JsonOut`]), whose byte budget is
+//! checked before every write: what a row takes as JSON is what is counted, never a tree of
+//! values built first (a dictionary of one 256 KiB string referenced by every row is 256 KiB
+//! per row here, however little the chunk holds). The forms are those a JSON reader expects:
 //!
 //! | Arrow | JSON |
 //! |---|---|
@@ -25,6 +28,8 @@
 //! So are a row with two columns (or a struct with two fields) of one name, which one object
 //! cannot hold, and types nested deeper than [`MAX_JSON_DEPTH`].
 
+use std::collections::HashSet;
+
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Date32Type, Date64Type, Decimal32Type, Decimal64Type, Decimal128Type, Decimal256Type,
@@ -37,12 +42,12 @@ use arrow_array::{Array, ArrowPrimitiveType, OffsetSizeTrait, PrimitiveArray, Re
 use arrow_schema::{DataType, Field, Fields, TimeUnit};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
 use shardwise_core::dataset::{Element, column};
 use shardwise_http::{Code, Problem};
 
-use super::locate;
 use super::temporal;
+use super::{Unwritten, locate};
 
 /// The deepest nesting of lists, structs and dictionaries a column may have to be served as
 /// JSON.
@@ -53,53 +58,174 @@ const EXTENSION_NAME: &str = "ARROW:extension:name";
 const EXTENSION_METADATA: &str = "ARROW:extension:metadata";
 const FIXED_SHAPE_TENSOR: &str = "arrow.fixed_shape_tensor";
 
-/// An element as JSON: a value as it is, a row as an object of its columns, a batch of rows as
-/// an array of objects (see the module docs for each type's form).
+/// JSON text written into a buffer that never grows past `limit` bytes: a write that would
+/// is refused ([`Unwritten::Over`]) before it allocates.
+#[derive(Debug)]
+pub struct JsonOut {
+    buf: Vec<u8>,
+    limit: usize,
+    /// A write through `io::Write` was refused for the limit.
+    over: bool,
+}
+
+impl JsonOut {
+    /// An empty buffer of at most `limit` bytes.
+    pub fn new(limit: usize) -> JsonOut {
+        JsonOut { buf: Vec::new(), limit, over: false }
+    }
+
+    /// The bytes written so far.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Drops what was written after the first `len` bytes.
+    pub fn truncate(&mut self, len: usize) {
+        self.buf.truncate(len);
+    }
+
+    /// The text written.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// Writes `bytes` as they are (JSON punctuation, or text known to be JSON).
+    pub fn raw(&mut self, bytes: &[u8]) -> Result<(), Unwritten> {
+        self.room(bytes.len())?;
+        self.buf.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Writes `v` (serialized by serde_json).
+    pub fn serialize<T: serde::Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Unwritten> {
+        self.over = false;
+        serde_json::to_writer(&mut *self, v).map_err(|e| {
+            if std::mem::take(&mut self.over) {
+                Unwritten::Over
+            } else {
+                Unwritten::Refused(Problem::new(Code::Internal, format!("writing JSON: {e}")))
+            }
+        })
+    }
+
+    /// Writes one element (see the module docs for each type's form). On failure the buffer
+    /// is as it was: `Over` if it would not fit, the problem if it has no JSON form.
+    pub fn element(&mut self, element: &Element) -> Result<(), Unwritten> {
+        let mark = self.buf.len();
+        let written = write_element(self, element);
+        if written.is_err() {
+            self.buf.truncate(mark);
+        }
+        written
+    }
+
+    fn room(&self, n: usize) -> Result<(), Unwritten> {
+        match self.buf.len().checked_add(n) {
+            Some(end) if end <= self.limit => Ok(()),
+            _ => Err(Unwritten::Over),
+        }
+    }
+
+    fn string(&mut self, s: &str) -> Result<(), Unwritten> {
+        // Escaping only lengthens a string: one that cannot fit is refused before any of it is
+        // written.
+        self.room(s.len().saturating_add(2))?;
+        self.serialize(s)
+    }
+}
+
+impl std::io::Write for JsonOut {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.room(bytes.len()).is_err() {
+            self.over = true;
+            return Err(std::io::Error::other("past the reply's byte budget"));
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An element as a JSON value: a value as it is, a row as an object of its columns, a batch of
+/// rows as an array of objects (see the module docs for each type's form).
 ///
 /// `FAILED_PRECONDITION` for a column without a JSON form, naming it.
 pub fn to_json(element: &Element) -> Result<Value, Problem> {
+    let mut out = JsonOut::new(usize::MAX);
+    out.element(element).map_err(|e| match e {
+        Unwritten::Refused(p) => p,
+        Unwritten::Over => Problem::new(Code::Internal, "JSON past an unbounded buffer"),
+    })?;
+    serde_json::from_slice(&out.into_bytes())
+        .map_err(|e| Problem::new(Code::Internal, format!("reading written JSON back: {e}")))
+}
+
+fn write_element(out: &mut JsonOut, element: &Element) -> Result<(), Unwritten> {
     match element {
-        Element::Value(v) => Ok(v.clone()),
+        Element::Value(v) => out.serialize(v),
         Element::Row(row) => {
             let (batch, i) = locate(row)?;
             check_fields(batch.schema_ref().fields())?;
-            row_object(batch, i)
+            row_object(out, batch, i)
         }
         Element::Rows(rows) => {
             let mut checked = None;
-            let mut out = Vec::with_capacity(rows.len());
-            for row in rows {
+            out.raw(b"[")?;
+            for (k, row) in rows.iter().enumerate() {
                 let (batch, i) = locate(row)?;
                 let schema = batch.schema_ref();
                 if !checked.is_some_and(|c| std::sync::Arc::ptr_eq(c, schema)) {
                     check_fields(schema.fields())?;
                     checked = Some(schema);
                 }
-                out.push(row_object(batch, i)?);
+                if k > 0 {
+                    out.raw(b",")?;
+                }
+                row_object(out, batch, i)?;
             }
-            Ok(Value::Array(out))
+            out.raw(b"]")
         }
     }
 }
 
-fn row_object(batch: &RecordBatch, i: usize) -> Result<Value, Problem> {
-    let fields = batch.schema_ref().fields();
-    let mut object = Map::with_capacity(fields.len());
-    for (field, array) in fields.iter().zip(batch.columns()) {
-        if object.insert(field.name().clone(), value(field, array.as_ref(), i)?).is_some() {
-            return Err(twice(field.name(), None));
+fn row_object(out: &mut JsonOut, batch: &RecordBatch, i: usize) -> Result<(), Unwritten> {
+    out.raw(b"{")?;
+    for (k, (field, array)) in batch.schema_ref().fields().iter().zip(batch.columns()).enumerate() {
+        if k > 0 {
+            out.raw(b",")?;
         }
+        out.string(field.name())?;
+        out.raw(b":")?;
+        value(out, field, array.as_ref(), i)?;
     }
-    Ok(Value::Object(object))
+    out.raw(b"}")
 }
 
-/// Refuses a schema with a column that has no JSON form, whatever its values (two columns of
-/// one name are refused as the object is built).
+/// Refuses a schema with a column that has no JSON form, whatever its values, or with two
+/// columns (or two fields of a struct) of one name, which one object cannot hold.
 fn check_fields(fields: &Fields) -> Result<(), Problem> {
+    distinct(fields, None)?;
     for f in fields {
         check_type(f, f.data_type(), 0)?;
     }
     Ok(())
+}
+
+/// Refuses `fields` (of the struct column `within`, or the columns) if two share a name.
+fn distinct(fields: &Fields, within: Option<&Field>) -> Result<(), Problem> {
+    let mut seen = HashSet::with_capacity(fields.len());
+    match fields.iter().find(|f| !seen.insert(f.name().as_str())) {
+        Some(f) => Err(twice(f.name(), within)),
+        None => Ok(()),
+    }
 }
 
 /// What an object that would hold two values under `name` answers; `within`: the struct
@@ -133,6 +259,7 @@ fn check_type(top: &Field, ty: &DataType, depth: usize) -> Result<(), Problem> {
             check_type(top, f.data_type(), depth + 1)
         }
         DataType::Struct(fields) => {
+            distinct(fields, Some(top))?;
             fields.iter().try_for_each(|f| check_type(top, f.data_type(), depth + 1))
         }
         DataType::Dictionary(_, values) => check_type(top, values, depth + 1),
@@ -189,11 +316,14 @@ fn scalar(ty: &DataType) -> bool {
     )
 }
 
-fn mismatch(array: &dyn Array) -> Problem {
-    Problem::new(Code::Internal, format!("an array of type {} is not one", array.data_type()))
+fn mismatch(array: &dyn Array) -> Unwritten {
+    Unwritten::Refused(Problem::new(
+        Code::Internal,
+        format!("an array of type {} is not one", array.data_type()),
+    ))
 }
 
-fn primitive<T: ArrowPrimitiveType>(array: &dyn Array) -> Result<&PrimitiveArray<T>, Problem> {
+fn primitive<T: ArrowPrimitiveType>(array: &dyn Array) -> Result<&PrimitiveArray<T>, Unwritten> {
     array.as_primitive_opt::<T>().ok_or_else(|| mismatch(array))
 }
 
@@ -217,54 +347,61 @@ fn float32(x: f32) -> Value {
     float64(x.to_string().parse::<f64>().unwrap_or(wide))
 }
 
-/// Row `i` of `array` (a column or a child array) as JSON; `field` is the array's field, for
-/// its extension metadata.
-fn value(field: &Field, array: &dyn Array, i: usize) -> Result<Value, Problem> {
+/// Writes row `i` of `array` (a column or a child array) as JSON; `field` is the array's
+/// field, for its extension metadata.
+fn value(out: &mut JsonOut, field: &Field, array: &dyn Array, i: usize) -> Result<(), Unwritten> {
     use DataType as T;
     if i >= array.len() {
-        return Err(Problem::new(
+        return Err(Unwritten::Refused(Problem::new(
             Code::Internal,
             format!("value {i} of an array of {} values", array.len()),
-        ));
+        )));
     }
     if array.is_null(i) {
-        return Ok(Value::Null);
+        return out.raw(b"null");
     }
-    let v = match array.data_type() {
-        T::Null => Value::Null,
-        T::Boolean => Value::Bool(array.as_boolean_opt().ok_or_else(|| mismatch(array))?.value(i)),
-        T::Int8 => Value::from(primitive::<Int8Type>(array)?.value(i)),
-        T::Int16 => Value::from(primitive::<Int16Type>(array)?.value(i)),
-        T::Int32 => Value::from(primitive::<Int32Type>(array)?.value(i)),
-        T::Int64 => Value::from(primitive::<Int64Type>(array)?.value(i)),
-        T::UInt8 => Value::from(primitive::<UInt8Type>(array)?.value(i)),
-        T::UInt16 => Value::from(primitive::<UInt16Type>(array)?.value(i)),
-        T::UInt32 => Value::from(primitive::<UInt32Type>(array)?.value(i)),
-        T::UInt64 => Value::from(primitive::<UInt64Type>(array)?.value(i)),
-        T::Float16 => float32(primitive::<Float16Type>(array)?.value(i).to_f32()),
-        T::Float32 => float32(primitive::<Float32Type>(array)?.value(i)),
-        T::Float64 => float64(primitive::<Float64Type>(array)?.value(i)),
+    match array.data_type() {
+        T::Null => out.raw(b"null"),
+        T::Boolean => {
+            let b = array.as_boolean_opt().ok_or_else(|| mismatch(array))?.value(i);
+            out.raw(if b { b"true" } else { b"false" })
+        }
+        T::Int8 => out.serialize(&primitive::<Int8Type>(array)?.value(i)),
+        T::Int16 => out.serialize(&primitive::<Int16Type>(array)?.value(i)),
+        T::Int32 => out.serialize(&primitive::<Int32Type>(array)?.value(i)),
+        T::Int64 => out.serialize(&primitive::<Int64Type>(array)?.value(i)),
+        T::UInt8 => out.serialize(&primitive::<UInt8Type>(array)?.value(i)),
+        T::UInt16 => out.serialize(&primitive::<UInt16Type>(array)?.value(i)),
+        T::UInt32 => out.serialize(&primitive::<UInt32Type>(array)?.value(i)),
+        T::UInt64 => out.serialize(&primitive::<UInt64Type>(array)?.value(i)),
+        T::Float16 => out.serialize(&float32(primitive::<Float16Type>(array)?.value(i).to_f32())),
+        T::Float32 => out.serialize(&float32(primitive::<Float32Type>(array)?.value(i))),
+        T::Float64 => out.serialize(&float64(primitive::<Float64Type>(array)?.value(i))),
         T::Utf8 => {
-            Value::from(array.as_string_opt::<i32>().ok_or_else(|| mismatch(array))?.value(i))
+            out.string(array.as_string_opt::<i32>().ok_or_else(|| mismatch(array))?.value(i))
         }
         T::LargeUtf8 => {
-            Value::from(array.as_string_opt::<i64>().ok_or_else(|| mismatch(array))?.value(i))
+            out.string(array.as_string_opt::<i64>().ok_or_else(|| mismatch(array))?.value(i))
         }
         T::Utf8View => {
-            Value::from(array.as_string_view_opt().ok_or_else(|| mismatch(array))?.value(i))
+            out.string(array.as_string_view_opt().ok_or_else(|| mismatch(array))?.value(i))
         }
-        T::Binary => bytes(array.as_binary_opt::<i32>().ok_or_else(|| mismatch(array))?.value(i)),
+        T::Binary => {
+            bytes(out, array.as_binary_opt::<i32>().ok_or_else(|| mismatch(array))?.value(i))
+        }
         T::LargeBinary => {
-            bytes(array.as_binary_opt::<i64>().ok_or_else(|| mismatch(array))?.value(i))
+            bytes(out, array.as_binary_opt::<i64>().ok_or_else(|| mismatch(array))?.value(i))
         }
-        T::BinaryView => bytes(array.as_binary_view_opt().ok_or_else(|| mismatch(array))?.value(i)),
+        T::BinaryView => {
+            bytes(out, array.as_binary_view_opt().ok_or_else(|| mismatch(array))?.value(i))
+        }
         T::FixedSizeBinary(_) => {
-            bytes(array.as_fixed_size_binary_opt().ok_or_else(|| mismatch(array))?.value(i))
+            bytes(out, array.as_fixed_size_binary_opt().ok_or_else(|| mismatch(array))?.value(i))
         }
         T::Date32 => {
-            Value::from(temporal::date(i64::from(primitive::<Date32Type>(array)?.value(i))))
+            out.string(&temporal::date(i64::from(primitive::<Date32Type>(array)?.value(i))))
         }
-        T::Date64 => Value::from(temporal::date64(primitive::<Date64Type>(array)?.value(i))),
+        T::Date64 => out.string(&temporal::date64(primitive::<Date64Type>(array)?.value(i))),
         T::Timestamp(unit, tz) => {
             let v = match unit {
                 TimeUnit::Second => primitive::<TimestampSecondType>(array)?.value(i),
@@ -272,80 +409,123 @@ fn value(field: &Field, array: &dyn Array, i: usize) -> Result<Value, Problem> {
                 TimeUnit::Microsecond => primitive::<TimestampMicrosecondType>(array)?.value(i),
                 TimeUnit::Nanosecond => primitive::<TimestampNanosecondType>(array)?.value(i),
             };
-            Value::from(temporal::timestamp(v, *unit, tz.is_some()))
+            out.string(&temporal::timestamp(v, *unit, tz.is_some()))
         }
-        T::Time32(unit @ TimeUnit::Second) => Value::from(temporal::time(
+        T::Time32(unit @ TimeUnit::Second) => out.string(&temporal::time(
             i64::from(primitive::<Time32SecondType>(array)?.value(i)),
             *unit,
         )),
-        T::Time32(unit @ TimeUnit::Millisecond) => Value::from(temporal::time(
+        T::Time32(unit @ TimeUnit::Millisecond) => out.string(&temporal::time(
             i64::from(primitive::<Time32MillisecondType>(array)?.value(i)),
             *unit,
         )),
         T::Time64(unit @ TimeUnit::Microsecond) => {
-            Value::from(temporal::time(primitive::<Time64MicrosecondType>(array)?.value(i), *unit))
+            out.string(&temporal::time(primitive::<Time64MicrosecondType>(array)?.value(i), *unit))
         }
         T::Time64(unit @ TimeUnit::Nanosecond) => {
-            Value::from(temporal::time(primitive::<Time64NanosecondType>(array)?.value(i), *unit))
+            out.string(&temporal::time(primitive::<Time64NanosecondType>(array)?.value(i), *unit))
         }
-        T::Decimal32(..) => Value::from(primitive::<Decimal32Type>(array)?.value_as_string(i)),
-        T::Decimal64(..) => Value::from(primitive::<Decimal64Type>(array)?.value_as_string(i)),
-        T::Decimal128(..) => Value::from(primitive::<Decimal128Type>(array)?.value_as_string(i)),
-        T::Decimal256(..) => Value::from(primitive::<Decimal256Type>(array)?.value_as_string(i)),
-        T::List(child) => list::<i32>(child, array, i)?,
-        T::LargeList(child) => list::<i64>(child, array, i)?,
+        T::Decimal32(..) => out.string(&primitive::<Decimal32Type>(array)?.value_as_string(i)),
+        T::Decimal64(..) => out.string(&primitive::<Decimal64Type>(array)?.value_as_string(i)),
+        T::Decimal128(..) => out.string(&primitive::<Decimal128Type>(array)?.value_as_string(i)),
+        T::Decimal256(..) => out.string(&primitive::<Decimal256Type>(array)?.value_as_string(i)),
+        T::List(child) => list::<i32>(out, child, array, i),
+        T::LargeList(child) => list::<i64>(out, child, array, i),
         T::FixedSizeList(child, _) => {
             let list = array.as_fixed_size_list_opt().ok_or_else(|| mismatch(array))?;
             let size = usize::try_from(list.value_length()).unwrap_or(0);
             let start = list.value_offset_at(i);
-            let values = (start..start.saturating_add(size))
-                .map(|j| value(child, list.values().as_ref(), j))
-                .collect::<Result<Vec<_>, _>>()?;
-            match tensor_shape(field, size) {
-                Some(shape) => nest(&mut values.into_iter(), &shape),
-                None => Value::Array(values),
-            }
+            let shape = tensor_shape(field, size).unwrap_or_else(|| vec![size]);
+            nested(out, child, list.values().as_ref(), start, &shape)
         }
         T::Struct(fields) => {
             let s = array.as_struct_opt().ok_or_else(|| mismatch(array))?;
-            let mut object = Map::with_capacity(fields.len());
-            for (f, child) in fields.iter().zip(s.columns()) {
-                if object.insert(f.name().clone(), value(f, child.as_ref(), i)?).is_some() {
-                    return Err(twice(f.name(), Some(field)));
+            out.raw(b"{")?;
+            for (k, (f, child)) in fields.iter().zip(s.columns()).enumerate() {
+                if k > 0 {
+                    out.raw(b",")?;
                 }
+                out.string(f.name())?;
+                out.raw(b":")?;
+                value(out, f, child.as_ref(), i)?;
             }
-            Value::Object(object)
+            out.raw(b"}")
         }
         T::Dictionary(..) => {
             let d = array.as_any_dictionary_opt().ok_or_else(|| mismatch(array))?;
             let key = key_at(d.keys(), i).ok_or_else(|| mismatch(array))?;
-            value(field, d.values().as_ref(), key)?
+            value(out, field, d.values().as_ref(), key)
         }
-        t => {
-            return Err(Problem::new(
-                Code::FailedPrecondition,
-                format!("{} of type {t} has no JSON form; read it as Arrow", column(field.name())),
-            ));
-        }
-    };
-    Ok(v)
+        t => Err(Unwritten::Refused(Problem::new(
+            Code::FailedPrecondition,
+            format!("{} of type {t} has no JSON form; read it as Arrow", column(field.name())),
+        ))),
+    }
 }
 
-fn bytes(b: &[u8]) -> Value {
-    Value::String(STANDARD.encode(b))
+/// Bytes as a base64 string, encoded straight into the reply (its length checked first).
+fn bytes(out: &mut JsonOut, b: &[u8]) -> Result<(), Unwritten> {
+    let len = base64::encoded_len(b.len(), true).ok_or(Unwritten::Over)?;
+    out.room(len.saturating_add(2))?;
+    out.buf.push(b'"');
+    let at = out.buf.len();
+    out.buf.resize(at + len, 0);
+    let written = STANDARD.encode_slice(b, out.buf.get_mut(at..).unwrap_or_default());
+    if written.ok() != Some(len) {
+        return Err(Unwritten::Refused(Problem::new(Code::Internal, "base64 of another length")));
+    }
+    out.buf.push(b'"');
+    Ok(())
 }
 
-/// The values of list `i` of a (large) list array.
-fn list<O: OffsetSizeTrait>(child: &Field, array: &dyn Array, i: usize) -> Result<Value, Problem> {
+/// Writes the values of list `i` of a (large) list array.
+fn list<O: OffsetSizeTrait>(
+    out: &mut JsonOut,
+    child: &Field,
+    array: &dyn Array,
+    i: usize,
+) -> Result<(), Unwritten> {
     let list = array.as_list_opt::<O>().ok_or_else(|| mismatch(array))?;
     let offsets = list.value_offsets();
     let (Some(start), Some(end)) = (offsets.get(i), offsets.get(i + 1)) else {
         return Err(mismatch(array));
     };
-    (start.as_usize()..end.as_usize())
-        .map(|j| value(child, list.values().as_ref(), j))
-        .collect::<Result<Vec<_>, _>>()
-        .map(Value::Array)
+    out.raw(b"[")?;
+    for (k, j) in (start.as_usize()..end.as_usize()).enumerate() {
+        if k > 0 {
+            out.raw(b",")?;
+        }
+        value(out, child, list.values().as_ref(), j)?;
+    }
+    out.raw(b"]")
+}
+
+/// Writes the values of `values` from `start`, row-major, nested into `shape` (whose product
+/// is their count; `[n]`: one flat array).
+fn nested(
+    out: &mut JsonOut,
+    child: &Field,
+    values: &dyn Array,
+    start: usize,
+    shape: &[usize],
+) -> Result<(), Unwritten> {
+    let Some((n, rest)) = shape.split_first() else {
+        return value(out, child, values, start);
+    };
+    let stride = rest.iter().product::<usize>();
+    out.raw(b"[")?;
+    for k in 0..*n {
+        if k > 0 {
+            out.raw(b",")?;
+        }
+        let at = start.saturating_add(k.saturating_mul(stride));
+        if rest.is_empty() {
+            value(out, child, values, at)?;
+        } else {
+            nested(out, child, values, at, rest)?;
+        }
+    }
+    out.raw(b"]")
 }
 
 /// A dictionary key as an index into its values.
@@ -384,15 +564,6 @@ fn tensor_shape(field: &Field, size: usize) -> Option<Vec<usize>> {
         && params.shape.len() <= MAX_JSON_DEPTH
         && !params.shape.contains(&0);
     fits.then_some(params.shape)
-}
-
-/// Row-major nesting of `values` into `shape` (whose product is their count).
-fn nest(values: &mut impl Iterator<Item = Value>, shape: &[usize]) -> Value {
-    match shape {
-        [] => values.next().unwrap_or(Value::Null),
-        [n] => Value::Array(values.take(*n).collect()),
-        [n, rest @ ..] => Value::Array((0..*n).map(|_| nest(values, rest)).collect()),
-    }
 }
 
 #[cfg(test)]

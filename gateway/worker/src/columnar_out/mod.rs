@@ -33,12 +33,71 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{Fields, SchemaRef};
-use shardwise_core::dataset::{Element, Row};
+use shardwise_core::dataset::{Chunk, Element, Row};
 use shardwise_http::{Code, Problem};
 
 pub use self::batches::record_batches;
-pub use self::ipc::{IpcCompression, parse_compression, write_stream};
-pub use self::json::{MAX_JSON_DEPTH, to_json};
+pub(crate) use self::ipc::weight;
+pub use self::ipc::{IpcCompression, parse_compression, write_stream, write_stream_within};
+pub use self::json::{JsonOut, MAX_JSON_DEPTH, to_json};
+
+/// Why an element (or a stream) was not written into a reply.
+#[derive(Debug)]
+pub enum Unwritten {
+    /// It would take the reply past its byte budget: nothing of it was kept.
+    Over,
+    /// It cannot be written (a column without a JSON form, batches of other columns).
+    Refused(Problem),
+}
+
+impl From<Problem> for Unwritten {
+    fn from(p: Problem) -> Unwritten {
+        Unwritten::Refused(p)
+    }
+}
+
+/// A chunk's payload on a worker: the record batch read, and where its rows lie (for
+/// messages about a row).
+#[derive(Debug)]
+pub struct FileRows {
+    /// The rows.
+    pub batch: RecordBatch,
+    /// The file, as the dataset names it.
+    pub path: String,
+    /// The row (in the file) of the batch's first row.
+    pub first_row: u64,
+}
+
+/// The record batch of a chunk: a [`FileRows`]' batch, or a bare [`RecordBatch`].
+pub fn batch_of(chunk: &Chunk) -> Option<&RecordBatch> {
+    let data = chunk.data();
+    data.downcast_ref::<FileRows>().map(|f| &f.batch).or_else(|| data.downcast_ref::<RecordBatch>())
+}
+
+/// Names a row in messages: its row in its file when its chunk says so.
+pub fn row_name(row: &Row) -> String {
+    match row.chunk.data().downcast_ref::<FileRows>() {
+        Some(f) => format!(
+            "row {} of file {}",
+            f.first_row.saturating_add(row.index),
+            crate::files::shown(&f.path)
+        ),
+        None => format!("row {} of a chunk", row.index),
+    }
+}
+
+/// Names an element in messages: a row by its file, a batch by its first row, a value by
+/// `index`, its place among the task's elements.
+pub fn element_name(element: &Element, index: u64) -> String {
+    match element {
+        Element::Value(_) => format!("element {index} of the task"),
+        Element::Row(row) => row_name(row),
+        Element::Rows(rows) => match rows.first() {
+            Some(first) => format!("a batch of {} rows from {}", rows.len(), row_name(first)),
+            None => format!("element {index} of the task (an empty batch)"),
+        },
+    }
+}
 
 /// The schema of the first row of `elements`: `None` when they hold no row (an empty read, or
 /// JSON values).
@@ -49,7 +108,7 @@ pub fn schema_of(elements: &[Element]) -> Option<SchemaRef> {
             Element::Rows(rows) => rows.first()?,
             Element::Value(_) => return None,
         };
-        row.chunk.data().downcast_ref::<RecordBatch>().map(|b| b.schema())
+        batch_of(&row.chunk).map(|b| b.schema())
     })
 }
 
@@ -64,10 +123,8 @@ fn not_columnar() -> Problem {
 
 /// The record batch of a row's chunk, and the row's index in it (checked).
 fn locate(row: &Row) -> Result<(&RecordBatch, usize), Problem> {
-    let batch =
-        row.chunk.data().downcast_ref::<RecordBatch>().ok_or_else(|| {
-            Problem::new(Code::Internal, "a row's chunk holds no Arrow record batch")
-        })?;
+    let batch = batch_of(&row.chunk)
+        .ok_or_else(|| Problem::new(Code::Internal, "a row's chunk holds no Arrow record batch"))?;
     match usize::try_from(row.index) {
         Ok(i) if i < batch.num_rows() => Ok((batch, i)),
         _ => Err(Problem::new(

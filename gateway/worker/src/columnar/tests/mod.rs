@@ -53,7 +53,11 @@ impl Drop for Root {
 }
 
 pub(super) fn opts(chunk_bytes: u64, max_chunk_bytes: u64) -> ReadOptions {
-    ReadOptions { chunk_bytes, max_chunk_bytes }
+    ReadOptions {
+        chunk_bytes,
+        max_chunk_bytes,
+        max_footer_bytes: crate::columnar::DEFAULT_MAX_FOOTER_BYTES,
+    }
 }
 
 /// Generous options: one chunk per row group or batch (for small files).

@@ -103,6 +103,39 @@ fn row_counts_come_from_footers() {
     assert_eq!(chunks.unwrap()[0].num_rows(), 0);
 }
 
+/// Footers are walked before they are decoded: a footer over `max_footer_bytes`, or whose
+/// decoded metadata would not fit a chunk's bound, is refused; a dispatcher's counts come
+/// from the walk, are remembered while the file is unchanged, and stop when cancelled.
+#[test]
+fn footers_are_bounded_walked_and_remembered() {
+    use std::sync::atomic::AtomicBool;
+    let root = Root::new("pq-footers");
+    root.write("a.parquet", &parquet(&[sample(0, 300)], 1));
+    let d = def(FileFormat::Parquet);
+    // 300 row groups of 4 column chunks: about 0.6 MB decoded.
+    let e = RowReader::open(&root.roots, &d, &req("a.parquet", 0, None), &opts(64, 200_000));
+    fails(e, Code::ResourceExhausted, "its footer (300 row groups of 1200 column chunks");
+    let mut small = big();
+    small.max_footer_bytes = 100;
+    let e = RowReader::open(&root.roots, &d, &req("a.parquet", 0, None), &small);
+    fails(e, Code::ResourceExhausted, "footers of at most 100 bytes are read (--max-footer-bytes)");
+    assert!(RowReader::open(&root.roots, &d, &req("a.parquet", 0, None), &big()).is_ok());
+
+    let counts = RowCounts::new(root.roots.clone(), 1 << 20, 3);
+    let never = AtomicBool::new(false);
+    let paths = |names: &[&str]| names.iter().map(|n| format!("{n}.parquet")).collect::<Vec<_>>();
+    assert_eq!(counts.count(&paths(&["a", "a"]), &never).unwrap(), [300, 300]);
+    // Another file of the same name is another identity: read again.
+    root.write("a.parquet", &parquet(&[sample(0, 7)], 3));
+    assert_eq!(counts.count(&paths(&["a"]), &never).unwrap(), [7]);
+    let e = counts.count(&paths(&["a", "a", "a", "a"]), &never);
+    fails(e, Code::ResourceExhausted, "at most 3 (--max-footer-files)");
+    let e = counts.count(&paths(&["a"]), &AtomicBool::new(true));
+    fails(e, Code::Unavailable, "the caller went away");
+    let tight = RowCounts::new(root.roots.clone(), 100, 3);
+    fails(tight.count(&paths(&["a"]), &never), Code::ResourceExhausted, "--max-footer-bytes");
+}
+
 #[test]
 fn columns_are_projected_in_the_order_asked() {
     let root = thirty("pq-projection");

@@ -7,6 +7,7 @@ use shardwise_core::position::SourceRange;
 use super::super::fixtures::{chunk, elements, rows, sample};
 use super::super::{record_batches, schema_of};
 use super::*;
+use shardwise_http::Code;
 
 fn runs() -> Vec<OriginRun> {
     let split = |start, stop| SourceRange { start, stop };
@@ -18,22 +19,51 @@ fn runs() -> Vec<OriginRun> {
 
 #[test]
 fn the_compression_header_is_read_like_accept_encoding() {
-    let cases: [(&[&str], Option<IpcCompression>); 10] = [
+    let cases: [(&[&str], Option<IpcCompression>); 13] = [
         (&[], None),
         (&["lz4"], Some(IpcCompression::Lz4)),
         (&["zstd"], Some(IpcCompression::Zstd)),
         (&[" ZSTD , lz4"], Some(IpcCompression::Zstd)),
-        (&["lz4;q=0.1, zstd"], Some(IpcCompression::Lz4)),
+        // Weights: the highest wins, the first listed among equals; 0 is "not this".
+        (&["lz4;q=0.1, zstd"], Some(IpcCompression::Zstd)),
+        (&["lz4;q=0.5, zstd;q=0.5"], Some(IpcCompression::Lz4)),
+        (&["zstd;q=0, lz4;q=0.001"], Some(IpcCompression::Lz4)),
+        (&["none;q=0.2, zstd; Q=1.0"], Some(IpcCompression::Zstd)),
         (&["br, gzip", "zstd"], Some(IpcCompression::Zstd)),
         (&["none, zstd"], None),
-        (&["brotli"], None),
         (&["", ",,;", "Lz4"], Some(IpcCompression::Lz4)),
-        (&["lz4x, xzstd"], None),
+        (&["", " , "], None),
+        (&["bogus, zstd"], Some(IpcCompression::Zstd)),
     ];
     for (values, want) in cases {
-        assert_eq!(parse_compression(values.iter().copied()), want, "{values:?}");
+        assert_eq!(parse_compression(values.iter().copied()).unwrap(), want, "{values:?}");
+    }
+    // Nothing acceptable that the worker serves, or a weight that is not one: refused, naming
+    // what it serves (or the weight).
+    for values in [&["brotli"][..], &["lz4x, xzstd"], &["zstd;q=0"], &["none;q=0, gzip"]] {
+        let e = parse_compression(values.iter().copied()).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument, "{values:?}");
+        assert!(e.detail.contains("ask for lz4, zstd or none"), "{}", e.detail);
+    }
+    for bad in ["zstd;q=2", "zstd;q=-1", "zstd;q=0.1234", "zstd;q=x"] {
+        let e = parse_compression([bad]).unwrap_err();
+        assert!(e.detail.contains("is not a number from 0 to 1"), "{bad}: {}", e.detail);
     }
     assert_eq!((IpcCompression::Lz4.as_str(), IpcCompression::Zstd.as_str()), ("lz4", "zstd"));
+}
+
+/// A stream stops at its budget, wherever the bytes come from.
+#[test]
+fn streams_stop_at_their_budget() {
+    let c = chunk(sample(0, 300));
+    let batches = record_batches(&elements(rows(&c, 0..300))).unwrap();
+    let whole = write_stream(None, &batches, None, None).unwrap();
+    let exact = write_stream_within(None, &batches, None, None, whole.len()).unwrap();
+    assert_eq!(exact, whole);
+    for max in [0, 10, whole.len() / 2, whole.len() - 1] {
+        let e = write_stream_within(None, &batches, None, None, max).unwrap_err();
+        assert!(matches!(e, Unwritten::Over), "{max}: {e:?}");
+    }
 }
 
 #[test]

@@ -16,6 +16,7 @@ use shardwise_core::dataset::{Chunk, Row};
 
 use super::super::fixtures::{chunk, rows, sample, tensor_field};
 use super::*;
+use crate::columnar_out::Unwritten;
 
 /// Each row of a one-column batch of `array` (under `field`, or a plain nullable field), as
 /// JSON: the column's values.
@@ -245,4 +246,41 @@ fn rows_outside_their_chunk_are_internal_errors() {
     let opaque = Arc::new(Chunk::new(1, 1, Arc::new(7u8)));
     let err = to_json(&Element::Rows(vec![Row { chunk: opaque, index: 0 }])).unwrap_err();
     assert_eq!(err.code, Code::Internal);
+}
+
+/// What a row takes as JSON is what is counted: a dictionary of one 256 KiB string that every
+/// row references weighs 256 KiB a row here, and the budget stops the reply before it is
+/// passed, leaving the buffer as it was.
+#[test]
+fn a_reply_counts_what_it_writes_and_stops_at_its_budget() {
+    let big = "x".repeat(256 << 10);
+    let keys = Int8Array::from(vec![0i8; 100]);
+    let dict: ArrayRef = Arc::new(
+        DictionaryArray::<Int8Type>::try_new(keys, Arc::new(StringArray::from(vec![big.as_str()])))
+            .unwrap(),
+    );
+    let field = Field::new("s", dict.data_type().clone(), false);
+    let c = chunk(RecordBatch::try_new(Arc::new(Schema::new(vec![field])), vec![dict]).unwrap());
+    let budget = 1 << 20;
+    let mut out = JsonOut::new(budget);
+    let mut written = 0;
+    for r in rows(&c, 0..100) {
+        match out.element(&Element::Row(r)) {
+            Ok(()) => written += 1,
+            Err(Unwritten::Over) => break,
+            Err(Unwritten::Refused(p)) => panic!("{p:?}"),
+        }
+    }
+    assert_eq!(written, 3, "four rows of 256 KiB are more than 1 MiB");
+    let before = out.len();
+    assert!(before <= budget && before > 3 * (256 << 10), "{before}");
+    let again = out.element(&Element::Row(rows(&c, [3]).remove(0)));
+    assert!(matches!(again, Err(Unwritten::Over)));
+    assert_eq!(out.len(), before, "nothing of a refused row is kept");
+    // Bytes are checked before they are encoded, and a value or a batch the same way.
+    let mut small = JsonOut::new(10);
+    assert!(matches!(small.element(&Element::Value(json!("0123456789"))), Err(Unwritten::Over)));
+    assert!(small.is_empty());
+    assert!(matches!(small.element(&Element::Rows(rows(&c, [0, 1]))), Err(Unwritten::Over)));
+    assert!(small.is_empty());
 }
