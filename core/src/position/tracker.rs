@@ -1,7 +1,7 @@
 //! The reader's side: fold the origins of the elements handed to the caller into a
 //! [`ReadPosition`], and merge the positions of several consumers of one iteration.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{OriginRun, PartialSplit, ReadPosition, SourceRange};
 
@@ -14,13 +14,26 @@ use super::{OriginRun, PartialSplit, ReadPosition, SourceRange};
 /// may have gaps, which [`merge_positions`] fills from the others'. A split read twice
 /// (handed out again after its worker was lost) counts once: what was consumed stays
 /// consumed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct PositionTracker {
     /// Done ranges, merged: start -> stop, disjoint and not touching.
     done: BTreeMap<u64, u64>,
     /// Splits under way.
     partial: BTreeMap<SourceRange, SplitState>,
+    /// Splits under way that overlap another one (never two splits of one read: a read's
+    /// splits are disjoint or the same; only positions written by hand overlap), kept so that
+    /// finding the splits a range overlaps costs a lookup, not a walk over every split.
+    tangled: BTreeSet<SourceRange>,
 }
+
+/// Trackers are equal when they hold the same done ranges and splits under way.
+impl PartialEq for PositionTracker {
+    fn eq(&self, other: &Self) -> bool {
+        self.done == other.done && self.partial == other.partial
+    }
+}
+
+impl Eq for PositionTracker {}
 
 /// What was consumed of one split under way.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +56,12 @@ impl SplitState {
     }
 }
 
+/// `id` in single quotes, at most 80 characters of it (a dataset id from a caller's file).
+fn quoted(id: &str) -> String {
+    let shown: String = id.chars().take(80).collect();
+    format!("'{}'", shown.escape_default())
+}
+
 /// Why positions cannot be merged (they are not of one read).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -63,9 +82,11 @@ pub fn merge_positions<'a>(
                 if dataset_id != p.dataset_id || repetition != p.repetition =>
             {
                 return Err(MergeError(format!(
-                    "positions of different reads cannot be merged: dataset {dataset_id:?} \
-                     repetition {repetition}, and dataset {:?} repetition {}",
-                    p.dataset_id, p.repetition
+                    "positions of different reads cannot be merged: dataset {} repetition \
+                     {repetition} and dataset {} repetition {}",
+                    quoted(dataset_id),
+                    quoted(&p.dataset_id),
+                    p.repetition
                 )));
             }
             Some(_) => {}
@@ -100,7 +121,7 @@ impl PositionTracker {
             if p.split.start >= p.split.stop || self.is_done(p.split) {
                 continue;
             }
-            let state = self.partial.entry(p.split).or_default();
+            let state = self.partial_entry(p.split);
             if p.consumed > 0 {
                 state.add(0, p.consumed);
             }
@@ -121,7 +142,7 @@ impl PositionTracker {
         if taken == 0 || run.split.start >= run.split.stop || self.is_done(run.split) {
             return;
         }
-        let state = self.partial.entry(run.split).or_default();
+        let state = self.partial_entry(run.split);
         state.add(run.offset, run.offset.saturating_add(taken));
         if run.end && taken == run.count {
             let len = run.offset.saturating_add(run.count);
@@ -160,9 +181,42 @@ impl PositionTracker {
     fn settle(&mut self, split: SourceRange) {
         let Some(state) = self.partial.get(&split) else { return };
         if state.is_complete() || self.rest_is_done(split, state) {
-            self.partial.remove(&split);
+            self.remove_partial(split);
             self.mark_done(split);
         }
+    }
+
+    /// The state of `split`, a split under way (new: nothing consumed).
+    fn partial_entry(&mut self, split: SourceRange) -> &mut SplitState {
+        if !self.partial.contains_key(&split) {
+            let others = self.overlapping(split);
+            if !others.is_empty() {
+                self.tangled.insert(split);
+                self.tangled.extend(others);
+            }
+        }
+        self.partial.entry(split).or_default()
+    }
+
+    fn remove_partial(&mut self, split: SourceRange) {
+        self.partial.remove(&split);
+        self.tangled.remove(&split);
+    }
+
+    /// The splits under way, `r` aside, that overlap the non-empty range `r`: those starting
+    /// inside it, the one starting last before it (the only other one, were splits under way
+    /// disjoint), and tangled ones.
+    fn overlapping(&self, r: SourceRange) -> Vec<SourceRange> {
+        let at = |start| SourceRange { start, stop: 0 };
+        let before = self.partial.range(..at(r.start)).next_back().map(|(p, _)| *p);
+        let mut found: BTreeSet<SourceRange> = before
+            .into_iter()
+            .chain(self.tangled.iter().copied().filter(|p| p.start < r.start))
+            .filter(|p| p.stop > r.start)
+            .collect();
+        found.extend(self.partial.range(at(r.start)..at(r.stop)).map(|(p, _)| *p));
+        found.remove(&r);
+        found.into_iter().collect()
     }
 
     /// Whether the parts of `split` that `state` has not consumed lie in done ranges, for
@@ -201,15 +255,11 @@ impl PositionTracker {
         // Splits under way that overlap the grown range: inside it, they are done; their
         // unconsumed rest inside it (a split resumed part way was read to its end), they are
         // done, and their consumed part joins the done ranges.
-        let touched: Vec<SourceRange> = self
-            .partial
-            .range(..SourceRange { start: stop, stop: 0 })
-            .filter(|(p, _)| p.stop > start)
-            .map(|(p, _)| *p)
-            .collect();
-        for p in touched {
+        let grown = SourceRange { start, stop };
+        let touched = self.overlapping(grown);
+        for p in touched.into_iter().chain(self.partial.contains_key(&grown).then_some(grown)) {
             if self.is_done(p) {
-                self.partial.remove(&p);
+                self.remove_partial(p);
             } else {
                 self.settle(p);
             }
@@ -250,6 +300,48 @@ mod tests {
 
     fn r(start: u64, stop: u64) -> SourceRange {
         SourceRange { start, stop }
+    }
+
+    /// Done ranges find the splits under way they touch whatever else is under way: a split
+    /// spanning much of the source before them, splits nested in others (which no read
+    /// writes, but a position may say), each settled as a walk over all of them would.
+    #[test]
+    fn done_ranges_settle_the_splits_they_touch_among_many_and_tangled_ones() {
+        let position = |done: Vec<SourceRange>, partial: Vec<PartialSplit>| ReadPosition {
+            dataset_id: "d".into(),
+            repetition: 0,
+            done,
+            partial,
+        };
+        let big = 1_000_000_000_000;
+        let n = 20_000;
+        let mut under_way = vec![PartialSplit::prefix(r(0, big), 1)];
+        under_way
+            .extend((0..n).map(|i| PartialSplit::prefix(r(big + 10 * i, big + 10 * i + 10), 5)));
+        // Each small split's rest: positions 5..10 of it, which completes it.
+        let rests = (0..n).map(|i| r(big + 10 * i + 5, big + 10 * i + 10)).collect();
+        let merged =
+            merge_positions(&[position(vec![], under_way), position(rests, vec![])]).unwrap();
+        assert_eq!(merged.done, vec![r(big, big + 10 * n)]);
+        assert_eq!(merged.partial, vec![PartialSplit::prefix(r(0, big), 1)]);
+        // Nested splits: the inner one's rest done completes it, then the outer one's.
+        let nested = position(
+            vec![r(2, 4), r(6, 10)],
+            vec![PartialSplit::prefix(r(0, 10), 2), PartialSplit::prefix(r(4, 8), 0)],
+        );
+        let mut t = PositionTracker::resuming(&nested);
+        t.consumed(&run(4, 8, 0, 2, false), 2);
+        let p = t.position("d", 0);
+        assert_eq!((p.done, p.partial), (vec![r(0, 10)], vec![]));
+        // Overlapping splits, one covered by a done range: removed; the other stays.
+        let mut t = PositionTracker::resuming(&position(
+            vec![],
+            vec![PartialSplit::prefix(r(0, 6), 1), PartialSplit::prefix(r(4, 12), 1)],
+        ));
+        t.absorb(&position(vec![r(3, 13)], vec![]));
+        let p = t.position("d", 0);
+        assert_eq!(p.done, vec![r(3, 13)]);
+        assert_eq!(p.partial, vec![PartialSplit::prefix(r(0, 6), 1)]);
     }
 
     #[test]
