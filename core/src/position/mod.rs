@@ -34,15 +34,45 @@ use serde::{Deserialize, Serialize};
 /// by the splits a trainer read, and one this long means a hostile or broken caller.
 pub const MAX_POSITION_ENTRIES: usize = 100_000;
 
-/// A half-open range `start..stop` of a source's positions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// A half-open range `start..stop` of a source's positions: `{"start": .., "stop": ..}` (an
+/// object only, nothing else in it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+// What the schema says (no other members); `Deserialize` below enforces it.
 #[serde(deny_unknown_fields)]
 pub struct SourceRange {
     /// The first position.
     pub start: u64,
     /// The end (exclusive).
     pub stop: u64,
+}
+
+impl<'de> Deserialize<'de> for SourceRange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Fields {
+            start: u64,
+            stop: u64,
+        }
+        // serde's derive would also read `[start, stop]`, which no position holds.
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = SourceRange;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of start and stop")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<SourceRange, A::Error> {
+                let Fields { start, stop } =
+                    Fields::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(SourceRange { start, stop })
+            }
+        }
+        d.deserialize_map(Object)
+    }
 }
 
 /// Where a split handed out by get-split lies in the source, and how many of its first output
@@ -110,8 +140,15 @@ pub struct PartialSplit {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub more: Vec<SourceRange>,
     /// The split's output length, once its last element was consumed (by any consumer).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Absent when unknown (`null` is refused: a position never holds it).
+    #[serde(default, deserialize_with = "some_u64", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub len: Option<u64>,
+}
+
+/// A present `u64` (not `null`) as `Some`.
+fn some_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    u64::deserialize(d).map(Some)
 }
 
 impl PartialSplit {
@@ -217,6 +254,25 @@ mod run_tests {
 
     fn o(start: u64, offset: u64, end: bool) -> ElementOrigin {
         ElementOrigin { split: SourceRange { start, stop: start + 10 }, offset, end }
+    }
+
+    #[test]
+    fn a_source_range_is_an_object_of_start_and_stop() {
+        let read = |text: &str| serde_json::from_str::<SourceRange>(text);
+        assert_eq!(read(r#"{"start":1,"stop":4}"#).unwrap(), SourceRange { start: 1, stop: 4 });
+        assert!(read("[1,4]").is_err());
+        assert!(read(r#"{"start":1}"#).is_err());
+        assert!(read(r#"{"start":1,"stop":4,"step":1}"#).is_err());
+        assert!(read(r#"{"start":-1,"stop":4}"#).is_err());
+    }
+
+    #[test]
+    fn a_partial_splits_len_is_absent_or_a_number() {
+        let read = |text: &str| serde_json::from_str::<PartialSplit>(text);
+        let split = r#""split":{"start":0,"stop":4},"consumed":1"#;
+        assert_eq!(read(&format!("{{{split}}}")).unwrap().len, None);
+        assert_eq!(read(&format!("{{{split},\"len\":3}}")).unwrap().len, Some(3));
+        assert!(read(&format!("{{{split},\"len\":null}}")).is_err());
     }
 
     #[test]
