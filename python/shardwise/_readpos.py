@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .client import ProcessingMode
+from ._native import fingerprint as _fingerprint
 from .positions import PositionTracker
 
 #: Why a transform makes positions inexact (``DatasetDef::check_resumable``).
@@ -22,20 +23,12 @@ _NOT_RESUMABLE = {
 }
 
 
-def fingerprint(dataset: Mapping[str, Any]) -> str:
-    """A stable id for a dataset definition: FNV-1a over its compact JSON (keys in the dict's
-    order), twice (128 bits), as the Rust client makes it of its canonical form: so a
-    definition written in that form (what ``GET /v1/datasets/{id}`` answers) gets the Rust
-    client's id, and clients that share a job by name register one dataset."""
-    text = json.dumps(dataset, separators=(",", ":"), ensure_ascii=False)
-    data = text.encode("utf-8")
-
-    def fnv(h: int) -> int:
-        for b in data:
-            h = ((h ^ b) * 0x0000_0100_0000_01B3) & 0xFFFF_FFFF_FFFF_FFFF
-        return h
-
-    return f"fp-{fnv(0xCBF2_9CE4_8422_2325):016x}{fnv(0x6C62_272E_07BB_0142):016x}"
+def fingerprint(dataset: Mapping[str, Any]) -> str | None:
+    """A stable id for a dataset definition, the Rust client's: ``fp-`` and 32 hex digits of
+    its canonical JSON (so clients that share a job by name register one dataset, whatever
+    order their dicts hold the keys in); ``None`` for a definition the core cannot read, which
+    is registered without an id for the dispatcher to say what is wrong with it."""
+    return _fingerprint(dataset)
 
 
 def is_dynamic(mode: ProcessingMode) -> bool:

@@ -63,7 +63,8 @@ from ._tasks import (
 )
 from .client import Backoff, Dispatcher, ProcessingMode, _text
 from .errors import ShardwiseError
-from .positions import PositionTracker, _parse_position, parse_runs
+from ._native import check_runs
+from .positions import PositionTracker
 
 __all__ = ["MAX_ELEMENTS_PER_REQUEST", "MAX_PREFETCH", "Reader", "distribute", "fingerprint"]
 
@@ -175,7 +176,7 @@ class Reader:
         if position is not None:
             if not is_dynamic(processing_mode):
                 raise ValueError("resume_from needs processing_mode distributed_epoch (DYNAMIC)")
-            _parse_position(position)  # ValueError when malformed
+            PositionTracker.resuming(position)  # ValueError when malformed
         self.dispatcher = dispatcher
         self.dataset = dataset
         self.format = format
@@ -596,7 +597,7 @@ class Reader:
             rows, end, origin = len(items), reply["end_of_sequence"], reply.get("origin")
         if origin is not None:
             try:
-                parse_runs(origin)
+                check_runs(origin)
             except ValueError as e:
                 raise ShardwiseError.protocol(
                     f"malformed origin runs: {e}", context=context

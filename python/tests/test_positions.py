@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 import unittest
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,41 @@ class Merge(unittest.TestCase):
             deep = {"x": [deep]}
         with self.assertRaisesRegex(ValueError, "levels deep"):
             merge_positions(deep)
+
+
+class Cost(unittest.TestCase):
+    def test_merging_grows_with_the_entries_not_their_square(self) -> None:
+        # One reader has a split spanning 10^12 positions under way and n small ones; the
+        # other finished one position inside each small split. Nothing merges away, so each
+        # merge walks every entry; a merge that looks at every split under way for each done
+        # range is quadratic (70 s of CPU for n = 50,000).
+        big = 10**12
+
+        def positions(n: int) -> tuple[dict[str, Any], dict[str, Any]]:
+            under_way = [{"split": {"start": 0, "stop": big}, "consumed": 1}]
+            under_way += [
+                {"split": {"start": big + 10 * i, "stop": big + 10 * i + 10}, "consumed": 1}
+                for i in range(n)
+            ]
+            done = [{"start": big + 10 * i + 5, "stop": big + 10 * i + 6} for i in range(n)]
+            return (
+                {"dataset_id": "d", "repetition": 0, "done": [], "partial": under_way},
+                {"dataset_id": "d", "repetition": 0, "done": done, "partial": []},
+            )
+
+        def cost(n: int) -> float:
+            a, b = positions(n)
+            best = float("inf")
+            for _ in range(2):
+                started = time.process_time()
+                merged = merge_positions(a, b)
+                best = min(best, time.process_time() - started)
+            self.assertEqual((len(merged["done"]), len(merged["partial"])), (n, n + 1))
+            return best
+
+        small, large = cost(2_000), cost(20_000)
+        # Ten times the entries: about ten times the work, not a hundred.
+        self.assertLess(large, 30 * max(small, 1e-3), f"{small:.3f} s -> {large:.3f} s")
 
 
 def model_consumed(position: dict[str, Any], splits: list[tuple[int, int]]) -> set[int]:

@@ -7,13 +7,14 @@
 //!   torchdata, JAX, all on CPU; several GB, installed once) and the package.
 //!
 //! A venv is `python3 -m venv` and `pip install -r` of its pinned requirements, rebuilt when
-//! the file changes (a stamp holds its text); the package is `pip install ./python` (from a
-//! fresh copy in `<target>/<venv>-src`) without build isolation (its backend, setuptools, is
-//! pinned in the requirements, so no index is needed), again whenever a file of the package
-//! changes (a stamp holds a hash of them). An exclusive lock on `<target>/<venv>.lock`
-//! serialises the setup (the kernel releases it when a process dies; `.ci/run` holds the same
-//! lock with flock(1) while it builds the torch venv in the background). Needs `python3` with
-//! `venv` and `pip`, and PyPI, the first time.
+//! the file changes (a stamp holds its text). The package is one wheel, built with maturin
+//! (from `<target>/maturin-venv`, `python/requirements-build.txt`) in the `dev` profile into
+//! `<target>/py-wheel`, again whenever a file of the package or of the Rust crates its native
+//! module embeds changes (a stamp holds a hash of them), and installed into each venv whose
+//! own stamp differs. Exclusive locks on `<target>/<name>.lock` serialise each setup (the
+//! kernel releases them when a process dies; `.ci/run` holds the torch venv's with flock(1)
+//! while it builds that venv in the background). Needs `python3` with `venv` and `pip`, PyPI
+//! the first time, and the Rust toolchain.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,8 +36,10 @@ pub fn torch_env() -> &'static Path {
     ENV.get_or_init(|| build("torch-venv", "requirements-torch.txt", Duration::from_secs(1500)))
 }
 
-/// The package's files (`pyproject.toml`, `README.md`, everything under `shardwise/` but
-/// bytecode), in path order.
+/// What the package is built from: its Python files (`pyproject.toml`, `README.md`,
+/// everything under `shardwise/` but bytecode) and the Rust its native module compiles (the
+/// workspace's manifest and lock file, `python/native` and the crates it depends on), in path
+/// order.
 fn package_files(root: &Path) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -47,7 +50,7 @@ fn package_files(root: &Path) -> Vec<PathBuf> {
         for p in entries {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
             if p.is_dir() {
-                if name != "__pycache__" {
+                if name != "__pycache__" && name != "target" {
                     walk(&p, out);
                 }
             } else if !name.ends_with(".pyc") {
@@ -55,16 +58,25 @@ fn package_files(root: &Path) -> Vec<PathBuf> {
             }
         }
     }
-    let mut files = vec![root.join("pyproject.toml"), root.join("README.md")];
-    walk(&root.join("shardwise"), &mut files);
+    let python = root.join("python");
+    let mut files = vec![
+        root.join("Cargo.toml"),
+        root.join("Cargo.lock"),
+        python.join("pyproject.toml"),
+        python.join("README.md"),
+    ];
+    walk(&python.join("shardwise"), &mut files);
+    for crate_dir in ["python/native", "core", "gateway/client"] {
+        walk(&root.join(crate_dir), &mut files);
+    }
     files
 }
 
-/// FNV-1a (64 bits) of the package's files, by relative path and content.
+/// FNV-1a (64 bits) of `files`, by path relative to `root` and content.
 fn package_hash(root: &Path, files: &[PathBuf]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for f in files {
-        let rel = f.strip_prefix(root).expect("under the package").to_string_lossy().into_owned();
+        let rel = f.strip_prefix(root).expect("under the root").to_string_lossy().into_owned();
         let content = std::fs::read(f).unwrap_or_else(|e| panic!("read {}: {e}", f.display()));
         for b in rel.bytes().chain([0]).chain(content).chain([0]) {
             h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
@@ -73,59 +85,109 @@ fn package_hash(root: &Path, files: &[PathBuf]) -> String {
     format!("{h:016x} over {} files\n", files.len())
 }
 
-/// Builds (when needed) the venv `<target>/NAME` from `python/REQUIREMENTS` and installs the
-/// package into it; its python.
-fn build(name: &str, requirements: &str, pip_timeout: Duration) -> PathBuf {
-    let target = target_dir();
-    let venv = target.join(name);
-    let python = venv.join("bin/python");
-    let package = repo_root().join("python");
-    let requirements_file = package.join(requirements);
-    let requirements = std::fs::read_to_string(&requirements_file).expect("requirements");
-    let venv_stamp = venv.join("shardwise-requirements.txt");
-    let package_stamp = venv.join("shardwise-package.stamp");
-
-    std::fs::create_dir_all(&target).expect("target dir");
+/// Holds `<target>/NAME.lock` (waiting up to `wait` for another process's setup).
+fn lock(name: &str, wait: Duration) -> std::fs::File {
     let lock_name = format!("{name}.lock");
-    let lock = std::fs::File::create(target.join(&lock_name)).expect("lock file");
-    // Another test process (or .ci/run) may be building the environment (minutes, the
-    // first time; the torch venv downloads several GB).
-    poll_until(&lock_name, pip_timeout + Duration::from_secs(300), || match lock.try_lock() {
+    let lock = std::fs::File::create(target_dir().join(&lock_name)).expect("lock file");
+    poll_until(&lock_name, wait, || match lock.try_lock() {
         Ok(()) => Ok(()),
         Err(std::fs::TryLockError::WouldBlock) => Err("held by another process"),
         Err(std::fs::TryLockError::Error(e)) => panic!("lock {lock_name}: {e}"),
     });
-    let stamped = |stamp: &Path, want: &str| {
-        std::fs::read_to_string(stamp).is_ok_and(|s| s == want) && python.exists()
-    };
-    if !stamped(&venv_stamp, &requirements) {
+    lock
+}
+
+/// `<target>/NAME` built from `python/REQUIREMENTS` unless its stamp says it is; its python.
+/// The caller holds the venv's lock.
+fn venv(name: &str, requirements: &str, pip_timeout: Duration) -> PathBuf {
+    let venv = target_dir().join(name);
+    let python = venv.join("bin/python");
+    let requirements_file = repo_root().join("python").join(requirements);
+    let want = std::fs::read_to_string(&requirements_file).expect("requirements");
+    let stamp = venv.join("shardwise-requirements.txt");
+    if !(std::fs::read_to_string(&stamp).is_ok_and(|s| s == want) && python.exists()) {
         let started = Instant::now();
         crate::build_venv(&venv, &requirements_file, pip_timeout);
-        std::fs::write(&venv_stamp, &requirements).expect("venv stamp");
+        std::fs::write(&stamp, &want).expect("venv stamp");
         eprintln!("pyenv: built {} in {:?}", venv.display(), started.elapsed());
     }
-    let files = package_files(&package);
-    let hash = package_hash(&package, &files);
-    if !stamped(&package_stamp, &hash) {
+    python
+}
+
+/// The package's wheel, built (when its files changed) by maturin in the `dev` profile into
+/// `<target>/py-wheel`, with the workspace's target directory; its path and the stamp of what
+/// it was built from.
+fn wheel() -> (PathBuf, String) {
+    static WHEEL: OnceLock<(PathBuf, String)> = OnceLock::new();
+    WHEEL
+        .get_or_init(|| {
+            let target = target_dir();
+            std::fs::create_dir_all(&target).expect("target dir");
+            let root = repo_root();
+            let hash = package_hash(&root, &package_files(&root));
+            let _lock = lock("py-wheel", Duration::from_secs(1800));
+            let out = target.join("py-wheel");
+            let stamp = out.join("shardwise-package.stamp");
+            let built = || {
+                let wheels: Vec<PathBuf> = std::fs::read_dir(&out)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+                    .collect();
+                match wheels[..] {
+                    [ref one] => Some(one.clone()),
+                    _ => None,
+                }
+            };
+            if !std::fs::read_to_string(&stamp).is_ok_and(|s| s == hash) || built().is_none() {
+                let started = Instant::now();
+                let maturin = {
+                    let _venv_lock = lock("maturin-venv", Duration::from_secs(900));
+                    venv("maturin-venv", "requirements-build.txt", Duration::from_secs(600))
+                };
+                let _ = std::fs::remove_dir_all(&out);
+                assert_ran(
+                    "maturin build",
+                    &run_bounded(
+                        Command::new(&maturin)
+                            .args(["-m", "maturin", "build", "--profile", "dev", "--out"])
+                            .arg(&out)
+                            .current_dir(root.join("python"))
+                            .env("CARGO_TARGET_DIR", &target),
+                        Duration::from_secs(1800),
+                    ),
+                );
+                std::fs::write(&stamp, &hash).expect("wheel stamp");
+                eprintln!("pyenv: built the package's wheel in {:?}", started.elapsed());
+            }
+            (built().expect("maturin wrote one wheel"), hash)
+        })
+        .clone()
+}
+
+/// Builds (when needed) the venv `<target>/NAME` from `python/REQUIREMENTS` and installs the
+/// package's wheel into it; its python.
+fn build(name: &str, requirements: &str, pip_timeout: Duration) -> PathBuf {
+    std::fs::create_dir_all(target_dir()).expect("target dir");
+    let (wheel, hash) = wheel();
+    // Another test process (or .ci/run) may be building the environment (minutes, the
+    // first time; the torch venv downloads several GB).
+    let lock = lock(name, pip_timeout + Duration::from_secs(300));
+    let python = venv(name, requirements, pip_timeout);
+    let package_stamp = target_dir().join(name).join("shardwise-package.stamp");
+    if !std::fs::read_to_string(&package_stamp).is_ok_and(|s| s == hash) {
         let started = Instant::now();
         let _ = std::fs::remove_file(&package_stamp);
-        // Installed from a fresh copy: setuptools builds in the tree it is given, and a build
-        // directory left from an older tree would bring back files since removed.
-        let copy = target.join(format!("{name}-src"));
-        let _ = std::fs::remove_dir_all(&copy);
-        for f in &files {
-            let to = copy.join(f.strip_prefix(&package).expect("under the package"));
-            std::fs::create_dir_all(to.parent().expect("a parent")).expect("package copy");
-            std::fs::copy(f, &to).unwrap_or_else(|e| panic!("copy {}: {e}", f.display()));
-        }
         assert_ran(
-            "pip install ./python",
+            "pip install the package's wheel",
             &run_bounded(
                 Command::new(&python)
                     .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
-                    .args(["--no-deps", "--no-build-isolation", "--force-reinstall"])
-                    .arg(&copy)
-                    .current_dir(&target),
+                    .args(["--no-deps", "--force-reinstall"])
+                    .arg(&wheel)
+                    .current_dir(target_dir()),
                 Duration::from_secs(300),
             ),
         );
