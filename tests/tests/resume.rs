@@ -3,7 +3,8 @@
 //! (`DistributeOptions::resume_from`) reads every element exactly once overall, with more
 //! workers than before, across SIGKILLs of a fault-tolerant dispatcher and of a worker during
 //! the resumed read (duplicates only of its in-flight splits); and the worker's
-//! element replies carry the `origin` runs positions are made of.
+//! element replies carry the `origin` runs positions are made of; a stream without read-ahead
+//! takes only what its caller reads.
 
 use std::time::Duration;
 
@@ -466,4 +467,42 @@ fn resume_with_a_huge_split_size_reads_the_rest() {
         });
         assert_eq!(got, (5..10).collect::<Vec<_>>(), "split_size {split_size}");
     }
+}
+
+/// Without read-ahead (`read_ahead: Some(0)`) a stream takes from the workers only what its
+/// caller asks for: two streams sharing a `distributed_epoch` job, the first stopped after a
+/// few elements, read every element exactly once between them (with read-ahead, the first
+/// would have taken elements it never handed out, and the second would miss them).
+#[test]
+fn a_stream_without_read_ahead_takes_only_what_its_caller_reads() {
+    let d = Dispatcher::start(&[]);
+    let _worker = Worker::start(&d.url, WORKER);
+    await_workers(&d, 1);
+    let ds = DatasetDef::from_json(&json!({"source": {"range": {"stop": 300}}})).unwrap();
+    let lazy = |read_ahead| DistributeOptions {
+        job_name: Some("lazy".into()),
+        split_size: Some(10),
+        elements_per_request: 3,
+        read_ahead,
+        ..options(None)
+    };
+    let (first, rest) = runtime().block_on(async {
+        let mut first = distribute(&d.url, ds.clone(), lazy(Some(0)));
+        let mut got = Vec::new();
+        // Two reads of three elements: a stream reading ahead has asked for many more by now.
+        for _ in 0..6 {
+            got.push(next_int(&mut first).await.expect("more elements"));
+        }
+        first.close().await;
+        assert!(first.next().await.is_none(), "a closed stream ends");
+        let mut second = distribute(&d.url, ds.clone(), lazy(None));
+        let mut rest = Vec::new();
+        while let Some(x) = next_int(&mut second).await {
+            rest.push(x);
+        }
+        (got, rest)
+    });
+    let mut all: Vec<i64> = first.iter().chain(&rest).copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..300).collect::<Vec<_>>(), "first: {first:?}, then {} more", rest.len());
 }

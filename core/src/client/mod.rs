@@ -128,7 +128,7 @@ mod tests;
 pub mod wire;
 
 pub use positions::Positions;
-pub use reader::{NUDGE_GAP, RELEASE_ATTEMPTS, RELEASE_RETRY, Reader, ReaderConfig};
+pub use reader::{NUDGE_GAP, RELEASE_ATTEMPTS, RELEASE_RETRY, Reader, ReaderConfig, TaskReadInfo};
 pub use wire::{DEFAULT_MAX_ELEMENTS, Elements, MAX_ELEMENTS};
 
 use serde_json::Value;

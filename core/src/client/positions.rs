@@ -71,6 +71,11 @@ impl Positions {
         });
     }
 
+    /// The rows of the current batch (the last read handed out from).
+    pub fn batch_len(&self) -> usize {
+        self.batch_len
+    }
+
     /// The position, `pending` rows of the current batch not handed out yet; why there is
     /// none when the read has no exact positions.
     pub fn position(&self, pending: usize) -> Result<ReadPosition, String> {

@@ -220,6 +220,19 @@ pub struct Reader<E, P = Vec<Value>> {
     events: VecDeque<Event<E, P>>,
     /// The end or the error, handed out after the lease is released.
     outcome: Option<Event<E, P>>,
+    /// The most element reads in flight the caller allows now ([`Reader::set_read_limit`]).
+    read_limit: usize,
+}
+
+/// A task as the reader reads it ([`Reader::tasks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskReadInfo {
+    /// The task.
+    pub task_id: TaskId,
+    /// The worker its reads go to.
+    pub worker_address: String,
+    /// It answered its end of sequence, or its worker was declared lost.
+    pub done: bool,
 }
 
 impl<E: CallFailure, P: Rows> Reader<E, P> {
@@ -244,7 +257,50 @@ impl<E: CallFailure, P: Rows> Reader<E, P> {
             phase: Phase::Reading,
             events: VecDeque::new(),
             outcome: None,
+            read_limit: usize::MAX,
         }
+    }
+
+    /// Allows at most `limit` element reads in flight from now on (besides
+    /// [`ReaderConfig::max_outstanding_requests`]): a caller that holds reads fetched ahead
+    /// lowers it to keep no more than it wants ahead, 0 stops new reads until it is raised.
+    /// Reads in flight go on; heartbeats are not limited.
+    pub fn set_read_limit(&mut self, limit: usize) {
+        self.read_limit = limit;
+    }
+
+    /// Asks for at most `count` elements (1 to [`MAX_ELEMENTS`](super::wire::MAX_ELEMENTS))
+    /// per read from now on; reads in flight keep their size.
+    pub fn set_elements_per_request(&mut self, count: u32) {
+        self.config.elements_per_request = count.clamp(1, super::wire::MAX_ELEMENTS);
+    }
+
+    /// The tasks this reader reads (or read), in the order it learnt them.
+    pub fn tasks(&self) -> Vec<TaskReadInfo> {
+        let info = |t: &TaskRead| TaskReadInfo {
+            task_id: t.info.task_id,
+            worker_address: t.address.clone(),
+            done: t.done,
+        };
+        if self.config.consumer_index.is_some() {
+            let r = &self.rounds;
+            r.read
+                .iter()
+                .map(info)
+                .chain(r.queue.iter().map(|i| TaskReadInfo {
+                    task_id: i.task_id,
+                    worker_address: i.worker_address.clone(),
+                    done: i.worker_lost,
+                }))
+                .collect()
+        } else {
+            self.spread.tasks.iter().map(info).collect()
+        }
+    }
+
+    /// The most element reads in flight allowed now.
+    fn max_reads(&self) -> usize {
+        self.config.max_outstanding_requests.min(self.read_limit)
     }
 
     /// The configuration it reads with.
@@ -317,9 +373,10 @@ impl<E: CallFailure, P: Rows> Reader<E, P> {
 
     /// Round robin over the tasks that are ready.
     fn next_spread_read(&mut self) -> Option<Transmit> {
+        let max_reads = self.max_reads();
         let s = &mut self.spread;
         let n = s.tasks.len();
-        if s.in_flight >= self.config.max_outstanding_requests || n == 0 {
+        if s.in_flight >= max_reads || n == 0 {
             return None;
         }
         let i = (0..n).map(|k| (s.next + k) % n).find(|&i| s.tasks[i].ready(self.now))?;
@@ -341,7 +398,7 @@ impl<E: CallFailure, P: Rows> Reader<E, P> {
         let consumer_index = self.config.consumer_index?;
         let r = &mut self.rounds;
         let t = r.read.as_mut()?;
-        if !t.ready(self.now) {
+        if !t.ready(self.now) || self.read_limit == 0 {
             return None;
         }
         t.in_flight = true;
@@ -400,11 +457,10 @@ impl<E: CallFailure, P: Rows> Reader<E, P> {
             return false;
         }
         if self.config.consumer_index.is_some() {
-            self.rounds.read.as_ref().is_some_and(|t| t.ready(self.now))
+            self.read_limit > 0 && self.rounds.read.as_ref().is_some_and(|t| t.ready(self.now))
         } else {
             let s = &self.spread;
-            s.in_flight < self.config.max_outstanding_requests
-                && s.tasks.iter().any(|t| t.ready(self.now))
+            s.in_flight < self.max_reads() && s.tasks.iter().any(|t| t.ready(self.now))
         }
     }
 

@@ -288,7 +288,7 @@ pub struct CreateIteration {
     pub repetition: u64,
     /// Coordinated reads: this consumer's index. Without it the consumer is counted by its
     /// client id, as for TensorFlow's clients, which send none.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer_index: Option<u64>,
     /// Resume a `distributed_epoch` read where a reader saved this position: the iteration
     /// hands out only what the position has not consumed. The job must be DYNAMIC, over the
@@ -320,15 +320,15 @@ pub struct IterationLease {
 #[serde(deny_unknown_fields)]
 pub struct ClientHeartbeat {
     /// Coordinated reads: the round the client is in.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_round: Option<u64>,
     /// Coordinated reads: the round the client agreed to stop before.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_round: Option<u64>,
     /// The `tasks_version` of the last reply whose `tasks` the client kept. When the tasks
     /// have not changed since, the reply leaves them out (`tasks_unchanged`): with thousands
     /// of workers the list is megabytes. Valid within one incarnation.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub known_tasks_version: Option<u64>,
 }
 

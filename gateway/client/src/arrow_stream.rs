@@ -25,9 +25,12 @@
 //! (the few malformations that trip an assertion inside Arrow's reader are caught). Memory is
 //! bounded by the body, with one exception the format allows: a compressed buffer
 //! declares its decompressed length, and Arrow's reader reserves that length before
-//! decompressing. So the stream's frames are walked first, and a stream whose compressed
-//! buffers declare more than a limit in all ([`DEFAULT_MAX_DECODED_BYTES`], or the one given to
-//! [`decode_stream_with_limit`]) is refused before anything is decompressed.
+//! decompressing; and a record batch declares its rows, which arrays without buffers (nulls)
+//! and dictionaries turn into memory without a byte of body each. So the stream's frames are
+//! walked first, and a stream whose compressed buffers declare more than a limit in all, holds
+//! more rows than a read asked for, or is compressed with a codec the read did not ask for
+//! ([`StreamLimits`], given to [`decode_stream_within`]) is refused before anything is
+//! decompressed or decoded.
 
 use std::sync::Arc;
 
@@ -76,6 +79,30 @@ impl IpcCompression {
 /// all, for [`decode_stream`]: 4 GiB.
 pub const DEFAULT_MAX_DECODED_BYTES: u64 = 4 << 30;
 
+/// What a stream may hold ([`decode_stream_within`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// The most bytes its compressed buffers may declare they decompress to, in all.
+    pub max_decoded_bytes: u64,
+    /// The most rows its record batches may hold, in all (a read's `max`).
+    pub max_rows: u64,
+    /// The codecs its buffers may be compressed with: any (`None`), or only the one a read
+    /// asked for (`Some(Some(codec))`), or none (`Some(None)`: a read that asked for
+    /// uncompressed batches).
+    pub compression: Option<Option<IpcCompression>>,
+}
+
+impl Default for StreamLimits {
+    /// [`DEFAULT_MAX_DECODED_BYTES`], any number of rows, any codec.
+    fn default() -> Self {
+        StreamLimits {
+            max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
+            max_rows: u64::MAX,
+            compression: None,
+        }
+    }
+}
+
 /// The IPC stream framing's continuation marker, before each message's metadata length.
 const CONTINUATION: u32 = 0xFFFF_FFFF;
 
@@ -104,6 +131,24 @@ pub enum StreamError {
         /// The limit.
         limit: u64,
     },
+    /// The record batches hold more rows than the limit.
+    #[error("the Arrow IPC stream holds at least {declared} rows; at most {limit} were asked for")]
+    TooManyRows {
+        /// What they declare (counted up to the first batch past the limit).
+        declared: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A record batch is compressed with a codec that was not asked for.
+    #[error(
+        "the Arrow IPC stream is compressed with {got}, which the read did not ask for ({asked})"
+    )]
+    UnaskedCompression {
+        /// The codec the batch names.
+        got: String,
+        /// What was asked for (`lz4`, `zstd` or `uncompressed batches`).
+        asked: String,
+    },
     /// The schema metadata's [`ORIGIN_KEY`] is not a JSON array of origin runs.
     #[error("the stream's schema metadata {ORIGIN_KEY:?} is not a JSON array of origin runs: {0}")]
     Origin(String),
@@ -120,22 +165,19 @@ impl From<StreamError> for CallError {
 /// schema) and its origin runs, if it carried them.
 pub type Decoded = (SchemaRef, Vec<RecordBatch>, Option<Vec<OriginRun>>);
 
-/// Decodes one Arrow IPC stream (compressed or not) with [`DEFAULT_MAX_DECODED_BYTES`].
+/// Decodes one Arrow IPC stream (compressed with any codec, or not) with
+/// [`DEFAULT_MAX_DECODED_BYTES`].
 pub fn decode_stream(bytes: &[u8]) -> Result<Decoded, StreamError> {
-    decode_stream_with_limit(bytes, DEFAULT_MAX_DECODED_BYTES)
+    decode_stream_within(bytes, &StreamLimits::default())
 }
 
-/// Decodes one Arrow IPC stream whose compressed buffers declare at most `max_decoded_bytes`
-/// decompressed bytes in all.
+/// Decodes one Arrow IPC stream within `limits` (checked before anything is decoded).
 ///
 /// The stream must be whole: it ends with its end-of-stream marker (which the format makes
 /// optional, but a worker always writes: without it, a body cut between two messages would
 /// pass for a shorter read), and nothing may follow the marker.
-pub fn decode_stream_with_limit(
-    bytes: &[u8],
-    max_decoded_bytes: u64,
-) -> Result<Decoded, StreamError> {
-    check_frames(bytes, max_decoded_bytes)?;
+pub fn decode_stream_within(bytes: &[u8], limits: &StreamLimits) -> Result<Decoded, StreamError> {
+    check_frames(bytes, limits)?;
     let (schema, batches) = read(bytes)?;
     let origin = match schema.metadata().get(ORIGIN_KEY) {
         None => None,
@@ -197,11 +239,12 @@ fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
 }
 
 /// Walks the stream's frames (without decoding any array): each message whole, the
-/// end-of-stream marker last, and the decompressed lengths its compressed buffers declare at
-/// most `limit` in all.
-fn check_frames(bytes: &[u8], limit: u64) -> Result<(), StreamError> {
+/// end-of-stream marker last, and what its batches declare within `limits`.
+fn check_frames(bytes: &[u8], limits: &StreamLimits) -> Result<(), StreamError> {
+    let limit = limits.max_decoded_bytes;
     let mut at = 0usize;
     let mut declared = 0u64;
+    let mut rows = 0u64;
     while at < bytes.len() {
         let mut len = read_u32(bytes, at).ok_or_else(|| truncated("a message length"))?;
         at += 4;
@@ -229,11 +272,33 @@ fn check_frames(bytes: &[u8], limit: u64) -> Result<(), StreamError> {
             .map_err(|_| StreamError::Ipc("a negative message body length".into()))?;
         let body_end = meta_end.checked_add(body_len).ok_or_else(|| truncated("a message body"))?;
         let body = bytes.get(meta_end..body_end).ok_or_else(|| truncated("a message body"))?;
+        if let Some(batch) = message.header_as_record_batch() {
+            rows = rows.saturating_add(u64::try_from(batch.length()).unwrap_or(u64::MAX));
+            if rows > limits.max_rows {
+                return Err(StreamError::TooManyRows { declared: rows, limit: limits.max_rows });
+            }
+        }
         let batch = message
             .header_as_record_batch()
             .or_else(|| message.header_as_dictionary_batch().and_then(|d| d.data()));
         if let Some(batch) = batch {
-            let compressed = batch.compression().is_some();
+            let codec = batch.compression().map(|c| c.codec());
+            if let (Some(asked), Some(got)) = (limits.compression, codec) {
+                let named = match got {
+                    arrow_ipc::CompressionType::LZ4_FRAME => Some(IpcCompression::Lz4),
+                    arrow_ipc::CompressionType::ZSTD => Some(IpcCompression::Zstd),
+                    _ => None,
+                };
+                if named.is_none() || named != asked {
+                    return Err(StreamError::UnaskedCompression {
+                        got: named.map_or_else(|| format!("{got:?}"), |c| c.as_str().to_owned()),
+                        asked: asked
+                            .map_or("uncompressed batches", IpcCompression::as_str)
+                            .to_owned(),
+                    });
+                }
+            }
+            let compressed = codec.is_some();
             for buffer in batch.buffers().into_iter().flatten() {
                 // Arrow's reader slices the body where a buffer says, and panics out of it.
                 let span = usize::try_from(buffer.offset())

@@ -39,7 +39,40 @@ impl RecordBatchStream {
     /// `FAILED_PRECONDITION` ([`ClientError::FailedPrecondition`]) when the read has no exact
     /// positions, as [`crate::ElementStream::position`] says.
     pub fn position(&self) -> Result<ReadPosition, ClientError> {
-        self.0.position()
+        self.0.position(0)
+    }
+
+    /// [`RecordBatchStream::position`], the last `held_back` rows handed out of the current
+    /// read not counted (the caller has not passed them on yet: say the rows of a batch it
+    /// cuts in two).
+    pub fn position_holding_back(&self, held_back: usize) -> Result<ReadPosition, ClientError> {
+        self.0.position(held_back)
+    }
+
+    /// Waits until the read is set up, as [`crate::ElementStream::ready`] does.
+    pub async fn ready(&mut self) -> Result<crate::ReadInfo, ClientError> {
+        self.0.ready().await
+    }
+
+    /// Asks for at most `count` rows per read from now on (clamped to 1..=10,000).
+    pub fn set_elements_per_request(&self, count: u32) {
+        self.0.set_elements_per_request(count);
+    }
+
+    /// The tasks the stream reads (or read), as of its last answer.
+    pub fn tasks(&self) -> Vec<crate::TaskReadInfo> {
+        self.0.tasks()
+    }
+
+    /// The read is over, as [`crate::ElementStream::is_over`] says.
+    pub fn is_over(&self) -> bool {
+        self.0.is_over()
+    }
+
+    /// Stops the read and waits for the lease's release, as [`crate::ElementStream::close`]
+    /// does.
+    pub async fn close(&mut self) {
+        self.0.close().await;
     }
 }
 
@@ -62,9 +95,8 @@ pub fn distribute_batches(
     dataset: DatasetDef,
     options: DistributeOptions,
 ) -> RecordBatchStream {
-    let fetch = Arrow { compression: options.arrow_compression };
-    let (rx, positions) = start(dispatchers, dataset, options, fetch);
-    RecordBatchStream(Handout::new(rx, positions))
+    let fetch = Arrow { max_bytes: options.max_read_bytes, compression: options.arrow_compression };
+    RecordBatchStream(start(dispatchers, dataset, options, fetch))
 }
 
 #[cfg(test)]

@@ -23,14 +23,18 @@ use shardwise_core::dispatch::wire::{
     ClientHeartbeatReply, CreateIteration, CreateJob, IterationLease, RegisterDataset,
 };
 use shardwise_core::dispatch::{JobId, TaskId};
-use tokio::sync::mpsc;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
 use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::fetch::Fetch;
+use crate::handout::Control;
 use crate::problem::{Code, Problem};
 use crate::rest::{Backoff, CallError, DispatcherUrls, Failover, Rest, UrlListError};
-use crate::{ClientError, DistributeOptions, fingerprint, validate};
+use crate::{ClientError, DistributeOptions, ReadInfo, fingerprint, validate};
 
 impl CallFailure for CallError {
     fn is_retryable(&self) -> bool {
@@ -44,18 +48,34 @@ impl CallFailure for CallError {
 /// What the stream receives: the payloads of reads, or the error that ended the read.
 pub(crate) type Item<P> = Result<Batch<P>, ClientError>;
 
-/// Sets the read up and runs it, reading elements with `fetch`; what it read, then its error
-/// if it failed, go to `tx`.
+/// The driver's side of a stream: the channel of reads, the read's ids once set up, and what
+/// the two share.
+pub(crate) struct Sides<P> {
+    pub(crate) tx: mpsc::Sender<Item<P>>,
+    pub(crate) info: oneshot::Sender<ReadInfo>,
+    pub(crate) control: Arc<Control>,
+}
+
+/// Sets the read up and runs it, reading elements with `fetch`; its ids go to `sides.info`,
+/// what it read, then its error if it failed, to `sides.tx`.
 pub(crate) async fn read<F: Fetch>(
     urls: Result<DispatcherUrls, UrlListError>,
     dataset: DatasetDef,
     options: DistributeOptions,
     fetch: F,
-    tx: mpsc::Sender<Item<F::Payload>>,
+    sides: Sides<F::Payload>,
 ) {
+    let Sides { tx, info, control } = sides;
     match setup(urls, dataset, &options).await {
-        Ok((reader, dispatcher)) => drive(reader, dispatcher, fetch, tx).await,
-        Err(e) => drop(tx.send(Err(e)).await),
+        Ok((reader, dispatcher, read_info)) => {
+            // The stream may be gone already: the reader then releases its lease at once.
+            let _ = info.send(read_info);
+            drive(reader, dispatcher, fetch, tx, options.read_ahead, control).await
+        }
+        Err(e) => {
+            drop(info);
+            drop(tx.send(Err(e)).await)
+        }
     }
 }
 
@@ -108,12 +128,12 @@ async fn setup<P: Rows>(
     urls: Result<DispatcherUrls, UrlListError>,
     dataset: DatasetDef,
     options: &DistributeOptions,
-) -> Result<(Reader<CallError, P>, Failover), ClientError> {
+) -> Result<(Reader<CallError, P>, Failover, ReadInfo), ClientError> {
     validate(options)?;
     let urls = urls.map_err(|e| ClientError::InvalidArgument(format!("dispatcher: {e}")))?;
     let tls = crate::tls::client_config(options.ca_file.as_deref())
         .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
-    let http = crate::rest::http_client_with(Duration::from_secs(60), tls);
+    let http = crate::rest::http_client_with(options.request_timeout, tls);
     let rest = Failover::new(http, urls, options.token.clone());
     let timeout = options.unavailable_timeout;
     let version: VersionReply =
@@ -138,7 +158,7 @@ async fn setup<P: Rows>(
     let ds: DatasetIdReply =
         retrying("POST /v1/datasets", timeout, || rest.post("/v1/datasets", &register)).await?;
     let job = CreateJob {
-        dataset_id: ds.dataset_id,
+        dataset_id: ds.dataset_id.clone(),
         processing_mode: options.processing_mode,
         job_name: options.job_name.clone(),
         num_consumers: options.num_consumers,
@@ -148,14 +168,23 @@ async fn setup<P: Rows>(
     };
     let job: JobIdReply =
         retrying("POST /v1/jobs", timeout, || rest.post("/v1/jobs", &job)).await?;
+    let repetition = options.resume_from.as_ref().map_or(options.repetition, |p| p.repetition);
+    let dataset_id = ds.dataset_id;
     let iteration = CreateIteration {
-        repetition: options.resume_from.as_ref().map_or(options.repetition, |p| p.repetition),
+        repetition,
         consumer_index: options.consumer_index,
         resume_from: options.resume_from.clone(),
     };
     let path = format!("/v1/jobs/{}/iterations", job.job_id);
     let lease: IterationLease =
         retrying(&format!("POST {path}"), timeout, || rest.post(&path, &iteration)).await?;
+    let info = ReadInfo {
+        dataset_id,
+        job_id: job.job_id,
+        iteration_id: lease.iteration_id,
+        client_id: lease.client_id,
+        repetition,
+    };
     let config = ReaderConfig {
         client_id: lease.client_id,
         incarnation: lease.incarnation,
@@ -169,7 +198,7 @@ async fn setup<P: Rows>(
         unknown_task_timeout: millis(options.unknown_task_timeout),
         unavailable_timeout: millis(options.unavailable_timeout),
     };
-    Ok((Reader::new(config, Millis(0)), rest))
+    Ok((Reader::new(config, Millis(0)), rest, info))
 }
 
 /// A call's outcome.
@@ -199,7 +228,10 @@ fn perform<F: Fetch>(dispatcher: &Failover, fetch: &F, t: Transmit) -> Pending<F
                 }
                 None => max.map(|m| ("max", m.to_string())).into_iter().collect(),
             };
-            let read = fetch.get_elements(rest, format!("/v1/tasks/{task}/elements"), query);
+            // A round's read is one element.
+            let max_rows = max.map_or(1, |m| usize::try_from(m).unwrap_or(usize::MAX));
+            let path = format!("/v1/tasks/{task}/elements");
+            let read = fetch.get_elements(rest, path, query, max_rows);
             Box::pin(async move { Outcome::Elements(task, read.await) })
         }
         Transmit::Release { client_id } => {
@@ -258,6 +290,8 @@ async fn drive<F: Fetch>(
     dispatcher: Failover,
     fetch: F,
     tx: mpsc::Sender<Item<F::Payload>>,
+    read_ahead: Option<usize>,
+    control: Arc<Control>,
 ) {
     let start = Instant::now();
     let clock = || millis(start.elapsed());
@@ -289,6 +323,19 @@ async fn drive<F: Fetch>(
             reading = false;
             calls.clear();
         }
+        let count = control.elements_per_request.swap(0, Ordering::Relaxed);
+        if count > 0 {
+            reader.set_elements_per_request(count);
+        }
+        if let Some(ahead) = read_ahead {
+            // Reads ready (in the channel, or held for it) count against what may be read ahead.
+            let ready = tx.max_capacity() - tx.capacity() + usize::from(held.is_some());
+            let limit = match ahead {
+                0 => usize::from(ready == 0 && control.waiting.load(Ordering::Acquire)),
+                n => n.saturating_sub(ready),
+            };
+            reader.set_read_limit(limit);
+        }
         while let Some(t) = reader.poll_transmit() {
             calls.push(perform(&dispatcher, &fetch, t));
         }
@@ -298,7 +345,14 @@ async fn drive<F: Fetch>(
         let deadline =
             reader.poll_timeout().and_then(|at| start.checked_add(Duration::from_millis(at.0)));
         tokio::select! {
-            Some(outcome) = calls.next(), if !calls.is_empty() => feed(&mut reader, clock(), outcome),
+            Some(outcome) = calls.next(), if !calls.is_empty() => {
+                feed(&mut reader, clock(), outcome);
+                // The reader forgets its tasks when the read ends: the list as it was stays.
+                if reader.is_reading() && let Ok(mut tasks) = control.tasks.lock() {
+                    *tasks = reader.tasks();
+                }
+            }
+            () = control.wake.notified() => {}
             permit = tx.reserve(), if held.is_some() && !closed => match (permit, held.take()) {
                 (Ok(permit), Some(item)) => permit.send(item),
                 (Ok(_), None) => {}

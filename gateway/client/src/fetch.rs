@@ -10,14 +10,10 @@ use serde_json::Value;
 use shardwise_core::client::{Elements, Reply, Rows};
 
 use crate::arrow_stream::{
-    ARROW_STREAM, COMPRESSION_HEADER, DEFAULT_MAX_DECODED_BYTES, END_OF_SEQUENCE_HEADER,
-    IpcCompression, decode_stream,
+    ARROW_STREAM, COMPRESSION_HEADER, END_OF_SEQUENCE_HEADER, IpcCompression, StreamLimits,
+    decode_stream_within,
 };
 use crate::rest::{CallError, Rest};
-
-/// The most bytes an Arrow answer's body may have (what its buffers may decompress to, at
-/// most): a larger one is refused before more is read.
-const MAX_ARROW_BODY: u64 = DEFAULT_MAX_DECODED_BYTES;
 
 /// The most characters of an unexpected content type an error quotes.
 const MAX_QUOTED: usize = 100;
@@ -27,18 +23,22 @@ pub(crate) trait Fetch: Send + Sync + 'static {
     /// What one read holds: the rows the reader counts and the stream hands out.
     type Payload: Rows + Send + 'static;
 
-    /// `GET path?query` from the worker `rest` calls, decoded.
+    /// `GET path?query` from the worker `rest` calls, decoded: an answer of more than
+    /// `max_rows` rows is refused (as [`CallError::Decode`]).
     fn get_elements(
         &self,
         rest: Rest,
         path: String,
         query: Vec<(&'static str, String)>,
+        max_rows: usize,
     ) -> BoxFuture<'static, Result<Reply<Self::Payload>, CallError>>;
 }
 
-/// JSON elements: the answer is an [`Elements`] object.
+/// JSON elements: the answer is an [`Elements`] object of at most `max_bytes` bytes.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Json;
+pub(crate) struct Json {
+    pub(crate) max_bytes: u64,
+}
 
 impl Fetch for Json {
     type Payload = Vec<Value>;
@@ -48,14 +48,31 @@ impl Fetch for Json {
         rest: Rest,
         path: String,
         query: Vec<(&'static str, String)>,
+        max_rows: usize,
     ) -> BoxFuture<'static, Result<Reply, CallError>> {
-        Box::pin(async move { rest.get::<Elements>(&path, &query).await.map(Reply::from) })
+        let max_body = usize::try_from(self.max_bytes).unwrap_or(usize::MAX);
+        Box::pin(async move {
+            let decode = |_: &HeaderMap, body: &[u8]| {
+                let e: Elements =
+                    serde_json::from_slice(body).map_err(|e| CallError::Decode(e.to_string()))?;
+                if e.elements.len() > max_rows {
+                    return Err(CallError::Decode(format!(
+                        "the answer holds {} elements; at most {max_rows} were asked for",
+                        e.elements.len()
+                    )));
+                }
+                Ok(Reply::from(e))
+            };
+            rest.get_with(&path, &query, &[], max_body, decode).await
+        })
     }
 }
 
-/// Arrow record batches: `Accept:` [`ARROW_STREAM`], compressed as asked.
+/// Arrow record batches: `Accept:` [`ARROW_STREAM`], compressed as asked, a body of at most
+/// `max_bytes` bytes whose buffers decompress to at most as many.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Arrow {
+    pub(crate) max_bytes: u64,
     /// The codec asked for ([`COMPRESSION_HEADER`]); `None`: uncompressed.
     pub(crate) compression: Option<IpcCompression>,
 }
@@ -81,24 +98,32 @@ impl Fetch for Arrow {
         rest: Rest,
         path: String,
         query: Vec<(&'static str, String)>,
+        max_rows: usize,
     ) -> BoxFuture<'static, Result<Reply<RecordBatches>, CallError>> {
         let compression = self.compression;
+        let limits = StreamLimits {
+            max_decoded_bytes: self.max_bytes,
+            max_rows: u64::try_from(max_rows).unwrap_or(u64::MAX),
+            compression: Some(compression),
+        };
+        let max_body = usize::try_from(self.max_bytes).unwrap_or(usize::MAX);
         Box::pin(async move {
             let mut headers = vec![(ACCEPT.as_str(), ARROW_STREAM)];
             if let Some(c) = compression {
                 headers.push((COMPRESSION_HEADER, c.as_str()));
             }
-            let max_body = usize::try_from(MAX_ARROW_BODY).unwrap_or(usize::MAX);
-            rest.get_with(&path, &query, &headers, max_body, decode_read).await
+            let decode = |h: &HeaderMap, body: &[u8]| decode_read(h, body, &limits);
+            rest.get_with(&path, &query, &headers, max_body, decode).await
         })
     }
 }
 
 /// An Arrow read's answer: its content type must be [`ARROW_STREAM`] and its
-/// [`END_OF_SEQUENCE_HEADER`] `true` or `false`; its body one whole stream.
+/// [`END_OF_SEQUENCE_HEADER`] `true` or `false`; its body one whole stream within `limits`.
 pub(crate) fn decode_read(
     headers: &HeaderMap,
     body: &[u8],
+    limits: &StreamLimits,
 ) -> Result<Reply<RecordBatches>, CallError> {
     let content_type = headers.get(CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()));
     let media_type = content_type.as_deref().and_then(|t| t.split(';').next()).map(str::trim);
@@ -125,7 +150,7 @@ pub(crate) fn decode_read(
             return Err(CallError::Decode(format!("no {END_OF_SEQUENCE_HEADER} header")));
         }
     };
-    let (_, mut batches, origin) = decode_stream(body)?;
+    let (_, mut batches, origin) = decode_stream_within(body, limits)?;
     batches.retain(|b| b.num_rows() > 0);
     let rows = batches.iter().fold(0usize, |n, b| n.saturating_add(b.num_rows()));
     Ok(Reply { elements: RecordBatches { batches, rows }, end_of_sequence, origin })
@@ -163,16 +188,21 @@ mod tests {
         h
     }
 
+    fn any() -> StreamLimits {
+        StreamLimits::default()
+    }
+
     #[test]
     fn a_read_counts_its_rows_and_leaves_batches_without_rows_out() {
         let h = headers(Some("Application/vnd.apache.arrow.stream; charset=x"), Some(" TRUE "));
-        let reply = decode_read(&h, &stream(&[3, 0, 2])).unwrap();
+        let reply = decode_read(&h, &stream(&[3, 0, 2]), &any()).unwrap();
         assert!(reply.end_of_sequence);
         assert_eq!(reply.origin, None);
         assert_eq!(reply.elements.rows, 5);
         let rows: Vec<usize> = reply.elements.batches.iter().map(RecordBatch::num_rows).collect();
         assert_eq!(rows, [3, 2]);
-        let empty = decode_read(&headers(Some(ARROW_STREAM), Some("false")), &stream(&[])).unwrap();
+        let empty =
+            decode_read(&headers(Some(ARROW_STREAM), Some("false")), &stream(&[]), &any()).unwrap();
         assert!(!empty.end_of_sequence);
         assert!(empty.elements.is_empty());
     }
@@ -189,7 +219,7 @@ mod tests {
             (headers(Some(ARROW_STREAM), Some("true")), &b"{}"[..], "Arrow IPC"),
         ];
         for (h, body, why) in bad {
-            let e = decode_read(&h, body).unwrap_err();
+            let e = decode_read(&h, body, &any()).unwrap_err();
             assert!(matches!(&e, CallError::Decode(d) if d.contains(why)), "{why}: {e}");
             assert!(!e.is_retryable());
         }

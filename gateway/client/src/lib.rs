@@ -199,6 +199,9 @@ pub struct DistributeOptions {
     pub unknown_task_timeout: Duration,
     /// How long `UNAVAILABLE` answers and transport failures are retried (default 1 h).
     pub unavailable_timeout: Duration,
+    /// The most time one call (to the dispatcher or a worker) may take, its whole answer
+    /// read (default 60 s); a call past it failed, and is retried as a transport failure.
+    pub request_timeout: Duration,
     /// A PEM file of CA certificates trusted for `https://` dispatchers and workers, besides
     /// the system's roots (default: the system's roots only).
     pub ca_file: Option<std::path::PathBuf>,
@@ -211,7 +214,43 @@ pub struct DistributeOptions {
     /// with the [`arrow_stream::COMPRESSION_HEADER`] header; a worker that does not support
     /// it answers uncompressed). Default `None`: uncompressed, the cheapest on a fast network.
     pub arrow_compression: Option<IpcCompression>,
+    /// How many reads (answers of up to `elements_per_request` elements) the stream keeps
+    /// ready or under way ahead of its caller: `Some(0)` reads only while the caller waits for
+    /// an element and none is ready, so nothing is taken from the workers that the caller does
+    /// not ask for. Default `None`: as many as `max_outstanding_requests` in flight, and as
+    /// many ready as the stream's buffer holds.
+    pub read_ahead: Option<usize>,
+    /// The most bytes one read's answer may hold (its body, and what an Arrow answer's
+    /// compressed buffers decompress to): a larger answer fails the read, before more of it is
+    /// read or decompressed. Default 256 MiB, a worker's default `--max-reply-bytes`; a
+    /// worker that may send more needs as much here. (An answer must also hold no more rows
+    /// than the read asked for, and only a codec it asked for.)
+    pub max_read_bytes: u64,
 }
+
+/// The default of [`DistributeOptions::max_read_bytes`]: 256 MiB.
+pub const DEFAULT_MAX_READ_BYTES: u64 = 256 << 20;
+
+/// The least [`DistributeOptions::max_read_bytes`] (an answer's schema alone takes some).
+pub const MIN_MAX_READ_BYTES: u64 = 4096;
+
+/// The read a stream set up ([`ElementStream::ready`]): the ids it registered and leased.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadInfo {
+    /// The dataset's id.
+    pub dataset_id: String,
+    /// The job read.
+    pub job_id: shardwise_core::dispatch::JobId,
+    /// The iteration read.
+    pub iteration_id: shardwise_core::dispatch::IterationId,
+    /// The client lease the stream holds until it ends or is dropped.
+    pub client_id: shardwise_core::dispatch::ClientId,
+    /// The iteration's repetition (the resumed position's, when resuming).
+    pub repetition: u64,
+}
+
+/// A task as a stream reads it ([`ElementStream::tasks`]).
+pub use shardwise_core::client::TaskReadInfo;
 
 impl Default for DistributeOptions {
     fn default() -> Self {
@@ -231,9 +270,12 @@ impl Default for DistributeOptions {
             heartbeat_interval: Duration::from_secs(1),
             unknown_task_timeout: Duration::from_secs(60),
             unavailable_timeout: Duration::from_secs(3600),
+            request_timeout: Duration::from_secs(60),
             ca_file: None,
             resume_from: None,
             arrow_compression: None,
+            read_ahead: None,
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
         }
     }
 }
@@ -344,7 +386,42 @@ impl ElementStream {
     /// has a transform that buffers or counts across splits (the error says which), or an
     /// element came without origin.
     pub fn position(&self) -> Result<ReadPosition, ClientError> {
-        self.0.position()
+        self.0.position(0)
+    }
+
+    /// [`ElementStream::position`], the last `held_back` elements handed out of the current
+    /// read not counted (the caller has not passed them on yet).
+    pub fn position_holding_back(&self, held_back: usize) -> Result<ReadPosition, ClientError> {
+        self.0.position(held_back)
+    }
+
+    /// Waits until the read is set up (the dataset registered, the job and the iteration
+    /// leased): their ids, or the error that ended the read before it began (which the
+    /// stream then yields no more).
+    pub async fn ready(&mut self) -> Result<ReadInfo, ClientError> {
+        self.0.ready().await
+    }
+
+    /// Asks for at most `count` elements per read from now on (clamped to 1..=10,000).
+    pub fn set_elements_per_request(&self, count: u32) {
+        self.0.set_elements_per_request(count);
+    }
+
+    /// The tasks the stream reads (or read), as of its last answer.
+    pub fn tasks(&self) -> Vec<TaskReadInfo> {
+        self.0.tasks()
+    }
+
+    /// The read is over (its end, its error, or a close), whatever the stream still holds.
+    pub fn is_over(&self) -> bool {
+        self.0.is_over()
+    }
+
+    /// Stops the read and waits until the lease is released (or given up on); what was not
+    /// handed out is dropped, [`ElementStream::position`] still answers what was. Dropping the
+    /// stream does the same without the wait.
+    pub async fn close(&mut self) {
+        self.0.close().await;
     }
 }
 
@@ -420,19 +497,28 @@ pub fn distribute(
     dataset: DatasetDef,
     options: DistributeOptions,
 ) -> ElementStream {
-    let (rx, positions) = start(dispatchers, dataset, options, fetch::Json);
-    ElementStream(Handout::new(rx, positions))
+    let fetch = fetch::Json { max_bytes: options.max_read_bytes };
+    ElementStream(start(dispatchers, dataset, options, fetch))
 }
 
 /// Starts a read whose element reads `fetch` makes, on the current tokio runtime: the
-/// stream's channel and its positions.
+/// stream's side of it.
 fn start<F: Fetch>(
     dispatchers: impl Dispatchers,
     dataset: DatasetDef,
     options: DistributeOptions,
     fetch: F,
-) -> (mpsc::Receiver<driver::Item<F::Payload>>, Positions) {
-    let (tx, rx) = mpsc::channel(options.max_outstanding_requests.clamp(2, 1024));
+) -> Handout<F::Payload>
+where
+    F::Payload: handout::Items,
+{
+    let buffer = match options.read_ahead {
+        Some(n) => n.clamp(1, 1024),
+        None => options.max_outstanding_requests.clamp(2, 1024),
+    };
+    let (tx, rx) = mpsc::channel(buffer);
+    let control = std::sync::Arc::new(handout::Control::default());
+    let (info_tx, info_rx) = tokio::sync::oneshot::channel();
     let positions = Positions::new(
         &dataset,
         options.dataset_id.clone().unwrap_or_else(|| fingerprint(&dataset)),
@@ -444,12 +530,16 @@ fn start<F: Fetch>(
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             let urls = dispatchers.into_urls();
-            runtime.spawn(driver::read(urls, dataset, options, fetch, tx));
+            let sides = driver::Sides { tx, info: info_tx, control: control.clone() };
+            let driver = runtime.spawn(driver::read(urls, dataset, options, fetch, sides));
+            Handout::new(rx, positions, info_rx, control, Some(driver))
         }
-        // The channel holds at least two items: this one fits.
-        Err(_) => drop(tx.try_send(Err(ClientError::NoRuntime))),
+        Err(_) => {
+            // The channel holds at least one item: this one fits.
+            drop(tx.try_send(Err(ClientError::NoRuntime)));
+            Handout::new(rx, positions, info_rx, control, None)
+        }
     }
-    (rx, positions)
 }
 
 /// A stream's answer to `position()` when it has none.
@@ -481,6 +571,12 @@ fn validate(options: &DistributeOptions) -> Result<(), ClientError> {
     }
     if options.num_consumers.is_some() && options.job_name.is_none() {
         return invalid("coordinated reads (num_consumers) require a job_name");
+    }
+    if options.max_read_bytes < MIN_MAX_READ_BYTES {
+        return Err(ClientError::InvalidArgument(format!(
+            "max_read_bytes must be at least {MIN_MAX_READ_BYTES}, not {}",
+            options.max_read_bytes
+        )));
     }
     if options.max_outstanding_requests == 0 {
         return invalid("max_outstanding_requests must be positive");

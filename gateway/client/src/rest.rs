@@ -215,21 +215,10 @@ impl Rest {
         for (name, value) in headers {
             req = req.header(*name, *value);
         }
-        let mut res = self.respond(req).await?;
-        let too_large = || CallError::Decode(format!("the answer is larger than {max_body} bytes"));
-        if res.content_length().is_some_and(|n| n > max_body as u64) {
-            return Err(too_large());
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) =
-            res.chunk().await.map_err(|e| CallError::Transport(error_chain(&e)))?
-        {
-            if chunk.len() > max_body.saturating_sub(body.len()) {
-                return Err(too_large());
-            }
-            body.extend_from_slice(&chunk);
-        }
-        decode(res.headers(), &body)
+        let res = self.respond(req).await?;
+        let headers = res.headers().clone();
+        let body = read_body(res, max_body).await?;
+        decode(&headers, &body)
     }
 
     async fn send<T: DeserializeOwned>(
@@ -237,7 +226,7 @@ impl Rest {
         req: reqwest::RequestBuilder,
     ) -> Result<T, CallError> {
         let res = self.respond(req).await?;
-        let bytes = res.bytes().await.map_err(|e| CallError::Transport(error_chain(&e)))?;
+        let bytes = read_body(res, MAX_JSON_ANSWER).await?;
         serde_json::from_slice(&bytes).map_err(|e| CallError::Decode(e.to_string()))
     }
 
@@ -295,6 +284,26 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// The longest `Location` header a redirect is read from.
 const MAX_LOCATION: usize = 2048;
+
+/// The most bytes of a JSON answer to a call other than a read (whose bound its caller gives).
+const MAX_JSON_ANSWER: usize = 256 << 20;
+
+/// A 2xx answer's body, refused as [`CallError::Decode`] past `max_body` bytes before more is
+/// read.
+async fn read_body(mut res: reqwest::Response, max_body: usize) -> Result<Vec<u8>, CallError> {
+    let too_large = || CallError::Decode(format!("the answer is larger than {max_body} bytes"));
+    if res.content_length().is_some_and(|n| n > max_body as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = res.chunk().await.map_err(|e| CallError::Transport(error_chain(&e)))? {
+        if chunk.len() > max_body.saturating_sub(body.len()) {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
 
 /// A list of addresses that is not a list of plain-HTTP base URLs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,6 +29,7 @@ fn options_are_validated() {
         DistributeOptions { max_outstanding_requests: 0, ..ok.clone() },
         DistributeOptions { elements_per_request: 0, ..ok.clone() },
         DistributeOptions { target_workers: TargetWorkers::Local, ..ok.clone() },
+        DistributeOptions { max_read_bytes: 4095, ..ok.clone() },
     ];
     for o in bad {
         assert_eq!(validate(&o).unwrap_err().code(), "INVALID_ARGUMENT", "{o:?}");
@@ -49,6 +50,9 @@ fn positions_say_why_a_read_has_none() {
                 options.repetition,
                 options.resume_from.as_ref(),
             ),
+            tokio::sync::oneshot::channel().1,
+            std::sync::Arc::default(),
+            None,
         ))
     };
     let dynamic = DistributeOptions {

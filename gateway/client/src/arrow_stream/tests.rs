@@ -140,9 +140,45 @@ fn decompressed_lengths_are_bounded_before_decompressing() {
     let batches = [batch(&sent, 0, 1_000)];
     let bytes = write(&sent, &batches, Some(CompressionType::LZ4_FRAME));
     // 8,000 bytes of ids and at least 4,000 of names.
-    let err = decode_stream_with_limit(&bytes, 10_000).unwrap_err();
+    let within = |max_decoded_bytes| StreamLimits { max_decoded_bytes, ..Default::default() };
+    let err = decode_stream_within(&bytes, &within(10_000)).unwrap_err();
     assert!(matches!(err, StreamError::TooLarge { limit: 10_000, .. }), "{err}");
-    assert!(decode_stream_with_limit(&bytes, 100_000).is_ok());
+    assert!(decode_stream_within(&bytes, &within(100_000)).is_ok());
     // Uncompressed streams declare nothing: the body is their bound.
-    assert!(decode_stream_with_limit(&write(&sent, &batches, None), 0).is_ok());
+    assert!(decode_stream_within(&write(&sent, &batches, None), &within(0)).is_ok());
+}
+
+#[test]
+fn rows_past_what_a_read_asked_for_are_refused_before_decoding() {
+    let sent = schema(&[]);
+    let batches = [batch(&sent, 0, 600), batch(&sent, 600, 500)];
+    let bytes = write(&sent, &batches, None);
+    let within = |max_rows| StreamLimits { max_rows, ..Default::default() };
+    let err = decode_stream_within(&bytes, &within(1_000)).unwrap_err();
+    assert_eq!(err, StreamError::TooManyRows { declared: 1_100, limit: 1_000 });
+    assert!(err.to_string().contains("at most 1000 were asked for"), "{err}");
+    let (_, got, _) = decode_stream_within(&bytes, &within(1_100)).unwrap();
+    assert_eq!(got.iter().map(RecordBatch::num_rows).sum::<usize>(), 1_100);
+}
+
+#[test]
+fn only_the_codec_a_read_asked_for_is_accepted() {
+    let sent = schema(&[]);
+    let batches = [batch(&sent, 0, 10)];
+    let lz4 = write(&sent, &batches, Some(CompressionType::LZ4_FRAME));
+    let asked = |compression| StreamLimits { compression: Some(compression), ..Default::default() };
+    let err = decode_stream_within(&lz4, &asked(None)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the Arrow IPC stream is compressed with lz4, which the read did not ask for \
+         (uncompressed batches)"
+    );
+    let err = decode_stream_within(&lz4, &asked(Some(IpcCompression::Zstd))).unwrap_err();
+    assert!(matches!(err, StreamError::UnaskedCompression { .. }), "{err}");
+    assert!(decode_stream_within(&lz4, &asked(Some(IpcCompression::Lz4))).is_ok());
+    // A worker that does not support the codec asked for answers uncompressed.
+    let plain = write(&sent, &batches, None);
+    assert!(decode_stream_within(&plain, &asked(Some(IpcCompression::Zstd))).is_ok());
+    // Without a limit, any codec.
+    assert!(decode_stream(&lz4).is_ok());
 }
