@@ -60,7 +60,8 @@ class Cli(unittest.TestCase):
             self.assertEqual(c.server.count("DELETE", "/v1/clients/3000"), 1)
 
     def test_read_of_a_file_and_a_position_file(self) -> None:
-        tasks = {"4000": [{"elements": [{"s": "é", "x": float("nan")}], "end_of_sequence": True}]}
+        # A worker writes NaN, which JSON lacks, as the string "NaN".
+        tasks = {"4000": [{"elements": [{"s": "é", "x": "NaN"}], "end_of_sequence": True}]}
         with FakeCluster(tasks) as c, tempfile.TemporaryDirectory() as d:
             dataset = os.path.join(d, "ds.json")
             with open(dataset, "w") as f:

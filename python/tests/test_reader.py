@@ -316,7 +316,7 @@ class Positions(unittest.TestCase):
                 {},
                 {
                     **RANGE,
-                    "transforms": [{"shard_hint": None}, {"shuffle": {"buffer": 4, "seed": 1}}],
+                    "transforms": [{"shard_hint": {}}, {"shuffle": {"buffer": 4, "seed": 1}}],
                 },
                 "`shuffle` buffers",
             ),

@@ -5,12 +5,15 @@
 //! public API, the PyTorch and JAX adapters and the command line; this module converts values
 //! and errors and calls the crates:
 //!
-//! * `value`: Python objects as `serde_json` values, bounded in nesting;
+//! * `value`: JSON values between `serde_json` and Python objects, bounded in nesting;
 //! * `positions`: read positions (the core's tracker, merge and checks) and a definition's
 //!   fingerprint.
 #![deny(unsafe_code)]
 
+mod errors;
 mod positions;
+mod reader;
+mod runtime;
 mod value;
 
 use pyo3::prelude::*;
@@ -18,6 +21,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<positions::PositionTracker>()?;
+    m.add_class::<reader::Reader>()?;
     m.add_function(wrap_pyfunction!(positions::merge_positions, m)?)?;
     m.add_function(wrap_pyfunction!(positions::check_runs, m)?)?;
     m.add_function(wrap_pyfunction!(positions::fingerprint, m)?)?;

@@ -1,11 +1,43 @@
-//! Python objects (`dict`, `list`, `str`, `int`, `float`, `bool`, `None`) as JSON values
-//! (`serde_json::Value`), without text in between.
+//! JSON values between Rust (`serde_json::Value`) and Python (`dict`, `list`, `str`, `int`,
+//! `float`, `bool`, `None`), both ways without text in between.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 use shardwise_core::json::MAX_NESTING;
+
+/// `value` as Python objects.
+pub(crate) fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i.into_pyobject(py)?.into_any()
+            } else if let Some(u) = n.as_u64() {
+                u.into_pyobject(py)?.into_any()
+            } else {
+                PyFloat::new(py, n.as_f64().unwrap_or(f64::NAN)).into_any()
+            }
+        }
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(to_py(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (k, v) in map {
+                dict.set_item(k, to_py(py, v)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}
 
 /// A Python object as JSON: dicts with `str` keys, lists and tuples, `str`, `int` (within
 /// 64 bits), finite `float`, `bool` and `None`, nested at most
