@@ -1,21 +1,21 @@
 """The dispatcher's REST API as typed Python calls: :class:`Dispatcher`.
 
-Every call retries what may be retried (``UNAVAILABLE`` answers, transport failures, a
-follower's redirect: :attr:`ShardwiseError.is_retryable`) with capped exponential backoff
-(10 ms doubling to 1 s) for at most ``unavailable_timeout`` seconds, going through the
-configured replicas in turn (see ``shardwise._http``); every other failure raises at once.
+The calls are the Rust client's (``shardwise._native.Dispatcher``): every call retries what
+may be retried (``UNAVAILABLE`` answers, transport failures, a follower's redirect:
+:attr:`ShardwiseError.is_retryable`) with capped exponential backoff (10 ms doubling to 1 s)
+for at most ``unavailable_timeout`` seconds, going through the configured replicas in turn
+(a redirect is followed only to a replica of the list); every other failure raises at once.
 The answers are the JSON the API documents (``openapi/openapi.json``), as dicts.
 """
 
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
-from . import _http
+from . import _native
 from .errors import ShardwiseError
 
 __all__ = ["PROTOCOL_VERSION", "Dispatcher", "ProcessingMode", "connect"]
@@ -26,10 +26,6 @@ PROTOCOL_VERSION = 1
 #: How a job divides data: ``"parallel_epochs"``, ``"distributed_epoch"`` or
 #: ``{"sharding_policy": "OFF" | "DYNAMIC" | "FILE" | "DATA" | "FILE_OR_DATA" | "HINT"}``.
 ProcessingMode = Union[str, Mapping[str, str]]
-
-#: The first pause between retries, and the longest (seconds).
-_BACKOFF_INITIAL = 0.01
-_BACKOFF_MAX = 1.0
 
 
 class Backoff:
@@ -88,8 +84,8 @@ class Dispatcher:
         unavailable_timeout: How long (seconds) retryable failures are retried before a call
             (or a reader) gives up with ``UNAVAILABLE``.
 
-    Raises ``ValueError`` for an address that is not an http(s) URL, and ``OSError``
-    (``ssl.SSLError``) for a ``ca_file`` that cannot be read as PEM certificates.
+    Raises ``ValueError`` for an address that is not an http(s) URL, and ``OSError`` for a
+    ``ca_file`` that cannot be read as PEM certificates.
     """
 
     def __init__(
@@ -107,14 +103,12 @@ class Dispatcher:
             raise ValueError("unavailable_timeout must not be negative")
         if token is not None and (not token or any(c in token for c in "\r\n")):
             raise ValueError("token must be a non-empty string without line breaks")
-        self._failover = _http.Failover(
-            _http.parse_addresses(address_or_addresses),
-            token=token,
-            ca_file=ca_file,
-            timeout=timeout,
+        addresses = address_or_addresses
+        if not isinstance(addresses, str):
+            addresses = [str(a) for a in addresses]
+        self._native = _native.Dispatcher(
+            addresses, token, ca_file, float(timeout), float(unavailable_timeout)
         )
-        if ca_file is not None:
-            _http.pool_manager(ca_file)  # a bad CA file fails here, not on the first call
         self.token = token
         self.ca_file = ca_file
         self.timeout = timeout
@@ -126,12 +120,12 @@ class Dispatcher:
     @property
     def addresses(self) -> list[str]:
         """The configured base URLs, in order."""
-        return list(self._failover.bases)
+        return list(self._native.addresses)
 
     @property
     def current(self) -> str:
         """The base URL calls go to first: the replica that answered last."""
-        return self._failover.bases[self._failover.current]
+        return str(self._native.current)
 
     # -- the calls ----------------------------------------------------------------------
 
@@ -147,21 +141,9 @@ class Dispatcher:
         """Any call of the API (``call("GET", "/v1/jobs/5000")``): its JSON answer. With
         ``retry``, retryable failures are retried for up to ``unavailable_timeout``; without,
         each replica is tried once."""
-        if not retry:
-            return self._failover.call(method, path, body=body, query=query)
-        start = time.monotonic()
-        backoff = Backoff(_BACKOFF_INITIAL, _BACKOFF_MAX)
-        while True:
-            try:
-                return self._failover.call(method, path, body=body, query=query)
-            except ShardwiseError as e:
-                if not e.is_retryable:
-                    raise
-                elapsed = time.monotonic() - start
-                if elapsed >= self.unavailable_timeout:
-                    detail = f"{e.detail} (retried for {elapsed:.1f} s)"
-                    raise ShardwiseError(e.code, detail, **e._fields()) from None
-                time.sleep(min(backoff.next_delay(), max(0.0, self.unavailable_timeout - elapsed)))
+        text = None if body is None else json.dumps(body)
+        pairs = [(str(k), str(v)) for k, v in (query or {}).items()]
+        return json.loads(self._native.call(method, path, text, pairs, retry))
 
     def _object(self, method: str, path: str, body: Any | None = None) -> dict[str, Any]:
         """:meth:`call` of a route whose answer is a JSON object."""
@@ -301,30 +283,6 @@ class Dispatcher:
         scheme = "https" if self.current.startswith("https://") else "http"
         return f"{scheme}://{address}"
 
-    def get_elements(
-        self,
-        worker_address: str,
-        task_id: str,
-        *,
-        max_elements: int,
-        headers: Mapping[str, str] | None = None,
-        max_body: int = _http.MAX_JSON_BODY,
-    ) -> _http.Response:
-        """``GET /v1/tasks/{id}/elements?max=N`` from the worker at ``worker_address``, once
-        (no retry): the raw answer, for a reader to decode."""
-        task = _id(task_id, "task_id")
-        context = f"GET /v1/tasks/{task}/elements at {worker_address}"
-        return _http.request(
-            "GET",
-            f"{self.worker_url(worker_address)}/v1/tasks/{task}/elements",
-            token=self.token,
-            ca_file=self.ca_file,
-            timeout=self.timeout,
-            context=context,
-            query={"max": max_elements},
-            headers=headers,
-            max_body=max_body,
-        )
 
 
 def connect(

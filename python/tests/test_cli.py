@@ -42,8 +42,9 @@ class Cli(unittest.TestCase):
     def test_read_prints_elements_then_the_position(self) -> None:
         tasks = {
             "4000": [
-                {"elements": [0, 1, 2], "origin": [run_of(0, 5, 0, 3)]},
-                {"elements": [3, 4], "origin": [run_of(0, 5, 3, 2, True)], "end_of_sequence": True},
+                {"elements": [0, 1], "origin": [run_of(0, 5, 0, 2)]},
+                {"elements": [2, 3], "origin": [run_of(0, 5, 2, 2)]},
+                {"elements": [4], "origin": [run_of(0, 5, 4, 1, True)], "end_of_sequence": True},
             ]
         }
         with FakeCluster(tasks) as c:

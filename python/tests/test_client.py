@@ -1,5 +1,6 @@
-"""The Dispatcher client against in-process servers: problems, retries, failover between
-replicas, the redirect rule, the token, body limits, and one pool per process."""
+"""The Dispatcher client (the Rust client's calls, through the native module) against
+in-process servers: problems, retries, failover between replicas, the redirect rule, the
+token, short bodies, and a forked child's own client."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from fakes import FakeServer, Request, ok, problem
 
-from shardwise import Dispatcher, ShardwiseError, _http
+from shardwise import Dispatcher, ShardwiseError
 
 
 def closed_port_url() -> str:
@@ -28,12 +29,12 @@ def version(_: Request) -> Any:
 
 class Addresses(unittest.TestCase):
     def test_base_urls(self) -> None:
-        self.assertEqual(_http.base_url("127.0.0.1:5050"), "http://127.0.0.1:5050")
-        self.assertEqual(_http.base_url(" http://h:1/ "), "http://h:1")
-        self.assertEqual(_http.base_url("HTTPS://h:1"), "https://h:1")
-        for bad in ["", " / ", "ftp://h", "http://h:1/x", "a b:1", "h:99999", "h:x"]:
+        self.assertEqual(Dispatcher("127.0.0.1:5050").addresses, ["http://127.0.0.1:5050"])
+        self.assertEqual(Dispatcher(" http://h:1/ ").addresses, ["http://h:1"])
+        self.assertEqual(Dispatcher("HTTPS://h:1").addresses, ["https://h:1"])
+        for bad in [" / ", "ftp://h", "http://h:1/x", "a b:1", "h:99999", "h:x"]:
             with self.subTest(bad=bad), self.assertRaises(ValueError):
-                _http.base_url(bad)
+                Dispatcher([bad])
 
     def test_lists(self) -> None:
         d = Dispatcher("127.0.0.1:1, http://b.example:2/")
@@ -42,7 +43,7 @@ class Addresses(unittest.TestCase):
         self.assertEqual(d.addresses, ["http://a:1", "http://c:80"], "duplicates by origin")
         with self.assertRaisesRegex(ValueError, r"\(address 2 of 3\)"):
             Dispatcher("a:1,,b:2")
-        with self.assertRaisesRegex(ValueError, "no dispatcher address"):
+        with self.assertRaisesRegex(ValueError, "no address given"):
             Dispatcher(" ")
         with self.assertRaises(ValueError):
             Dispatcher(["http://a:1,b:2"])
@@ -93,20 +94,6 @@ class Calls(unittest.TestCase):
                 Dispatcher(s.url).version()
             self.assertEqual((cm.exception.code, cm.exception.kind), ("INTERNAL", "protocol"))
 
-    def test_bodies_past_the_limit_are_refused_and_the_connection_stays_usable(self) -> None:
-        with FakeServer(lambda r: ok({"x": "y" * 1000}) if r.path == "/big" else version(r)) as s:
-            with self.assertRaisesRegex(ShardwiseError, "larger than 100 bytes"):
-                _http.request(
-                    "GET",
-                    s.url + "/big",
-                    token=None,
-                    ca_file=None,
-                    timeout=5,
-                    context="c",
-                    max_body=100,
-                )
-            self.assertEqual(Dispatcher(s.url).version()["version"], 1)
-
     def test_a_body_shorter_than_its_content_length_is_a_transport_error(self) -> None:
         import threading
 
@@ -123,15 +110,9 @@ class Calls(unittest.TestCase):
         t = threading.Thread(target=serve, daemon=True)
         t.start()
         try:
+            url = "http://127.0.0.1:%d" % listener.getsockname()[1]
             with self.assertRaises(ShardwiseError) as cm:
-                _http.request(
-                    "GET",
-                    "http://127.0.0.1:%d/short" % listener.getsockname()[1],
-                    token=None,
-                    ca_file=None,
-                    timeout=5,
-                    context="c",
-                )
+                Dispatcher(url, unavailable_timeout=0.0, timeout=5).version()
             self.assertEqual((cm.exception.code, cm.exception.kind), ("UNAVAILABLE", "transport"))
         finally:
             t.join(5)
@@ -174,51 +155,31 @@ class Failover(unittest.TestCase):
                 d2 = Dispatcher([follower.url], unavailable_timeout=0.0, token="secret")
                 with self.assertRaises(ShardwiseError) as cm:
                     d2.version()
-                self.assertEqual(
-                    (cm.exception.code, cm.exception.kind), ("UNAVAILABLE", "redirect")
-                )
+                self.assertEqual(cm.exception.code, "UNAVAILABLE")
+                self.assertIn("(not followed)", cm.exception.detail)
                 self.assertEqual(outsider.requests, [], "the token never goes elsewhere")
-        d = Dispatcher(["http://a:1", "http://leader.example:2", "c:80"])
-        f = d._failover
-        sent = "http://a:1/v1/x"
-        self.assertEqual(f.redirect_target(sent, "HTTP://LEADER.example:2/v1"), 1)
-        self.assertEqual(f.redirect_target(sent, "http://c/v1"), 2, "the default port")
-        self.assertEqual(f.redirect_target(sent, "/v1/jobs"), 0, "relative to the sender")
-        for outside in [
-            "http://evil:2/",
-            "https://leader.example:2/",
-            "//evil:9/v1",
-            "http://leader.example:2@evil:1/",
-            "javascript:alert(1)",
-            "",
-            None,
-            "http://[::1",
-            "http://leader.example:2/" + "x" * 3000,
-        ]:
-            self.assertIsNone(f.redirect_target(sent, outside), outside)
 
 
-class Pools(unittest.TestCase):
+class Fork(unittest.TestCase):
     @unittest.skipUnless(hasattr(os, "fork"), "needs fork")
-    def test_a_forked_child_gets_its_own_pool(self) -> None:
-        parent = _http.pool_manager()
-        self.assertIs(_http.pool_manager(), parent, "one per process")
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: report whether it got a new pool, and that it works
-            try:
-                mine = _http.pool_manager()
-                os.write(
-                    w, b"new" if mine is not parent and _http.pool_manager() is mine else b"same"
-                )
-            finally:
-                os._exit(0)
-        os.close(w)
-        got = os.read(r, 16)
-        os.close(r)
-        os.waitpid(pid, 0)
-        self.assertEqual(got, b"new")
-        self.assertIs(_http.pool_manager(), parent)
+    def test_a_forked_child_calls_with_its_own_client(self) -> None:
+        with FakeServer(version) as s:
+            d = Dispatcher(s.url)
+            self.assertEqual(d.version()["version"], 1, "the parent's client is live")
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: the parent's runtime is not in this process
+                try:
+                    os.write(w, b"ok" if d.version()["version"] == 1 else b"bad")
+                finally:
+                    os._exit(0)
+            os.close(w)
+            got = os.read(r, 16)
+            os.close(r)
+            os.waitpid(pid, 0)
+            self.assertEqual(got, b"ok")
+            self.assertEqual(d.version()["version"], 1, "and the parent's still is")
+            self.assertEqual(s.count("GET", "/v1/version"), 3)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,10 @@ struct VersionReply {
     version: u32,
 }
 
-async fn retrying<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T, ClientError>
+/// `f`'s call, retried while it fails with a retryable error ([`CallError::is_retryable`]),
+/// with capped backoff (10 ms doubling to 1 s), for at most `timeout`: its answer, or the
+/// error that ended it (`what` names the call).
+pub async fn retrying<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T, ClientError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, CallError>>,

@@ -107,10 +107,10 @@ impl<P: Items> Handout<P> {
         }
     }
 
-    /// The read is over: its driver ended (the read's end or error, a close), whatever is
-    /// still to hand out.
+    /// The read is over: its end or error was handed out, it was closed, or its driver ended
+    /// (whatever is still to hand out).
     pub(crate) fn is_over(&self) -> bool {
-        self.driver.as_ref().is_none_or(tokio::task::JoinHandle::is_finished)
+        self.done || self.driver.as_ref().is_none_or(tokio::task::JoinHandle::is_finished)
     }
 
     /// Stops the read: what was not handed out is dropped (positions count what was), the

@@ -158,6 +158,7 @@ use crate::rest::{CallError, DispatcherUrls, UrlListError};
 
 /// The stream of Arrow record batches.
 pub use crate::batches::{RecordBatchStream, distribute_batches};
+pub use crate::driver::retrying;
 /// Problem details, the error body of every answer.
 pub use crate::problem::Problem;
 /// The status classes of every error (defined in core, where the state machines use them).
@@ -356,7 +357,9 @@ impl ClientError {
         }
     }
 
-    fn of_call(context: impl Into<String>, e: CallError) -> ClientError {
+    /// A call's failure as the error it ends a stream (or a caller's call) with, `context`
+    /// naming the call.
+    pub fn of_call(context: impl Into<String>, e: CallError) -> ClientError {
         let context = context.into();
         match e {
             CallError::Problem(problem) => {

@@ -122,15 +122,45 @@ pub fn base_url(address: &str) -> Result<String, BaseUrlError> {
     if a.is_empty() {
         return Err(BaseUrlError::Empty);
     }
-    let url = if a.contains("://") { a.to_owned() } else { format!("http://{a}") };
-    let Some(hostport) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"))
-    else {
-        return Err(BaseUrlError::Scheme(a.to_owned()));
+    // The scheme is case-insensitive (RFC 3986); the URL carries it in lower case.
+    let (scheme, hostport) = match a.find("://") {
+        Some(i) => (a[..i].to_ascii_lowercase(), &a[i + 3..]),
+        None => ("http".to_owned(), a),
     };
-    if hostport.is_empty() || hostport.contains('/') || hostport.contains(char::is_whitespace) {
+    if scheme != "http" && scheme != "https" {
+        return Err(BaseUrlError::Scheme(a.to_owned()));
+    }
+    if !is_host_port(hostport) {
         return Err(BaseUrlError::NotHostPort(a.to_owned()));
     }
-    Ok(url)
+    Ok(format!("{scheme}://{hostport}"))
+}
+
+/// `host`, `host:port` or `[v6]:port`: a host without a path, whitespace or user part, and a
+/// port (when given) of 1 to 65535.
+fn is_host_port(hostport: &str) -> bool {
+    let bad = |c: char| c == '/' || c == '@' || c == '?' || c == '#' || c.is_whitespace();
+    if hostport.is_empty() || hostport.contains(bad) {
+        return false;
+    }
+    let (host, port) = match hostport.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, rest)) => match rest.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => return false,
+            },
+            None => return false,
+        },
+        None => match hostport.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (hostport, None),
+        },
+    };
+    !host.is_empty()
+        && port.is_none_or(|p| {
+            p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok_and(|n| n > 0)
+        })
 }
 
 /// The HTTP client every call shares: keep-alive, bounded connect and request time, and no
@@ -197,6 +227,21 @@ impl Rest {
     /// `DELETE path`.
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, CallError> {
         self.send(self.http.delete(format!("{}{path}", self.base))).await
+    }
+
+    /// Any call: `method path?query`, with a JSON body when given; its JSON answer.
+    pub async fn request<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<T, CallError> {
+        let mut req = self.http.request(method, format!("{}{path}", self.base)).query(query);
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        self.send(req).await
     }
 
     /// `GET path` with query parameters and request headers, for an answer that is not JSON:
@@ -492,6 +537,17 @@ impl Failover {
         self.call(|r| r.delete(path)).await
     }
 
+    /// Any call ([`Rest::request`]), failing over as every call does.
+    pub async fn request<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<T, CallError> {
+        self.call(|r| r.request(method.clone(), path, query, body)).await
+    }
+
     /// One call: the current replica first, then on to the others (a configured redirect
     /// target at once), each at most once; the last retryable error when none answered.
     async fn call<'a, T, F, Fut>(&'a self, f: F) -> Result<T, CallError>
@@ -599,6 +655,14 @@ mod tests {
             base_url("ftp://h").unwrap_err().to_string(),
             "\"ftp://h\" is not an http:// or https:// URL"
         );
+        assert_eq!(base_url(" HTTPS://h:1").unwrap(), "https://h:1", "schemes ignore case");
+        assert_eq!(base_url("[::1]:5050").unwrap(), "http://[::1]:5050");
+        assert_eq!(base_url("h").unwrap(), "http://h");
+        for bad in
+            ["h:99999", "h:x", "h:0", "h:", ":1", "a b:1", "u@h:1", "[::1", "[::1]x", "::1:5"]
+        {
+            assert!(matches!(base_url(bad), Err(BaseUrlError::NotHostPort(_))), "{bad}");
+        }
     }
 
     #[test]
