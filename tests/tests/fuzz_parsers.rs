@@ -236,6 +236,7 @@ fn drain(def: &DatasetDef, sharding: Sharding) -> Result<usize, DatasetError> {
                 let chunk = shardwise_core::dataset::Chunk::new(2, 16, std::sync::Arc::new(()));
                 pipeline.provide_rows(&r.path, chunk, true);
             }
+            Step::NeedOutputs(r) => panic!("only a producer's pipeline asks for outputs: {r:?}"),
             Step::Yield => {}
             Step::End => break,
             Step::Error(e) => return Err(e),

@@ -43,6 +43,7 @@ mod error;
 mod files;
 mod limits;
 mod ops;
+mod outputs;
 mod parse;
 mod pipeline;
 mod rng;
@@ -63,6 +64,7 @@ pub use def::{
 };
 pub use error::DatasetError;
 pub use limits::{DEFAULT_MAX_BUFFERED_BYTES, Limits, approx_bytes};
+pub use outputs::{Outputs, OutputsRequest};
 pub use pipeline::{MAX_PULLS_PER_STEP, Pipeline, Sharding, Step, validate_sharding};
 pub use split::{
     SplitElements, chunk_at, element_at, elements_of_split, num_splits, split_at, total_rows,

@@ -59,6 +59,8 @@ pub(super) enum Need {
     },
     /// Rows of this columnar file.
     Rows(super::columnar::RowsRequest),
+    /// The next outputs of a split the caller produces.
+    Outputs(super::outputs::OutputsRequest),
 }
 
 /// What a `repeat` needs to know about the source to detect an endless empty loop.

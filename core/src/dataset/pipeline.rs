@@ -9,6 +9,7 @@ use super::def::{DatasetDef, SourceDef, TransformDef};
 use super::error::{DatasetError, invalid, precondition};
 use super::limits::{Budget, Limits};
 use super::ops::{Ctx, Input, Need, Op, Out};
+use super::outputs::{Outputs, OutputsRequest};
 use super::source::{Feed, Source};
 use crate::position::{ElementOrigin, OriginRun, SplitPositions};
 
@@ -72,6 +73,9 @@ pub enum Step {
     /// The source needs rows of this columnar file: decode them and answer with
     /// [`Pipeline::provide_rows`], one chunk at a time.
     NeedRows(RowsRequest),
+    /// (A pipeline of a producer's outputs, [`Pipeline::external`]) the next outputs of this
+    /// split: produce them and answer with [`Pipeline::provide_outputs`].
+    NeedOutputs(OutputsRequest),
     /// The pipeline pulled [`MAX_PULLS_PER_STEP`] elements from its source without a result
     /// (a large `skip`, say, over an endless `repeat`): call `next` again to go on. It gives
     /// the caller a chance to stay responsive, or to stop a task that would spin forever.
@@ -259,6 +263,45 @@ impl Pipeline {
         })
     }
 
+    /// A pipeline of `def` whose splits' outputs the caller produces ([`Outputs`]):
+    /// its splits come from the dispatcher under DYNAMIC sharding, or are the source cut into
+    /// splits of `split_size` under OFF, and the dataset's own pipeline is not run, so it may
+    /// have no transforms. Other sharding policies and transforms are `FAILED_PRECONDITION`.
+    pub fn external(
+        def: &DatasetDef,
+        sharding: Sharding,
+        split_size: u64,
+        limits: Limits,
+    ) -> Result<Pipeline, DatasetError> {
+        let feed = match sharding {
+            Sharding::Off => WHOLE,
+            Sharding::Dynamic => Feed::dynamic(&def.source),
+            other => {
+                return Err(precondition(format!(
+                    "a worker that produces splits with its own function serves OFF and DYNAMIC \
+                     sharding (parallel_epochs, distributed_epoch), not {other:?}"
+                )));
+            }
+        };
+        def.validate()?;
+        if !def.transforms.is_empty() {
+            return Err(precondition(format!(
+                "a worker that produces splits with its own function runs no transforms (its \
+                 function is the pipeline), and this dataset has {}",
+                def.transforms.len()
+            )));
+        }
+        Ok(Pipeline {
+            resumable: matches!(sharding, Sharding::Dynamic),
+            emitted: false,
+            source: Source::external(def.source.clone(), feed, split_size),
+            ops: Vec::new(),
+            budget: Budget::new(limits),
+            resume_at: None,
+            state: State::Running,
+        })
+    }
+
     /// Advances the pipeline to its next element, request, end or error.
     #[allow(
         clippy::should_implement_trait,
@@ -337,6 +380,7 @@ impl Pipeline {
                         Need::Split { repetition } => Step::NeedSplit { repetition },
                         Need::File { path } => Step::NeedFile { path },
                         Need::Rows(request) => Step::NeedRows(request),
+                        Need::Outputs(request) => Step::NeedOutputs(request),
                     };
                 }
                 Out::Fail(e) => return self.fail(e),
@@ -423,6 +467,18 @@ impl Pipeline {
     pub fn provide_rows(&mut self, path: &str, chunk: Chunk, last: bool) {
         if self.state == State::Running
             && let Err(e) = self.source.provide_rows(path, chunk, last)
+        {
+            self.state = State::Failed(e);
+        }
+    }
+
+    /// Hands in the next outputs of the split [`Step::NeedOutputs`] asked for (its `seq`);
+    /// `last` says none follow. Outputs without one must be the last. Outputs of another
+    /// split, when none were asked for, or of another kind than the task's first (JSON values
+    /// and rows), fail the pipeline (ignored after it ended or failed).
+    pub fn provide_outputs(&mut self, seq: u64, outputs: Outputs, last: bool) {
+        if self.state == State::Running
+            && let Err(e) = self.source.provide_outputs(seq, outputs, last)
         {
             self.state = State::Failed(e);
         }

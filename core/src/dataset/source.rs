@@ -11,6 +11,7 @@ use super::def::{FileFormat, SourceDef};
 use super::error::{DatasetError, brief, precondition, quoted};
 use super::files::{TextCursor, bytes_element};
 use super::ops::{Need, Out};
+use super::outputs::{Outputs, OutputsRequest};
 use super::split::{self, SplitElements};
 use crate::position::{ElementOrigin, OriginRun, SourceRange, SplitPositions};
 
@@ -51,6 +52,61 @@ enum Cursor {
     Text(TextCursor),
     /// Rows of a columnar file (or of several, for a split by rows).
     Rows(Box<RowsCursor>),
+    /// The outputs of a split that the caller's producer makes.
+    Outputs(Box<OutputsCursor>),
+}
+
+/// Where a split produced outside the core is: what to ask for next, the outputs in hand, how
+/// many of the first ones are still to drop.
+#[derive(Debug, Clone)]
+struct OutputsCursor {
+    request: OutputsRequest,
+    /// Outputs consumed before (a split resumed part way): dropped as they come.
+    skip_left: u64,
+    pending: Pending,
+    /// The producer said no outputs follow those in hand.
+    last: bool,
+}
+
+/// Outputs handed in and not emitted yet.
+#[derive(Debug, Clone, Default)]
+enum Pending {
+    #[default]
+    None,
+    Values(VecDeque<Value>),
+    /// A chunk and the indices `next..end` of its rows still to emit.
+    Rows(Arc<Chunk>, u64, u64),
+}
+
+impl OutputsCursor {
+    fn new(seq: u64, split: Value, positions: Option<SplitPositions>) -> Box<OutputsCursor> {
+        let skip_left = positions.map_or(0, |p| p.skip);
+        let request = OutputsRequest { seq, split, positions, provided: 0 };
+        Box::new(OutputsCursor { request, skip_left, pending: Pending::None, last: false })
+    }
+
+    /// The next output in hand, if any.
+    fn pop(&mut self) -> Option<Element> {
+        match &mut self.pending {
+            Pending::None => None,
+            Pending::Values(values) => values.pop_front().map(Element::Value),
+            Pending::Rows(chunk, next, end) if *next < *end => {
+                let row = Row { chunk: Arc::clone(chunk), index: *next };
+                *next += 1;
+                Some(Element::Row(row))
+            }
+            Pending::Rows(..) => None,
+        }
+    }
+
+    /// No output is in hand.
+    fn drained(&self) -> bool {
+        match &self.pending {
+            Pending::None => true,
+            Pending::Values(values) => values.is_empty(),
+            Pending::Rows(_, next, end) => next >= end,
+        }
+    }
 }
 
 /// Where a columnar read is: the rows asked for next, the chunk in hand, and (a split by rows
@@ -117,9 +173,21 @@ pub(super) struct Source {
     run_start: u64,
     /// The last element emitted was its split's last.
     last_end: bool,
+    /// Splits are produced by the caller ([`Source::external`]), cut this size under OFF.
+    external: Option<u64>,
+    /// Splits handed to the caller's producer so far.
+    produced_splits: u64,
+    /// The kind of the outputs the caller handed in first (a task yields one kind).
+    outputs_kind: Option<&'static str>,
 }
 
 impl Source {
+    /// A source whose splits' outputs the caller produces ([`super::outputs`]); under a
+    /// static feed the source is cut into splits of `split_size` as the dispatcher cuts it.
+    pub(super) fn external(def: SourceDef, feed: Feed, split_size: u64) -> Self {
+        Source { external: Some(split_size.max(1)), ..Source::new(def, feed) }
+    }
+
     pub(super) fn new(def: SourceDef, feed: Feed) -> Self {
         let row_starts = match &def {
             SourceDef::Files(f) => f.row_positions().map(|rows| {
@@ -142,7 +210,17 @@ impl Source {
             runs: Vec::new(),
             run_start: 0,
             last_end: false,
+            external: None,
+            produced_splits: 0,
+            outputs_kind: None,
         }
+    }
+
+    /// A cursor over the outputs of `split`, the task's next split for the producer.
+    fn outputs_of(&mut self, split: Value, positions: Option<SplitPositions>) -> Cursor {
+        let seq = self.produced_splits;
+        self.produced_splits = self.produced_splits.saturating_add(1);
+        Cursor::Outputs(OutputsCursor::new(seq, split, positions))
     }
 
     pub(super) fn is_dynamic(&self) -> bool {
@@ -238,6 +316,19 @@ impl Source {
                     Some(Err(e)) => return Out::Fail(e),
                     None => {}
                 },
+                Cursor::Outputs(mut outputs) => {
+                    if let Some(element) = outputs.pop() {
+                        let end = outputs.last && outputs.drained();
+                        self.pass.cursor = Cursor::Outputs(outputs);
+                        self.emitted(end);
+                        return Out::Emit(element);
+                    }
+                    if !outputs.last {
+                        let request = outputs.request.clone();
+                        self.pass.cursor = Cursor::Outputs(outputs);
+                        return Out::Need(Need::Outputs(request));
+                    }
+                }
                 Cursor::Rows(mut rows) => {
                     if let Some((chunk, next, end)) = &mut rows.chunk
                         && *next < *end
@@ -271,6 +362,15 @@ impl Source {
             }
             // The current chunk is exhausted: load the next one.
             match &self.feed {
+                Feed::Static { .. } if self.external.is_some() => {
+                    let split_size = self.external.unwrap_or(1);
+                    let index = self.pass.next_file;
+                    let Some(split) = split::split_at(&self.def, split_size, index) else {
+                        return Out::End;
+                    };
+                    self.pass.next_file = index.saturating_add(1);
+                    self.pass.cursor = self.outputs_of(split, None);
+                }
                 Feed::Static { first, stride } => match &self.def {
                     SourceDef::Files(files) => {
                         let path = stride
@@ -322,6 +422,14 @@ impl Source {
                     };
                     let bytes_file = format == Some(FileFormat::Bytes);
                     let columnar = format.is_some_and(FileFormat::is_columnar);
+                    if self.external.is_some() {
+                        // The split is checked as any other; the producer makes its outputs.
+                        if let Err(e) = split::elements_of_split_with(&self.def, &split, known) {
+                            return Out::Fail(e);
+                        }
+                        self.pass.cursor = self.outputs_of(split, at);
+                        continue;
+                    }
                     self.pass.cursor = match split::elements_of_split_with(&self.def, &split, known)
                     {
                         Ok(SplitElements::Positions { start, stop }) => {
@@ -467,6 +575,63 @@ impl Source {
         rows.want.start = rows.want.start.saturating_add(n);
         rows.chunk = Some((Arc::new(chunk), 0, n));
         rows.last = last;
+        Ok(())
+    }
+
+    /// Accepts the next outputs of the split the source asked for (`request.seq`): `last` says
+    /// none follow them. Those consumed before (the split's `skip`) are dropped here.
+    pub(super) fn provide_outputs(
+        &mut self,
+        seq: u64,
+        outputs: Outputs,
+        last: bool,
+    ) -> Result<(), DatasetError> {
+        let cursor = match &mut self.pass.cursor {
+            Cursor::Outputs(o) if o.request.seq == seq && !o.last && o.drained() => o,
+            Cursor::Outputs(o) if o.request.seq != seq => {
+                return Err(precondition(format!(
+                    "outputs of split {seq} were provided, but the pipeline asked for split {}",
+                    o.request.seq
+                )));
+            }
+            _ => {
+                return Err(precondition(format!(
+                    "outputs of split {seq} were provided, but the pipeline did not ask for them"
+                )));
+            }
+        };
+        if outputs.is_empty() && !last {
+            return Err(precondition(format!(
+                "outputs of split {seq} were provided without an output and without the end"
+            )));
+        }
+        if !outputs.is_empty() {
+            match self.outputs_kind {
+                Some(kind) if kind != outputs.kind() => {
+                    return Err(super::error::invalid(format!(
+                        "the producer made {} after {kind}: one task's outputs are of one kind",
+                        outputs.kind()
+                    )));
+                }
+                _ => self.outputs_kind = Some(outputs.kind()),
+            }
+        }
+        let n = outputs.len();
+        cursor.request.provided = cursor.request.provided.saturating_add(n);
+        let drop = cursor.skip_left.min(n);
+        cursor.skip_left -= drop;
+        cursor.pending = match outputs {
+            Outputs::Values(values) => {
+                let mut values = VecDeque::from(values);
+                values.drain(..usize::try_from(drop).unwrap_or(usize::MAX).min(values.len()));
+                Pending::Values(values)
+            }
+            Outputs::Rows(chunk) => {
+                let end = chunk.rows();
+                Pending::Rows(Arc::new(chunk), drop, end)
+            }
+        };
+        cursor.last = last;
         Ok(())
     }
 

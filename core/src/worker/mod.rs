@@ -153,6 +153,10 @@ pub enum Action {
     /// [`Task::handle_rows`]. The next request of the same file usually starts where the
     /// chunk ended: a driver keeps its reader open for it.
     ReadRows(crate::dataset::RowsRequest),
+    /// Run the worker's producer on this split (from its start when its `seq` is new, else
+    /// on from where it was) and hand its next outputs, or why it failed, to
+    /// [`Task::handle_outputs`] ([`Task::with_producer`] tasks only).
+    ProduceOutputs(crate::dataset::OutputsRequest),
 }
 
 /// What one [`Task::produce`] call did.

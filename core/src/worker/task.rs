@@ -8,7 +8,10 @@ use serde_json::Value;
 use super::{Action, Event, FetchSplits, Gone, Read, ReadReply, RunState, SplitFailure, TaskError};
 use super::{MAX_CONSUMERS, MAX_SPLITS, PRODUCE_CHUNK, Produced, TaskView};
 use crate::code::Code;
-use crate::dataset::{Chunk, Element, Limits, Pipeline, RowsRequest, Sharding, SourceDef, Step};
+use crate::dataset::{
+    Chunk, Element, Limits, Outputs, OutputsRequest, Pipeline, RowsRequest, Sharding, SourceDef,
+    Step,
+};
 use crate::dispatch::wire::{SPLIT_RETRY_AFTER_MS, SplitId, SplitsReply, TaskDef};
 use crate::dispatch::{Millis, ShardingPolicy};
 use crate::position::OriginRun;
@@ -72,6 +75,8 @@ pub struct Task {
     acked: bool,
     /// Coordinated reads.
     rounds: Option<Rounds>,
+    /// The splits' outputs come from the driver's producer ([`Task::with_producer`]).
+    external: bool,
     /// Events not yet polled (a set: at most one of each).
     events: u8,
 }
@@ -87,6 +92,8 @@ enum Need {
     File { path: String, asked: bool },
     /// Rows of this columnar file (`asked`: their read is under way).
     Rows { request: RowsRequest, asked: bool },
+    /// A split's next outputs from the driver's producer (`asked`: under way).
+    Outputs { request: OutputsRequest, asked: bool },
 }
 
 #[derive(Debug)]
@@ -176,7 +183,17 @@ impl Task {
             acked: false,
             rounds: None,
             events: 0,
+            external: false,
         }
+    }
+
+    /// [`Task::new`] for a worker whose own producer (a user's function) makes each split's
+    /// outputs instead of the dataset's pipeline ([`Pipeline::external`]): the task asks for
+    /// them with [`Action::ProduceOutputs`]. Served as other tasks, with read positions under
+    /// DYNAMIC sharding; coordinated reads, static sharding policies and datasets with
+    /// transforms fail the task when it starts.
+    pub fn with_producer(def: impl Into<Arc<TaskDef>>, capacity: usize, limits: Limits) -> Task {
+        Task { external: true, ..Task::new(def, capacity, limits) }
     }
 
     /// The task's definition.
@@ -199,7 +216,12 @@ impl Task {
             Need::Nothing => self.room().map(|_| Action::Produce),
             Need::File { asked: true, .. }
             | Need::Splits { asked: true, .. }
-            | Need::Rows { asked: true, .. } => None,
+            | Need::Rows { asked: true, .. }
+            | Need::Outputs { asked: true, .. } => None,
+            Need::Outputs { request, asked } => {
+                *asked = true;
+                Some(Action::ProduceOutputs(request.clone()))
+            }
             Need::Rows { request, asked } => {
                 *asked = true;
                 Some(Action::ReadRows(request.clone()))
@@ -309,6 +331,7 @@ impl Task {
             Some(Step::Error(e)) => self.fail(TaskError::failed(id, e.code(), e.message())),
             Some(Step::NeedFile { path }) => self.need = Need::File { path, asked: false },
             Some(Step::NeedRows(request)) => self.need = Need::Rows { request, asked: false },
+            Some(Step::NeedOutputs(request)) => self.need = Need::Outputs { request, asked: false },
             Some(Step::NeedSplit { repetition }) => {
                 self.need = Need::Splits { repetition, asked: false };
             }
@@ -413,6 +436,31 @@ impl Task {
             Ok((chunk, last)) => {
                 if let Some(p) = self.pipeline.as_mut() {
                     p.provide_rows(&request.path, chunk, last);
+                }
+                self.emit(Event::Runnable);
+            }
+            Err(e) => self.fail(TaskError::failed(self.def.task_id, e.code, &e.detail)),
+        }
+    }
+
+    /// The answer to [`Action::ProduceOutputs`]: the split's next outputs and whether they are
+    /// its last (see [`Pipeline::provide_outputs`]), or why the producer failed (the task
+    /// fails). An answer to another request than the one under way is ignored.
+    pub fn handle_outputs(
+        &mut self,
+        _now: Millis,
+        request: &OutputsRequest,
+        outputs: Result<(Outputs, bool), TaskError>,
+    ) {
+        let Need::Outputs { request: wanted, asked: true } = &self.need else { return };
+        if wanted != request || self.stopped {
+            return;
+        }
+        self.need = Need::Nothing;
+        match outputs {
+            Ok((outputs, last)) => {
+                if let Some(p) = self.pipeline.as_mut() {
+                    p.provide_outputs(request.seq, outputs, last);
                 }
                 self.emit(Event::Runnable);
             }
@@ -553,8 +601,20 @@ impl Task {
             let def = self.def.dataset.declarative().ok_or_else(|| {
                 TaskError::failed(id, Code::FailedPrecondition, "a TensorFlow dataset's task")
             })?;
-            Pipeline::with_limits(def, s, self.limits)
-                .map_err(|e| TaskError::failed(id, e.code(), e.message()))
+            if self.external && self.def.num_consumers.is_some() {
+                return Err(TaskError::failed(
+                    id,
+                    Code::FailedPrecondition,
+                    "a worker that produces splits with its own function does not serve \
+                     coordinated reads (num_consumers)",
+                ));
+            }
+            let built = if self.external {
+                Pipeline::external(def, s, self.def.split_size, self.limits)
+            } else {
+                Pipeline::with_limits(def, s, self.limits)
+            };
+            built.map_err(|e| TaskError::failed(id, e.code(), e.message()))
         });
         match built {
             Ok(p) => {
@@ -574,7 +634,8 @@ impl Task {
     fn tracks_origins(&self) -> bool {
         self.def.processing_mode == ShardingPolicy::Dynamic
             && self.def.num_consumers.is_none()
-            && self.def.dataset.declarative().is_some_and(|d| d.check_resumable().is_ok())
+            && (self.external
+                || self.def.dataset.declarative().is_some_and(|d| d.check_resumable().is_ok()))
     }
 
     fn max_splits(&self) -> u32 {

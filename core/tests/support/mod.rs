@@ -175,6 +175,7 @@ pub(crate) fn run_local(
             Step::NeedSplit { .. } => panic!("a static pipeline asked for a split"),
             Step::Element(other) => panic!("not a JSON element: {other:?}"),
             Step::NeedRows(r) => panic!("these datasets have no columnar files: {r:?}"),
+            Step::NeedOutputs(r) => panic!("not a producer's pipeline: {r:?}"),
             Step::Yield => {}
             Step::End => return out,
             Step::Error(e) => panic!("{e}"),
@@ -907,6 +908,7 @@ impl Sim {
                 }
                 Step::Element(other) => panic!("not a JSON element: {other:?}"),
                 Step::NeedRows(r) => panic!("the simulation has no columnar files: {r:?}"),
+                Step::NeedOutputs(r) => panic!("not a producer's pipeline: {r:?}"),
                 Step::Yield => {}
                 Step::End => {
                     eos = !eos_after_ack;

@@ -34,7 +34,9 @@
 //!
 //! The `shardwise worker` command is [`WorkerArgs`] (its flags, a `clap::Args` the command
 //! line flattens) and [`run`]; a program or a test embeds a worker with [`start`], which
-//! returns its [`Running`] handle. [`routes`] is what the OpenAPI document is assembled from.
+//! returns its [`Running`] handle; [`start_with_producer`] runs one whose tasks' elements a
+//! [`producer::Producer`] makes from their splits (a user's function: the Python package's
+//! workers). [`routes`] is what the OpenAPI document is assembled from.
 //! [`DataRoots`] opens the files of `files` datasets beneath the operator's data roots,
 //! [`columnar`] reads the columnar ones (Parquet, Arrow IPC files, TFRecord) into Arrow record
 //! batches, and [`columnar_out`] turns the rows a task serves back into record batches, IPC
@@ -50,6 +52,7 @@
 pub mod columnar;
 pub mod columnar_out;
 mod files;
+pub mod producer;
 mod reply;
 pub mod routes;
 mod rows;
@@ -222,6 +225,18 @@ pub struct Shared {
     pub(crate) heartbeat_now: Notify,
     /// A task may be ready for its completion report.
     pub(crate) report_now: Notify,
+    /// The worker's own producer of splits' outputs ([`start_with_producer`]).
+    pub(crate) producer: Option<ProducerRef>,
+}
+
+/// A [`producer::Producer`], shared by the worker's tasks.
+#[derive(Clone)]
+pub(crate) struct ProducerRef(pub(crate) Arc<dyn producer::Producer>);
+
+impl std::fmt::Debug for ProducerRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Producer")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -375,7 +390,10 @@ impl Shared {
                 }
                 tracing::info!(task_id = %id, iteration_id = %def.iteration_id, mode = def.processing_mode.as_str(), "task started");
                 t.unknown.arrived(id);
-                t.live.insert(id, Arc::new(Task::new(def, self.buffer, self.limits)));
+                t.live.insert(
+                    id,
+                    Arc::new(Task::new(def, self.buffer, self.limits, self.producer.is_some())),
+                );
             }
             t.unknown.applied(number);
             lost
@@ -606,6 +624,22 @@ impl StartError {
 /// Errors know their exit status ([`StartError::exit_code`]: 2 for bad arguments, 1
 /// otherwise).
 pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
+    start_inner(args, None).await
+}
+
+/// [`start`] a worker whose tasks' elements `producer` makes from their splits instead of
+/// their datasets' pipelines (see [`producer`]): a Python worker's user function.
+pub async fn start_with_producer(
+    args: WorkerArgs,
+    producer: Arc<dyn producer::Producer>,
+) -> Result<Running, StartError> {
+    start_inner(args, Some(ProducerRef(producer))).await
+}
+
+async fn start_inner(
+    args: WorkerArgs,
+    producer: Option<ProducerRef>,
+) -> Result<Running, StartError> {
     let urls = DispatcherUrls::parse(&args.dispatcher).map_err(StartError::Dispatcher)?;
     let tags: Vec<String> = args.tags.iter().map(|t| t.trim().to_owned()).collect();
     if tags.iter().any(String::is_empty) {
@@ -653,6 +687,7 @@ pub async fn start(args: WorkerArgs) -> Result<Running, StartError> {
         tasks: Mutex::default(),
         heartbeat_now: Notify::new(),
         report_now: Notify::new(),
+        producer,
     });
     let app = routes::router(Arc::clone(&shared), tokens, args.read_timeout);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

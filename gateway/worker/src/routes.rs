@@ -160,7 +160,9 @@ pub async fn get_elements(
         }
         Lookup::Gone(g) => return g.answer(id).and_then(|r| reply.finish(r, None, 0)),
     };
-    let columnar = super::rows::files_of(&task.def).is_some_and(|f| f.format.is_columnar());
+    // A producer's rows are served as Arrow too (its JSON values are refused as they come).
+    let columnar = shared.producer.is_some()
+        || super::rows::files_of(&task.def).is_some_and(|f| f.format.is_columnar());
     if arrow && !columnar {
         return Err(Problem::new(
             Code::FailedPrecondition,

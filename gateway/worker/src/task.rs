@@ -13,7 +13,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use shardwise_core::dataset::Limits;
+use shardwise_core::dataset::{Limits, Outputs, OutputsRequest};
 use shardwise_core::dispatch::Millis;
 use shardwise_core::dispatch::wire::{SplitsReply, TaskDef};
 pub(crate) use shardwise_core::worker::ReadReply as ReadResult;
@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::columnar::ReadOptions;
+use super::producer::SplitOutputs;
 use super::reply::Reply;
 use super::rows::{RowsReads, files_of};
 use shardwise_client::rest::CallError;
@@ -98,10 +99,15 @@ impl Task {
     /// A task that buffers at most `capacity` elements and about `limits.max_buffered_bytes`
     /// bytes (but always one round of a coordinated read, of at most
     /// [`machine::MAX_CONSUMERS`] elements).
-    pub(crate) fn new(def: TaskDef, capacity: usize, limits: Limits) -> Task {
+    /// `produced`: the worker's producer makes its splits' outputs.
+    pub(crate) fn new(def: TaskDef, capacity: usize, limits: Limits, produced: bool) -> Task {
         let def = Arc::new(def);
+        let machine = match produced {
+            true => machine::Task::with_producer(Arc::clone(&def), capacity, limits),
+            false => machine::Task::new(Arc::clone(&def), capacity, limits),
+        };
         Task {
-            machine: Mutex::new(machine::Task::new(Arc::clone(&def), capacity, limits)),
+            machine: Mutex::new(machine),
             def,
             epoch: Instant::now(),
             readable: Notify::new(),
@@ -308,11 +314,76 @@ impl Task {
 
     /// The driver: performs the machine's actions until it will have no more (it ended,
     /// failed or was stopped; a stop also aborts it mid-action).
+    /// The next outputs of `request`'s split from the worker's producer, on a blocking thread
+    /// (started on the split when `on` is another's); the split it is on after.
+    async fn produce(
+        &self,
+        shared: &Shared,
+        on: Option<(u64, Box<dyn SplitOutputs>)>,
+        request: &OutputsRequest,
+    ) -> (Option<(u64, Box<dyn SplitOutputs>)>, Result<(Outputs, bool), machine::TaskError>) {
+        let Some(producer) = shared.producer.clone() else {
+            let e = machine::TaskError::new(
+                Code::Internal,
+                "outputs asked of a worker without a producer",
+            );
+            return (None, Err(e));
+        };
+        let (def, req) = (Arc::clone(&self.def), request.clone());
+        let made = tokio::task::spawn_blocking(move || {
+            let mut outputs = match on.filter(|(seq, _)| *seq == req.seq) {
+                Some((_, outputs)) => outputs,
+                None => match producer.0.start(&def, &req.split, req.positions.as_ref()) {
+                    Ok(outputs) => outputs,
+                    Err(e) => return (None, Err(e)),
+                },
+            };
+            // Empty chunks that are not the end are passed over.
+            let next = loop {
+                match outputs.next() {
+                    Ok((o, false)) if o.is_empty() => {}
+                    other => break other,
+                }
+            };
+            (Some((req.seq, outputs)), next)
+        })
+        .await;
+        let (on, next) = made.unwrap_or_else(|e| {
+            let why = format!("the producer stopped: {e}");
+            (None, Err(machine::TaskError::new(Code::Internal, why)))
+        });
+        // Rows of one schema: the task's first chunk sets it.
+        let next = next.and_then(|(outputs, last)| {
+            if let Outputs::Rows(chunk) = &outputs {
+                let Some(batch) = super::columnar_out::batch_of(chunk) else {
+                    let why = "the producer's rows are not a record batch";
+                    return Err(machine::TaskError::new(Code::Internal, why));
+                };
+                let schema = self.schema.get_or_init(|| batch.schema());
+                if schema.fields() != batch.schema().fields() {
+                    return Err(machine::TaskError::new(
+                        Code::InvalidArgument,
+                        format!(
+                            "the producer made rows of the columns {} after rows of {}: one \
+                             task's rows have one schema",
+                            fields(&batch.schema()),
+                            fields(schema)
+                        ),
+                    ));
+                }
+            }
+            Ok((outputs, last))
+        });
+        (on, next)
+    }
+
     async fn drive(self: Arc<Self>, shared: Arc<Shared>) {
         let id = self.def.task_id;
         let path = format!("/v1/iterations/{}/splits", self.def.iteration_id);
         let files = files_of(&self.def).map(|f| Arc::new(f.clone()));
         let mut rows = RowsReads::default();
+        // The split the producer is on (its `seq`) and its outputs.
+        let mut producing: Option<(u64, Box<dyn SplitOutputs>)> = None;
         loop {
             let woken = self.runnable.notified();
             tokio::pin!(woken);
@@ -389,6 +460,13 @@ impl Task {
                     m.handle_rows(self.now(), &request, read);
                     self.dispatch_events(&mut m, &shared);
                 }
+                Some(Action::ProduceOutputs(request)) => {
+                    let (on, outputs) = self.produce(&shared, producing.take(), &request).await;
+                    producing = on;
+                    let mut m = self.lock();
+                    m.handle_outputs(self.now(), &request, outputs);
+                    self.dispatch_events(&mut m, &shared);
+                }
                 None => match timeout {
                     Some(at) => {
                         let at = self.epoch + Duration::from_millis(at.0);
@@ -402,4 +480,11 @@ impl Task {
             }
         }
     }
+}
+
+/// A schema's columns and types, for messages.
+fn fields(schema: &arrow_schema::Schema) -> String {
+    let named: Vec<String> =
+        schema.fields().iter().map(|f| format!("{:?} {}", f.name(), f.data_type())).collect();
+    format!("[{}]", named.join(", "))
 }

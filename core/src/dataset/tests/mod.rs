@@ -13,6 +13,7 @@ mod columnar;
 mod definitions;
 mod files;
 mod origins;
+mod outputs;
 mod properties;
 mod scenarios;
 mod transforms;
@@ -94,6 +95,7 @@ fn run_with(
             Step::Element(e) => out.push(json_of(e)),
             Step::NeedFile { path } => pipeline.provide_file(&path, &files[&path]),
             Step::NeedRows(r) => provide_fake_rows(&mut pipeline, files, &r),
+            Step::NeedOutputs(_) => panic!("only a producer's pipeline asks for outputs"),
             Step::NeedSplit { .. } => panic!("a static pipeline asked for a split"),
             Step::Yield => {}
             Step::End => return Ok(out),
@@ -176,6 +178,7 @@ fn run_dynamic_limited(
                     total += 1;
                 }
                 Step::NeedRows(r) => provide_fake_rows(&mut pipelines[w], files, &r),
+                Step::NeedOutputs(_) => panic!("only a producer's pipeline asks for outputs"),
                 Step::NeedSplit { repetition } => {
                     let split = dispatcher.get_split(repetition);
                     pipelines[w].provide_split(repetition, split);

@@ -18,6 +18,7 @@ fn read_with_origins(
         match p.next() {
             Step::Element(e) => out.push((json_of(e), p.origin())),
             Step::NeedRows(r) => provide_fake_rows(&mut p, files, &r),
+            Step::NeedOutputs(_) => panic!("only a producer's pipeline asks for outputs"),
             Step::NeedSplit { repetition } => match splits.take() {
                 Some(splits) => {
                     for s in splits {
@@ -262,6 +263,7 @@ fn origins_taken_per_batch_are_the_runs_of_the_elements_origins() {
                     },
                     Step::NeedFile { path } => p.provide_file(&path, &files[&path]),
                     Step::NeedRows(r) => provide_fake_rows(&mut p, &files, &r),
+                    Step::NeedOutputs(_) => panic!("only a producer's pipeline asks for outputs"),
                     Step::Yield => {}
                     Step::End => break,
                     Step::Error(e) => panic!("{e}"),

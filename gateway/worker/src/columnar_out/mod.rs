@@ -116,9 +116,10 @@ pub fn schema_of(elements: &[Element]) -> Option<SchemaRef> {
 fn not_columnar() -> Problem {
     Problem::new(
         Code::FailedPrecondition,
-        "elements of this dataset are JSON values; Arrow streams serve parquet, arrow and \
-         tfrecord datasets",
+        "elements of this task are JSON values: Arrow streams serve rows (of parquet, arrow and \
+         tfrecord files, or a worker's own rows); read it as JSON",
     )
+    .with_status(406, "Not Acceptable")
 }
 
 /// The record batch of a row's chunk, and the row's index in it (checked).

@@ -123,11 +123,8 @@ fn json_values_have_no_arrow_form() {
     es.push(Element::Value(json!({"a": 1})));
     let err = record_batches(&es).unwrap_err();
     assert_eq!(err.code, Code::FailedPrecondition);
-    assert_eq!(
-        err.detail,
-        "elements of this dataset are JSON values; Arrow streams serve parquet, arrow and \
-         tfrecord datasets"
-    );
+    assert_eq!(err.status, 406);
+    assert!(err.detail.starts_with("elements of this task are JSON values"), "{}", err.detail);
 }
 
 #[test]
