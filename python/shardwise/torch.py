@@ -89,6 +89,13 @@ class ShardwiseIterableDataset(IterableDataset):  # type: ignore[type-arg]
         repetition: the pass over the job (an epoch counter); :meth:`set_epoch` sets it.
         token, ca_file: the bearer token and CA file for a dispatcher and workers behind
             authentication and TLS.
+        coordinated: TensorFlow's coordinated reads: every (rank, loader worker) is one
+            consumer of ``world_size * num_workers`` reading the job round by round, each
+            round's elements from one worker (the workers in turn), one element per consumer
+            per round; so every rank takes the same number of steps, and the ranks of a step
+            read the same worker. Use an endless dataset (a ``repeat``), under
+            ``processing_mode="parallel_epochs"``. Coordinated reads have no read positions
+            (their state holds none).
         read_options: further keyword arguments of :func:`shardwise.distribute`.
 
     Rows of an Arrow read become dicts of NumPy arrays (one row each), which the default
@@ -112,6 +119,7 @@ class ShardwiseIterableDataset(IterableDataset):  # type: ignore[type-arg]
         repetition: int = 0,
         token: Optional[str] = None,
         ca_file: Optional[str] = None,
+        coordinated: bool = False,
         **read_options: Any,
     ) -> None:
         super().__init__()
@@ -131,6 +139,9 @@ class ShardwiseIterableDataset(IterableDataset):  # type: ignore[type-arg]
         self.repetition = repetition
         self.token = token
         self.ca_file = ca_file
+        self.coordinated = coordinated
+        if coordinated and ({"num_consumers", "consumer_index"} & read_options.keys()):
+            raise ValueError("coordinated=True sets num_consumers and consumer_index itself")
         self.read_options = read_options
         # Set in the process that iterates (a DataLoader worker, or this one).
         self._reader: Optional[Reader] = None
@@ -165,6 +176,11 @@ class ShardwiseIterableDataset(IterableDataset):  # type: ignore[type-arg]
 
     def __iter__(self) -> Iterator[Any]:
         resume_from = self._resume_position()
+        options = dict(self.read_options)
+        if self.coordinated:
+            c = self._consumer()
+            options["num_consumers"] = c["world_size"] * c["num_workers"]
+            options["consumer_index"] = c["rank"] * c["num_workers"] + c["worker"]
         reader = distribute(
             _dispatcher(self.dispatcher, self.token, self.ca_file),
             self.dataset,
@@ -172,7 +188,7 @@ class ShardwiseIterableDataset(IterableDataset):  # type: ignore[type-arg]
             repetition=self.repetition,
             resume_from=resume_from,
             format=self.format,
-            **self.read_options,
+            **options,
         )
         self._reader = reader
         self._held_back = 0
@@ -196,8 +212,10 @@ class ShardwiseIterableDataset(IterableDataset):  # type: ignore[type-arg]
         """This consumer's state: the position of the elements it handed out (rows of a
         record batch count one by one), with who it is. Merge the states of all consumers
         with :func:`shardwise.merge_positions` to resume elsewhere."""
-        if self._reader is not None:
-            position: Optional[Position] = self._reader.position(held_back=self._held_back)
+        if self.coordinated:
+            position: Optional[Position] = None
+        elif self._reader is not None:
+            position = self._reader.position(held_back=self._held_back)
         else:
             position = self._resume_position()
         return {POSITION_KEY: position, "consumer": self._consumer(), "job_name": self.job_name}

@@ -5,7 +5,8 @@
 //! over both runs; a JAX loop over Parquet rows checkpointed with `get_state()` on two
 //! processes and resumed with `set_state()` on one reads every row exactly once; Arrow rows of a
 //! declared tensor become torch tensors over the received buffer (no copy). All run against a
-//! real `shardwise dispatcher` and real `shardwise worker`s on 127.0.0.1.
+//! real `shardwise dispatcher` and real `shardwise worker`s on 127.0.0.1; and 2 ranks as the
+//! consumers of a coordinated read over 3 workers take equal steps, round by round.
 
 use std::net::TcpListener;
 use std::process::Command;
@@ -228,4 +229,40 @@ fn arrow_rows_become_tensors_without_a_copy_and_each_row_comes_once() {
         vec![scenario("torch_arrow.py", &[&d.url, dir.path()], &[])],
     );
     assert!(out[0].contains("\"rows\": 1200"), "{}", out[0]);
+}
+
+/// Coordinated reads from PyTorch: 2 ranks as the 2 consumers of one job over 3 workers
+/// (`ShardwiseIterableDataset(coordinated=True)`) take the same number of steps, and each
+/// round gives the ranks consecutive elements of one worker, the workers in turn (each worker
+/// produces the whole endless range: round `r` is worker `r % 3`'s round `r / 3`).
+#[test]
+fn coordinated_reads_give_two_ranks_equal_steps_round_by_round_from_three_workers() {
+    let d = Dispatcher::start(&[]);
+    let _workers: Vec<Worker> =
+        (0..3).map(|_| Worker::start(&d.url, &["--heartbeat-interval", "200ms"])).collect();
+    await_workers(&d, 3);
+    let dir = TempDir::new("torch-coordinated");
+    let outs: Vec<std::path::PathBuf> =
+        (0..2).map(|r| std::path::Path::new(dir.path()).join(format!("rank{r}.json"))).collect();
+    let commands = (0..2)
+        .map(|rank| {
+            let (rank_s, out) = (rank.to_string(), outs[rank].to_str().unwrap().to_owned());
+            scenario("torch_coordinated.py", &[&d.url, "coordinated", &rank_s, "6", &out], &[])
+        })
+        .collect();
+    run_together("rank", commands);
+    let batches: Vec<Vec<Vec<i64>>> = outs
+        .iter()
+        .map(|f| serde_json::from_value(read_json(f)["batches"].clone()).expect("batches"))
+        .collect();
+    assert_eq!(batches[0].len(), 6, "{batches:?}");
+    assert_eq!(batches[1].len(), 6, "equal steps: {batches:?}");
+    let flat = |b: &Vec<Vec<i64>>| b.iter().flatten().copied().collect::<Vec<i64>>();
+    let (r0, r1) = (flat(&batches[0]), flat(&batches[1]));
+    let rounds: Vec<i64> = (0..24).map(|r| 2 * (r / 3)).collect();
+    assert_eq!(r0, rounds, "rank 0: the first element of each round");
+    assert_eq!(r1, rounds.iter().map(|e| e + 1).collect::<Vec<_>>(), "rank 1: the second");
+    for f in &outs {
+        assert_eq!(read_json(f)["position"], Value::Null, "coordinated reads have no position");
+    }
 }
