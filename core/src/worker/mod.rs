@@ -93,6 +93,7 @@
 //!             }
 //!             Action::ReadFile { path } => unreachable!("a range has no files: {path}"),
 //!             Action::ReadRows(_) => unreachable!("a range has no columnar files"),
+//!             Action::ProduceOutputs(_) => unreachable!("only `Task::with_producer` asks"),
 //!         }
 //!     }
 //!     while let Some(event) = task.poll_event() {
