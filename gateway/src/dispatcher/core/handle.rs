@@ -29,6 +29,8 @@ struct Shared {
     /// Why no term is served now (the answer to calls meanwhile).
     idle: std::sync::RwLock<String>,
     incarnation: std::sync::RwLock<String>,
+    /// Why the last term ended, when its journal could not be written.
+    ended: std::sync::RwLock<Option<String>>,
     compact_at_bytes: u64,
 }
 
@@ -56,6 +58,7 @@ impl DriverHandle {
             term: std::sync::RwLock::new(None),
             idle: std::sync::RwLock::new(NOT_SERVING.to_owned()),
             incarnation: std::sync::RwLock::new(String::new()),
+            ended: std::sync::RwLock::new(None),
             compact_at_bytes,
         });
         DriverHandle { shared, stats }
@@ -155,6 +158,9 @@ impl DriverHandle {
     /// term begins. The term's journal is dropped once its syncer notices.
     pub fn end_term(&self) {
         let Some(inner) = write(&self.shared.term).take() else { return };
+        let failure =
+            inner.failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        *write(&self.shared.ended) = failure;
         inner.end();
         // Dropping the driver drops the senders of every waiter; the syncer and the timer
         // task find no core and stop.
@@ -165,6 +171,12 @@ impl DriverHandle {
         inner.pipe.queued.notify_one();
         drop(queue);
         inner.timer.notify_one();
+    }
+
+    /// Why the last term ended, when it ended because its journal could not be written (the
+    /// cause); `None` otherwise.
+    pub fn last_term_failure(&self) -> Option<String> {
+        self.shared.ended.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Says why no term is served (e.g. which replica leads): the answer to every call until

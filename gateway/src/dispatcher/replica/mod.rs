@@ -333,7 +333,16 @@ async fn supervise(ctx: Arc<Ctx>) {
         let outcome = match won {
             Ok(won) => {
                 let outcome = lead(&ctx, won).await;
+                // A term that ended because etcd is at its space quota says so until the next
+                // campaign is refused the same way, not that an election is under way.
+                let at_quota = ctx
+                    .driver
+                    .last_term_failure()
+                    .is_some_and(|cause| cause.contains(etcd::SPACE_EXCEEDED_REMEDY));
                 ctx.status.stepped_down().await;
+                if at_quota {
+                    ctx.driver.set_idle_reason(no_leader_at_quota());
+                }
                 outcome
             }
             Err(e) => {
@@ -347,10 +356,7 @@ async fn supervise(ctx: Arc<Ctx>) {
             Err(ReplicaError::Etcd(e)) if e.is_space_exceeded() => {
                 // No restart helps: etcd refuses writes (a campaign too) until disarmed.
                 tracing::error!(error = %e, "replica starts over: {}", etcd::SPACE_EXCEEDED_REMEDY);
-                ctx.driver.set_idle_reason(format!(
-                    "No dispatcher replica can lead now: {}.",
-                    etcd::SPACE_EXCEEDED_REMEDY
-                ));
+                ctx.driver.set_idle_reason(no_leader_at_quota());
                 tokio::select! {
                     () = ctx.stopped() => return,
                     () = tokio::time::sleep(pause) => {}
@@ -367,6 +373,11 @@ async fn supervise(ctx: Arc<Ctx>) {
             }
         }
     }
+}
+
+/// Why no replica leads while etcd is at its space quota, and what to do.
+fn no_leader_at_quota() -> String {
+    format!("No dispatcher replica can lead now: {}.", etcd::SPACE_EXCEEDED_REMEDY)
 }
 
 enum Stopped {
