@@ -130,6 +130,17 @@ fn xs(values: &[Value]) -> Vec<i64> {
     xs
 }
 
+/// The error a JSON read of `ds` ends with (panics if it ends without one).
+async fn error_of(url: &str, ds: DatasetDef) -> shardwise_gateway::client::ClientError {
+    let mut s = distribute(url, ds, options(None));
+    while let Some(item) = s.next().await {
+        if let Err(e) = item {
+            return e;
+        }
+    }
+    panic!("the read ended without an error")
+}
+
 #[test]
 fn every_output_comes_once_and_a_stopped_read_resumes_without_one_twice() {
     let rt = runtime();
@@ -174,16 +185,7 @@ fn rows_are_served_as_arrow_and_a_producers_error_fails_its_task() {
     });
     assert_eq!(xs, (0..11).collect::<Vec<_>>());
     // Range 20 has a split holding 13: its task fails with the producer's words.
-    let err = rt.block_on(async {
-        let mut s = distribute(&d.url, range(20), options(None));
-        loop {
-            match s.next().await {
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return e,
-                None => panic!("the read ended without the producer's error"),
-            }
-        }
-    });
+    let err = rt.block_on(error_of(&d.url, range(20)));
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");
     assert!(err.to_string().contains("unlucky: 13"), "{err}");
 }
@@ -196,16 +198,7 @@ fn what_a_producer_cannot_serve_is_refused_with_its_reason() {
         &json!({"source": {"range": {"stop": 10}}, "transforms": [{"take": 3}]}),
     )
     .unwrap();
-    let err = rt.block_on(async {
-        let mut s = distribute(&d.url, with_take, options(None));
-        loop {
-            match s.next().await {
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return e,
-                None => panic!("a dataset with a transform was served"),
-            }
-        }
-    });
+    let err = rt.block_on(error_of(&d.url, with_take));
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
     assert!(err.to_string().contains("runs no transforms"), "{err}");
     // JSON values asked for as Arrow: 406, nothing taken (read as JSON, all of them come).
